@@ -1,0 +1,107 @@
+"""What a backend plugin registers: a `Backend`, and the `Runner` it loads.
+
+One backend per file behind this one interface (Ultralytics split its single
+`autobackend.py` into per-backend classes for the same reason). A backend never
+imports its library at module import time: `probe` imports it and says, in one human
+sentence, why it cannot run when it cannot.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol
+
+from .errors import StaleArtifactError, UnsupportedError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Availability:
+    """The answer of `Backend.probe`: can it run on this device here, and if not, why."""
+
+    ok: bool
+    reason: str = ""  # one sentence when not ok: "tensorrt is not installed"
+
+
+class Runner(Protocol):
+    """A loaded artifact: a dict of arrays in, a dict of arrays out.
+
+    Accepts numpy arrays or torch tensors. On CPU it returns numpy arrays; on CUDA it
+    keeps tensors on the device (torch tensors in, torch tensors out).
+    """
+
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+class Backend(abc.ABC):
+    """Exports a PyTorch module to files and loads those files as a `Runner`."""
+
+    name: ClassVar[str]  # "torch", "onnxruntime", ...
+    #: precisions per device, e.g. {"cpu": ("fp32",), "cuda": ("fp32", "fp16")}
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]]
+    filename: ClassVar[str]  # the model file inside the version directory: "model.onnx"
+    #: Triton's name for the runtime: {"platform": "onnxruntime_onnx"} or {"backend": "pytorch"}
+    triton: ClassVar[Mapping[str, str]]
+    description: ClassVar[str] = ""
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(self.precisions)
+
+    @abc.abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries this backend uses; empty when they are not installed."""
+
+    @abc.abstractmethod
+    def probe(self, device: str) -> Availability:
+        """Whether this backend can run on `device` here. Never raises."""
+
+    @abc.abstractmethod
+    def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
+               path: Path, precision: str, device: str) -> None:
+        """Write the model file at `path` (inside a temporary artifact directory).
+
+        `module` is the fp32 reference in eval mode on `device`; `example` is a realistic
+        input batch on `device` whose batch size is neither 1 nor the maximum.
+        """
+
+    @abc.abstractmethod
+    def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
+             threads: int | None = None) -> Runner:
+        """Load the model file at `path` as a runner; `threads` caps intra-op threads."""
+
+    def check_supported(self, precision: str, device: str) -> None:
+        if device not in self.precisions:
+            raise UnsupportedError(
+                f"backend {self.name} does not run on {device} (devices: {', '.join(self.devices)})")
+        if precision not in self.precisions[device]:
+            raise UnsupportedError(
+                f"backend {self.name} does not support {precision} on {device} "
+                f"(supported: {', '.join(self.precisions[device])})")
+
+    def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:
+        """Refuse an artifact written by other library versions than these.
+
+        The default requires the same major.minor version of every library recorded;
+        engine backends (TensorRT) override this to require the exact build.
+        """
+        current = self.versions()
+        for lib, version in recorded.items():
+            now = current.get(lib)
+            if now is None or _major_minor(now) != _major_minor(version):
+                raise StaleArtifactError(
+                    f"artifact {artifact} was built with {lib} {version} but this machine has "
+                    f"{lib} {now or '(not installed)'}; re-export it with `zoo export --force`")
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])

@@ -1,0 +1,57 @@
+"""Typed errors. Every failure a user can cause is one of these, with a message that
+says what was wrong and what to do; the CLI prints the message and exits non-zero,
+never a traceback (see ``zoo.cli``)."""
+
+from __future__ import annotations
+
+
+class ZooError(Exception):
+    """Base class: a user-facing failure with a complete, actionable message."""
+
+    exit_code = 1
+
+
+class PluginError(ZooError):
+    """A plugin is broken: an unknown hook, a duplicate name, a file that fails to load."""
+
+
+class UnknownModelError(ZooError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class UnknownBackendError(ZooError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BackendUnavailableError(ZooError):
+    """The backend is registered but cannot run here (library missing, no device)."""
+
+
+class UnsupportedError(ZooError):
+    """A precision or device the backend (or the device) does not support."""
+
+
+class CheckpointError(ZooError):
+    """A checkpoint is missing, corrupted, or belongs to another model."""
+
+
+class ArtifactError(ZooError):
+    """An artifact directory is incomplete, tampered with, or unsafe to load."""
+
+
+class StaleArtifactError(ArtifactError):
+    """An artifact built with other library versions or for another device."""
+
+
+class VerificationError(ZooError):
+    """An export does not reproduce the PyTorch reference; no artifact is written."""
+
+
+class ShapeError(VerificationError):
+    """Output names or shapes differ from the reference."""
+
+
+class ToleranceError(VerificationError):
+    """Output values differ from the reference beyond the spec's tolerance."""

@@ -1,0 +1,49 @@
+"""The hooks a zoo plugin implements (pluggy project name ``zoo``).
+
+A plugin is a module or object with functions marked ``@zoo.hookimpl``, published
+through the entry-point group ``zoo`` (built-in plugins are discovered exactly the same
+way), loaded from a file with ``--plugin FILE``, or listed in ``ZOO_PLUGINS``
+(paths separated by ``os.pathsep``). Implementing a hook that is not defined here is an
+error at start-up, so a misspelled hook never fails silently.
+
+Both hooks take a ``register`` callback, as the ``llm`` tool's hooks do: a plugin calls
+it once per thing it adds. Every implementation is called; results are not used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .spec import ModelSpec
+
+hookspec = pluggy.HookspecMarker("zoo")
+hookimpl = pluggy.HookimplMarker("zoo")
+
+
+@hookspec
+def zoo_register_models(register: Callable[["ModelSpec"], None]) -> None:
+    """Register the models this plugin provides.
+
+    Called once, when the registry is first used.
+
+    :param register: call ``register(spec)`` with one :class:`zoo.ModelSpec` per model.
+        A name already registered by any plugin raises :class:`zoo.errors.PluginError`
+        naming both plugins.
+    """
+
+
+@hookspec
+def zoo_register_backends(register: Callable[["Backend"], None]) -> None:
+    """Register the export/inference backends this plugin provides.
+
+    Called once, when the registry is first used. Registering must not import the
+    backend's library: a backend that cannot run here is still listed, and its
+    ``probe`` says why.
+
+    :param register: call ``register(backend)`` with one :class:`zoo.Backend` instance
+        per backend. A duplicate name raises :class:`zoo.errors.PluginError`.
+    """
