@@ -67,17 +67,23 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
-               path: Path, precision: str, device: str) -> None:
+               path: Path, precision: str, device: str) -> Mapping[str, Any] | None:
         """Write the model file at `path` (inside a temporary artifact directory).
 
         `module` is the fp32 reference in eval mode on `device`; `example` is a realistic
-        input batch on `device` whose batch size is neither 1 nor the maximum.
+        input batch on `device` whose batch size is neither 1 nor the maximum. Further
+        files may be written beside `path`. Returns facts to record in the manifest under
+        ``backend_info`` (build time, engine provenance ...), or None.
         """
 
     @abc.abstractmethod
     def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
-             threads: int | None = None) -> Runner:
-        """Load the model file at `path` as a runner; `threads` caps intra-op threads."""
+             threads: int | None = None, info: Mapping[str, Any] | None = None) -> Runner:
+        """Load the model file at `path` as a runner.
+
+        `threads` caps intra-op threads (None: the library's default); `info` is what
+        `export` returned, read back from the manifest.
+        """
 
     def check_supported(self, precision: str, device: str) -> None:
         if device not in self.precisions:
