@@ -2,18 +2,35 @@
 
     >>> import zoo
     >>> zoo.list_models("resnet*")
-    >>> ckpt = zoo.train("resnet8.digits")
+    ['resnet18', 'resnet50', 'resnet8.digits']
+    >>> zoo.train("resnet8.digits")                           # checkpoints/resnet8.digits
     >>> art = zoo.export("resnet8.digits", backend="onnxruntime")
-    >>> runner = zoo.load(art.path)
+    >>> runner = zoo.load(art.path)                           # dict of arrays in and out
+    >>> zoo.benchmark("resnet8.digits", backends=["torch", "onnxruntime"])
 """
 
-from .backend import Availability, Backend, Runner
-from .errors import ZooError
-from .hookspecs import hookimpl
-from .registry import get_backend, get_model, list_models
-from .spec import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
+__version__ = "0.1.0"
+
+from .artifact import Artifact  # noqa: E402
+from .backend import Availability, Backend, Runner  # noqa: E402
+from .bench import benchmark  # noqa: E402
+from .checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+from .errors import ZooError  # noqa: E402
+from .export import export  # noqa: E402
+from .hookspecs import hookimpl  # noqa: E402
+from .registry import get_backend, get_model, list_models  # noqa: E402
+from .spec import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance  # noqa: E402
+from .train import train  # noqa: E402
+from .verify import verify_artifact as verify  # noqa: E402
+
+
+def load(path, threads: int | None = None, device: str | None = None) -> Runner:
+    """Open and validate an artifact directory and return its runner."""
+    return Artifact.open(path).load(threads=threads, device=device)
+
 
 __all__ = [
-    "Availability", "AxisRange", "Backend", "Dataset", "Metric", "ModelSpec", "Recipe", "Runner",
-    "TensorSpec", "Tolerance", "ZooError", "get_backend", "get_model", "hookimpl", "list_models",
+    "Artifact", "Availability", "AxisRange", "Backend", "Checkpoint", "Dataset", "Metric", "ModelSpec", "Recipe",
+    "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend", "get_model", "hookimpl",
+    "list_models", "load", "load_checkpoint", "train", "verify",
 ]

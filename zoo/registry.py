@@ -22,10 +22,12 @@ from .spec import ModelSpec
 
 pm = pluggy.PluginManager("zoo")
 pm.add_hookspecs(hookspecs)
-pm.load_setuptools_entrypoints("zoo")
 
 _models: dict[str, ModelSpec] | None = None
 _backends: dict[str, Backend] | None = None
+_entry_points_loaded = False
+#: plugin files loaded so far, so benchmark worker processes can load the same ones
+plugin_files: list[str] = []
 
 
 def load_plugin_file(path: str | os.PathLike[str]) -> None:
@@ -45,6 +47,7 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
         raise PluginError(f"plugin file {path} failed to load: {exc}") from exc
     sys.modules[name] = module
     register_plugin(module, name=name)
+    plugin_files.append(str(file))
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
@@ -70,7 +73,19 @@ def _check() -> None:
         raise PluginError(f"plugin {exc.plugin!r} implements a hook zoo does not define: {exc}") from exc
 
 
-def _load_env_plugins() -> None:
+def _load_plugins() -> None:
+    """Entry-point plugins (built-in and third-party alike), then ZOO_PLUGINS files.
+
+    Deferred to first use so that a plugin module can `import zoo` at its top."""
+    global _entry_points_loaded
+    if not _entry_points_loaded:
+        _entry_points_loaded = True
+        try:
+            pm.load_setuptools_entrypoints("zoo")
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {exc.plugin!r} implements a hook zoo does not define: {exc}") from exc
+        except Exception as exc:
+            raise PluginError(f"an installed zoo plugin failed to load: {exc}") from exc
     for entry in filter(None, os.environ.get("ZOO_PLUGINS", "").split(os.pathsep)):
         load_plugin_file(entry)
 
@@ -98,7 +113,7 @@ def _collect(hook: pluggy.HookCaller, kind: str) -> dict:
 def models() -> dict[str, ModelSpec]:
     global _models
     if _models is None:
-        _load_env_plugins()
+        _load_plugins()
         _check()
         found = _collect(pm.hook.zoo_register_models, "model")
         out = {}
@@ -113,7 +128,7 @@ def models() -> dict[str, ModelSpec]:
 def backends() -> dict[str, Backend]:
     global _backends
     if _backends is None:
-        _load_env_plugins()
+        _load_plugins()
         _check()
         found = _collect(pm.hook.zoo_register_backends, "backend")
         for name, (backend, label) in found.items():

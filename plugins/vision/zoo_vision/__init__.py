@@ -1,1 +1,92 @@
-"""placeholder"""
+"""zoo model plugin: vision.
+
+- `resnet8.digits`: a small ResNet trained here on scikit-learn's digits (>= 97% test accuracy).
+- `resnet18`, `resnet50`: the standard architectures at 3x224x224 with 1000 classes, random
+  init, for benchmarking backends at realistic sizes (as timm registers `resnet50` beside
+  its trained `resnet50.a1_in1k`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+import zoo
+from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
+
+from . import digits
+from .resnet import ResNet
+
+
+def accuracy(outputs, targets) -> float:
+    return float(np.mean(outputs["logits"].argmax(axis=1) == targets))
+
+
+def cross_entropy(outputs, targets) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(outputs["logits"], targets)
+
+
+#: logits of a few units: fp32 backends agree to ~1e-5, bf16 carries 8 mantissa bits.
+CLASSIFIER_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-3), "fp16": Tolerance(5e-2, 2e-2), "bf16": Tolerance(2.5e-1, 5e-2)}
+
+
+def resnet_digits(width: int = 32) -> ModelSpec:
+    depth = 8
+    return ModelSpec(
+        name="resnet8.digits",
+        domain="vision",
+        task="image-classification",
+        description=f"ResNet-{depth} (small stem, width {width}) trained on scikit-learn digits",
+        inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
+        outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES)),),
+        axes={"batch": AxisRange(1, 8, 64)},
+        build=partial(ResNet, depth=depth, num_classes=digits.NUM_CLASSES, in_chans=1, width=width, stem="small"),
+        sample=digits.sample,
+        config={"width": width},
+        tiny_config={"width": 8},
+        variant=resnet_digits,
+        dataset=Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stratified 80/20 split",
+                        digits.load, digits.augment),
+        loss=cross_entropy,
+        metric=Metric("accuracy", accuracy, higher_is_better=True),
+        recipe=Recipe(epochs=30, batch_size=64, lr=1e-2, weight_decay=5e-4, optimizer="adamw",
+                      schedule="onecycle", seed=0, target=0.97),
+        tolerances=CLASSIFIER_TOLERANCES,
+    )
+
+
+def imagenet_sample(image_size: int, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Images as an ImageNet pipeline hands them over: normalized, roughly unit variance,
+    spatially smooth (a blurred field, not white noise)."""
+    coarse = rng.standard_normal((batch, 3, max(image_size // 16, 2), max(image_size // 16, 2)))
+    image = torch.nn.functional.interpolate(torch.from_numpy(coarse).float(), size=(image_size, image_size),
+                                            mode="bilinear", align_corners=False)
+    return {"image": (image + 0.1 * torch.randn(image.shape, generator=torch.Generator().manual_seed(
+        int(rng.integers(1 << 31))))).numpy()}
+
+
+def resnet_imagenet(depth: int, width: int = 64, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
+    return ModelSpec(
+        name=f"resnet{depth}",
+        domain="vision",
+        task="image-classification",
+        description=f"ResNet-{depth} at 3x{image_size}x{image_size}, {num_classes} classes, random init",
+        inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size)),),
+        outputs=(TensorSpec("logits", "float32", ("batch", num_classes)),),
+        axes={"batch": AxisRange(1, 8, 32)},
+        build=partial(ResNet, depth=depth, num_classes=num_classes, in_chans=3, width=width, stem="imagenet"),
+        sample=partial(imagenet_sample, image_size),
+        config={"width": width, "image_size": image_size, "num_classes": num_classes},
+        tiny_config={"width": 8, "image_size": 32, "num_classes": 10},
+        variant=partial(resnet_imagenet, depth),
+        tolerances=CLASSIFIER_TOLERANCES,
+    )
+
+
+@zoo.hookimpl
+def zoo_register_models(register):
+    register(resnet_digits())
+    register(resnet_imagenet(18))
+    register(resnet_imagenet(50))

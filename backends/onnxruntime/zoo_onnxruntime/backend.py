@@ -1,0 +1,169 @@
+"""The ONNX Runtime backend: an ONNX file run by the CPU or CUDA execution provider.
+
+ONNX Runtime quietly runs a session on the CPU when the execution provider it was asked
+for cannot start (missing CUDA libraries, a CPU-only wheel). The zoo contract forbids
+silent fallbacks, so `load` checks which provider the session actually got and refuses
+otherwise. onnxruntime is imported only inside methods: registering this backend must
+work, and say what is missing, on a machine without it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from zoo.backend import Availability, Backend
+from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import torch
+
+    from zoo.spec import ModelSpec
+
+    from .runner import OnnxRuntimeRunner
+
+NOT_INSTALLED = "onnxruntime is not installed (pip install 'zoo-onnxruntime[cpu]' or '[gpu]')"
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    description = "ONNX (torch.onnx dynamo exporter) run by ONNX Runtime's CPU or CUDA execution provider"
+    # fp16 only on CUDA: ONNX Runtime's CPU kernels compute most fp16 ops by casting to fp32.
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cpu": ("fp32",), "cuda": ("fp32", "fp16")}
+    filename = "model.onnx"
+    triton: ClassVar[Mapping[str, str]] = {"platform": "onnxruntime_onnx"}
+    #: the execution provider that must run the graph, per device type.
+    provider_names: ClassVar[Mapping[str, str]] = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+    def versions(self) -> dict[str, str]:
+        ort = _onnxruntime()
+        return {"onnxruntime": ort.__version__} if ort is not None else {}
+
+    def probe(self, device: str) -> Availability:
+        try:
+            reason = self.unavailable(device)
+        except Exception as exc:  # a broken install must not crash `zoo backends`
+            reason = f"onnxruntime failed to load: {exc}"
+        return Availability(reason is None, reason or "")
+
+    def unavailable(self, device: str) -> str | None:
+        """Why this backend cannot run on `device` here, or None when it can."""
+        kind = _kind(device)
+        if kind not in self.precisions:
+            return f"{self.name} runs on {', '.join(self.devices)}, not {device}"
+        ort = _onnxruntime()
+        if ort is None:
+            return NOT_INSTALLED
+        provider = self.provider_names[kind]
+        if provider not in ort.get_available_providers():
+            return f"the installed onnxruntime has no {provider} (install onnxruntime-gpu instead of onnxruntime)"
+        if kind == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "no CUDA device (torch.cuda.is_available() is False)"
+            index = _index(device)
+            if index >= torch.cuda.device_count():
+                return f"no CUDA device {index} (this machine has {torch.cuda.device_count()})"
+        return None
+
+    def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
+               path: Path, precision: str, device: str) -> dict[str, Any]:
+        from .export import export_onnx
+
+        self.check_supported(precision, _kind(device))
+        return export_onnx(module, spec, example, path, precision=precision)
+
+    def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
+             threads: int | None = None, info: Mapping[str, Any] | None = None) -> "OnnxRuntimeRunner":
+        from .runner import OnnxRuntimeRunner
+
+        self.check_supported(precision, _kind(device))
+        reason = self.unavailable(device)
+        if reason:
+            raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {reason}")
+        session = self.session(Path(path), spec, precision, device, threads)
+        return OnnxRuntimeRunner(session, spec, device)
+
+    def session(self, path: Path, spec: "ModelSpec", precision: str, device: str,
+                threads: int | None = None) -> "onnxruntime.InferenceSession":
+        """An InferenceSession whose first provider is the one asked for, or an error."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            options.intra_op_num_threads = threads
+        providers = self.providers(path, spec, precision, device)
+        wanted = providers[0][0]
+        if wanted not in ort.get_available_providers():
+            raise BackendUnavailableError(f"the installed onnxruntime has no {wanted}")
+        try:
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as exc:  # onnxruntime's own exception types are not public API
+            raise ArtifactError(f"onnxruntime cannot load {path}: {_first_line(exc)}") from exc
+        got = session.get_providers()[0]
+        if got != wanted:
+            raise BackendUnavailableError(
+                f"onnxruntime could not start {wanted} and would have run on {got} instead; "
+                "check that the CUDA libraries it needs (and TensorRT, for onnxruntime-trt) are installed "
+                "and visible (onnxruntime logs the missing library above)")
+        return session
+
+    def providers(self, path: Path, spec: "ModelSpec", precision: str,
+                  device: str) -> list[tuple[str, dict[str, Any]]]:
+        """The execution providers for a session, most preferred first, with their options.
+
+        Only the one provider: nodes it has no kernel for still run on ONNX Runtime's
+        implicit CPU provider, but the session as a whole never lands on the wrong one.
+        """
+        kind = _kind(device)
+        options: dict[str, Any] = {"device_id": _index(device)} if kind == "cuda" else {}
+        return [(self.provider_names[kind], options)]
+
+    def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:
+        """Accept an artifact from this or an older onnxruntime; refuse one from a newer.
+
+        ONNX Runtime reads every ONNX opset it was released with and all older ones, so a
+        newer runtime loads an older export; an older runtime may not know the opset or
+        the ops a newer exporter/converter emitted.
+        """
+        current = self.versions()
+        for lib, version in recorded.items():
+            now = current.get(lib)
+            if now is None:
+                raise BackendUnavailableError(f"artifact {artifact} needs {lib}: {NOT_INSTALLED}")
+            if _release(now) < _release(version):
+                raise StaleArtifactError(
+                    f"artifact {artifact} was built with {lib} {version}, newer than this machine's {lib} {now}; "
+                    f"upgrade {lib} or re-export it here with `zoo export --force`")
+
+
+def _onnxruntime() -> "onnxruntime | None":
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return onnxruntime
+
+
+def _kind(device: str) -> str:
+    return device.split(":", 1)[0]
+
+
+def _index(device: str) -> int:
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else 0
+
+
+def _release(version: str) -> tuple[int, int]:
+    """major.minor of "1.20.1", "1.21.0+cu124" or "1.22.0.dev20250101"."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

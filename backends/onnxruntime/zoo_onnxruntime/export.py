@@ -1,0 +1,177 @@
+"""Export a zoo module to one ONNX file with the spec's names and dynamic axes.
+
+Shared by the ONNX Runtime backends and the TensorRT plugin (which parses this same
+file), so every ONNX consumer sees one graph: inputs and outputs named as in the spec,
+each symbolic axis dynamic over its `spec.axes` range. The `torch.export`-based exporter
+(`dynamo=True`) is tried first; a module it cannot capture falls back to the TorchScript
+exporter, and the returned info says which one wrote the file.
+
+Imports torch and onnx (never onnxruntime, unless fp16 is asked for), so the TensorRT
+plugin can call it on a machine with only `onnx` installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import onnx
+import torch
+
+from zoo.errors import UnsupportedError, ZooError
+from zoo.spec import ModelSpec
+
+#: 18 is the opset torch's ONNX translation library is written against and is read by
+#: every runtime we target (onnxruntime >= 1.14, TensorRT 8.6 and 10), so no converter runs.
+DEFAULT_OPSET = 18
+#: protobuf cannot hold a file over 2 GiB; above this the weights go to `<file>.data`.
+_EXTERNAL_DATA_BYTES = 1 << 30
+
+
+def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor],
+                path: str | Path, *, precision: str = "fp32", opset: int = DEFAULT_OPSET) -> dict[str, Any]:
+    """Write `module` as an ONNX model at `path` and check it.
+
+    `module` is called with the spec's inputs as positional arguments in spec order (as
+    `zoo.tensors.call_module` does); `example` is a realistic batch keyed by input name,
+    whose batch size is not 1 (a size-1 example would be specialized to a constant).
+    `precision` "fp16" converts the graph to float16 with ONNX Runtime's own tool while
+    keeping float32 inputs and outputs, so the signature does not change.
+
+    Returns ``{"exporter": "dynamo" | "torchscript", "opset": N}``, plus
+    ``"dynamo_error"`` (why the preferred exporter failed) after a fallback.
+    """
+    if precision not in ("fp32", "fp16"):
+        raise UnsupportedError(f"ONNX export supports fp32 and fp16, not {precision}")
+    if any(t.dtype == "string" for t in spec.inputs + spec.outputs):
+        raise UnsupportedError(f"model {spec.name} has string tensors, which ONNX export does not carry; "
+                               "export the numeric model and keep pre/post-processing in Python")
+    path = Path(path)
+    wrapped = _Signature(module, spec).eval()
+    args = tuple(example[t.name] for t in spec.inputs)
+    external = sum(p.numel() * p.element_size() for p in module.parameters()) > _EXTERNAL_DATA_BYTES
+    info: dict[str, Any]
+    try:
+        with _quiet():
+            torch.onnx.export(wrapped, args, str(path), dynamo=True, verbose=False, opset_version=opset,
+                              input_names=[t.name for t in spec.inputs],
+                              output_names=[t.name for t in spec.outputs],
+                              dynamic_shapes=dynamic_shapes(spec), external_data=external)
+        info = {"exporter": "dynamo"}
+    except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
+        _remove(path)
+        try:
+            with _quiet():
+                torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset,
+                                  input_names=[t.name for t in spec.inputs],
+                                  output_names=[t.name for t in spec.outputs],
+                                  dynamic_axes=dynamic_axes(spec))
+        except Exception as ts_exc:
+            _remove(path)
+            raise ZooError(f"could not export {spec.name} to ONNX: the dynamo exporter failed with "
+                           f"{_summary(dynamo_exc)}; the TorchScript exporter failed with {_summary(ts_exc)}") from ts_exc
+        info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
+    if precision == "fp16":
+        _convert_fp16(path, external)
+    # check_model reads a path (not a loaded proto) so that external data is checked too.
+    onnx.checker.check_model(str(path))
+    info["opset"] = _opset(path)
+    return info
+
+
+def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
+    """`torch.export` dynamic shapes, one entry per positional input in spec order.
+
+    One `Dim` per axis name, shared by every input that uses it, so the exporter knows
+    that "batch" is the same size everywhere. Positional (not keyed by input name)
+    because a module's argument names need not match the spec's input names.
+    """
+    dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()}
+    return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items()} for t in spec.inputs)
+
+
+def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
+    """The TorchScript exporter's form: symbolic axes by tensor name, outputs included."""
+    return {t.name: t.dynamic_axes for t in spec.inputs + spec.outputs if t.dynamic_axes}
+
+
+class _Signature(torch.nn.Module):
+    """Returns the module's outputs as a tuple in spec order, whatever it returns.
+
+    A module may return a tensor, a tuple or a dict; the exporters flatten a dict in its
+    own key order, which would silently pair output names with the wrong tensors.
+    """
+
+    def __init__(self, module: torch.nn.Module, spec: ModelSpec) -> None:
+        super().__init__()
+        self.module = module
+        self.output_names = tuple(t.name for t in spec.outputs)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        result = self.module(*inputs)
+        if isinstance(result, torch.Tensor):
+            result = (result,)
+        elif isinstance(result, Mapping):
+            result = tuple(result[name] for name in self.output_names)
+        if len(result) != len(self.output_names):
+            raise ZooError(f"the module returned {len(result)} outputs; its spec names {len(self.output_names)}")
+        return tuple(result)
+
+
+def _convert_fp16(path: Path, external: bool) -> None:
+    # ONNX Runtime's converter knows which ops must stay fp32 (Resize scales, Range ...);
+    # keep_io_types inserts casts at the edges so callers still feed and get float32.
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+    _remove(path)
+    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the exporters' noise, not their errors.
+
+    The dynamo exporter logs a warning per missing optional op library ("torchvision is
+    not installed. Skipping torchvision::nms") and torch emits Deprecation/Future
+    warnings from its own internals; none of it is about the user's model.
+    """
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _opset(path: Path) -> int:
+    model = onnx.load(str(path), load_external_data=False)
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _identifier(axis: str) -> str:
+    # torch.export.Dim names must be Python identifiers; a spec may name an axis "num-atoms".
+    name = re.sub(r"\W", "_", axis)
+    return name if name.isidentifier() else f"_{name}"
+
+
+def _remove(path: Path) -> None:
+    for p in (path, path.with_name(f"{path.name}.data")):
+        p.unlink(missing_ok=True)
+
+
+def _summary(exc: BaseException) -> str:
+    """The root cause's first line: the dynamo exporter wraps it in pages of advice."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # the exporter colours its messages
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]

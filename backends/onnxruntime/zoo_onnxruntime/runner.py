@@ -1,0 +1,137 @@
+"""The `Runner` over an ONNX Runtime `InferenceSession`.
+
+On CPU it feeds numpy arrays and returns numpy arrays. On CUDA it uses IO binding: the
+inputs are bound by address where the torch tensors already live, the outputs are
+allocated by ONNX Runtime on the same device and handed to torch through DLPack, so
+no tensor crosses to the host and back (see "IOBinding" in the ONNX Runtime Python API
+docs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+
+import numpy as np
+import torch
+
+from zoo.errors import ArtifactError, BackendUnavailableError, ZooError
+from zoo.spec import ModelSpec
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+
+class _Type(NamedTuple):
+    numpy: Any  # numpy dtype, or None where numpy has none (bfloat16)
+    torch: torch.dtype
+    onnx: int  # onnx.TensorProto element type, what IO binding takes when numpy has no dtype
+
+
+#: the session's type strings ("tensor(float)") for the tensor types a zoo spec can name.
+_TYPES = {
+    "tensor(float)": _Type(np.float32, torch.float32, 1),
+    "tensor(uint8)": _Type(np.uint8, torch.uint8, 2),
+    "tensor(int8)": _Type(np.int8, torch.int8, 3),
+    "tensor(int32)": _Type(np.int32, torch.int32, 6),
+    "tensor(int64)": _Type(np.int64, torch.int64, 7),
+    "tensor(bool)": _Type(np.bool_, torch.bool, 9),
+    "tensor(float16)": _Type(np.float16, torch.float16, 10),
+    "tensor(double)": _Type(np.float64, torch.float64, 11),
+    "tensor(bfloat16)": _Type(None, torch.bfloat16, 16),
+}
+
+
+class OnnxRuntimeRunner:
+    """`runner({name: array}) -> {name: array}` for one session.
+
+    `bind` selects IO binding (torch tensors in and out, kept on `device`); it defaults
+    to on for CUDA, where it avoids host copies, and off for CPU, where the contract is
+    numpy out.
+    """
+
+    def __init__(self, session: "onnxruntime.InferenceSession", spec: ModelSpec, device: str = "cpu",
+                 bind: bool | None = None) -> None:
+        self.session = session
+        self.spec = spec
+        self.device = torch.device(device)
+        self.bind = self.device.type != "cpu" if bind is None else bind
+        self.input_names = tuple(t.name for t in spec.inputs)
+        self.output_names = tuple(t.name for t in spec.outputs)
+        inputs = {i.name: i.type for i in session.get_inputs()}
+        outputs = {o.name: o.type for o in session.get_outputs()}
+        # The exporter names the graph after the spec; anything else is another model's file.
+        if set(inputs) != set(self.input_names) or set(outputs) != set(self.output_names):
+            raise ArtifactError(
+                f"the ONNX model's signature (inputs {sorted(inputs)}, outputs {sorted(outputs)}) does not "
+                f"match model {spec.name} (inputs {list(self.input_names)}, outputs {list(self.output_names)}); "
+                "re-export it with `zoo export --force`")
+        unknown = sorted({t for t in (*inputs.values(), *outputs.values()) if t not in _TYPES})
+        if unknown:
+            raise ArtifactError(f"the ONNX model for {spec.name} uses tensor types zoo does not handle: {unknown}")
+        self._input_types = {name: _TYPES[t] for name, t in inputs.items()}
+        self._output_types = {name: _TYPES[t] for name, t in outputs.items()}
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [n for n in self.input_names if n not in inputs]
+        extra = sorted(set(inputs) - set(self.input_names))
+        if missing or extra:
+            raise ZooError(f"model {self.spec.name} takes inputs {list(self.input_names)}; "
+                           f"missing {missing}, unexpected {extra}")
+        return self._run_bound(inputs) if self.bind else self._run_numpy(inputs)
+
+    def _run_numpy(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        feeds = {name: self._numpy(name, inputs[name]) for name in self.input_names}
+        outputs = self.session.run(list(self.output_names), feeds)
+        return dict(zip(self.output_names, outputs))
+
+    def _numpy(self, name: str, value: Any) -> np.ndarray:
+        want = self._input_types[name].numpy
+        if want is None:
+            raise ZooError(f"input {name} is bfloat16, which numpy cannot hold; load the model on cuda")
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            # numpy has no bfloat16; widen first, the cast below narrows to what the session wants.
+            value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+        return np.ascontiguousarray(value, dtype=want)
+
+    def _run_bound(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        binding = self.session.io_binding()
+        ort_device = "cuda" if self.device.type == "cuda" else "cpu"
+        index = self.device.index or 0
+        # ONNX Runtime reads these addresses during run(): keep the tensors referenced until then.
+        tensors = {name: self._tensor(name, inputs[name]) for name in self.input_names}
+        for name, tensor in tensors.items():
+            kind = self._input_types[name]
+            binding.bind_input(name, ort_device, index, kind.numpy if kind.numpy is not None else kind.onnx,
+                               tuple(tensor.shape), tensor.data_ptr())
+        for name in self.output_names:
+            # No buffer: ONNX Runtime allocates each output on the device at its run-time shape.
+            binding.bind_output(name, ort_device, index)
+        if self.device.type == "cuda":
+            # ONNX Runtime computes on its own stream; the inputs may still be being written
+            # on torch's. (It synchronizes its own stream before run() returns.)
+            torch.cuda.current_stream(self.device).synchronize()
+        self.session.run_with_iobinding(binding)
+        # get_outputs() is in binding order, which is ours.
+        return {name: to_torch(value, self._output_types[name].torch)
+                for name, value in zip(self.output_names, binding.get_outputs())}
+
+    def _tensor(self, name: str, value: Any) -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            # A numpy input has to reach the device once; that copy is the caller's choice.
+            value = torch.from_numpy(np.ascontiguousarray(value))
+        return value.detach().to(device=self.device, dtype=self._input_types[name].torch).contiguous()
+
+
+def to_torch(value: "onnxruntime.OrtValue", dtype: torch.dtype) -> torch.Tensor:
+    """An OrtValue as a torch tensor sharing its memory (DLPack), on the same device."""
+    if hasattr(value, "__dlpack__"):
+        tensor = torch.from_dlpack(value)
+    elif hasattr(getattr(value, "_ortvalue", None), "to_dlpack"):
+        # onnxruntime releases before the Python OrtValue spoke DLPack expose it one level down.
+        tensor = torch.utils.dlpack.from_dlpack(value._ortvalue.to_dlpack())
+    else:
+        raise BackendUnavailableError("this onnxruntime cannot hand device outputs to torch without a host "
+                                      "copy (no DLPack support); upgrade onnxruntime-gpu")
+    # ONNX Runtime exports bool tensors as uint8 through DLPack; reinterpret, do not copy.
+    return tensor.view(torch.bool) if dtype == torch.bool and tensor.dtype == torch.uint8 else tensor

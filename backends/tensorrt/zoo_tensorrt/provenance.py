@@ -1,0 +1,169 @@
+"""Engine provenance: everything a TensorRT engine depends on, and the check that refuses
+to load one built for something else.
+
+A serialized engine (a "plan") is not a portable model file. "By default, TensorRT
+engines are compatible only with the version of TensorRT used to build them", and
+"without [hardware compatibility] mode, engines are not portable across different GPU
+architectures" (TensorRT documentation: Version Compatibility; Support Matrix, Engine
+Portability); within one architecture the kernels are also timed and chosen for the
+GPU model that built them. So an engine is keyed by its full provenance: the weights
+and the ONNX graph it came from, the precision, the shape profile, the TensorRT version,
+the GPU name and its compute capability. The key is the sha256 of that record; a
+stale engine is refused with a message that says what differs and how to rebuild it,
+never loaded (docs/architecture.md, "Contracts that matter").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from zoo.errors import ArtifactError, StaleArtifactError
+
+from . import profiles
+
+if TYPE_CHECKING:
+    import torch
+
+#: the facts of the machine an engine is built on, as recorded in the provenance.
+MACHINE_FIELDS = ("tensorrt", "gpu", "compute_capability")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What an engine is tied to on the machine that builds or loads it."""
+
+    tensorrt: str  # trt.__version__, e.g. "10.3.0"
+    gpu: str  # torch.cuda.get_device_name, e.g. "NVIDIA H100 80GB HBM3"
+    compute_capability: str  # "major.minor", e.g. "9.0"
+
+    @property
+    def sm(self) -> str:
+        """`sm_90`: the architecture name users know from nvcc and NVIDIA's tables."""
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    def describe(self) -> str:
+        return f"TensorRT {self.tensorrt} on {self.gpu} ({self.sm})"
+
+    def to_json(self) -> dict[str, str]:
+        return {f: getattr(self, f) for f in MACHINE_FIELDS}
+
+
+def current_machine(device: str) -> Machine:
+    """This machine's TensorRT version and the GPU behind `device` ("cuda", "cuda:1")."""
+    import torch
+
+    from .library import import_tensorrt
+
+    trt = import_tensorrt()
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    major, minor = torch.cuda.get_device_capability(index)
+    return Machine(str(trt.__version__), torch.cuda.get_device_name(index), f"{major}.{minor}")
+
+
+def engine_provenance(*, weights_sha256: str, onnx_sha256: str, precision: str,
+                      profile: profiles.Profile, machine: Machine) -> dict[str, Any]:
+    """The provenance record written to the manifest (`backend_info["provenance"]`)."""
+    return {
+        "weights_sha256": weights_sha256,
+        "onnx_sha256": onnx_sha256,
+        "precision": precision,
+        "profile": profiles.profile_to_json(profile),
+        **machine.to_json(),
+    }
+
+
+def provenance_key(provenance: Mapping[str, Any]) -> str:
+    """sha256 of the record in canonical JSON: equal keys, interchangeable engines."""
+    canonical = json.dumps(provenance, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def weights_sha256(module: "torch.nn.Module") -> str:
+    """sha256 over the module's state dict: names, dtypes, shapes and bytes, in order.
+
+    The backend receives the module, not the checkpoint file, so it hashes what it is
+    actually about to compile (buffers included: batch-norm statistics change outputs).
+    """
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        # Viewed as bytes so dtypes numpy lacks (bfloat16) hash the same way.
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rebuild_command(model: str, precision: str) -> str:
+    return f"zoo export {model} --backend tensorrt --precision {precision} --force"
+
+
+def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: str) -> dict[str, Any]:
+    """The provenance in a manifest's backend_info, checked against its recorded key.
+
+    A missing record or one that does not hash to its key means the manifest was
+    written by something else or edited by hand: the engine's origin is unknown.
+    """
+    provenance = (info or {}).get("provenance")
+    key = (info or {}).get("provenance_key")
+    if not isinstance(provenance, Mapping) or not isinstance(key, str):
+        raise ArtifactError(f"the TensorRT engine for {model} has no provenance in its manifest; "
+                            f"rebuild it with `{rebuild_command(model, precision)}`")
+    missing = [f for f in ("precision", "profile", *MACHINE_FIELDS) if f not in provenance]
+    if missing:
+        raise ArtifactError(f"the TensorRT engine provenance for {model} lacks {', '.join(missing)}")
+    if provenance_key(provenance) != key:
+        raise ArtifactError(f"the TensorRT engine provenance for {model} does not match its key "
+                            f"(the manifest was edited); rebuild it with `{rebuild_command(model, precision)}`")
+    return dict(provenance)
+
+
+def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision: str,
+                     profile: profiles.Profile, model: str) -> None:
+    """Raise StaleArtifactError unless the engine was built for exactly this use here.
+
+    Compares what can be known at load time: the machine (TensorRT version, GPU name,
+    compute capability), the precision asked for, and the input profile the spec
+    declares now. The message says exactly what differs and how to rebuild.
+    """
+    problems = []
+    built = Machine(*(str(recorded[f]) for f in MACHINE_FIELDS))
+    if built != machine:
+        differs = []
+        if built.tensorrt != machine.tensorrt:
+            differs.append("TensorRT version")
+        if built.gpu != machine.gpu:
+            differs.append("GPU")
+        if built.compute_capability != machine.compute_capability:
+            differs.append("compute capability")
+        problems.append(f"engine built for {built.describe()}; this machine has {machine.describe()} "
+                        f"({' and '.join(differs)} differ{'s' if len(differs) == 1 else ''})")
+    if recorded["precision"] != precision:
+        problems.append(f"engine built for {recorded['precision']}, loaded as {precision}")
+    built_profile = profiles.profile_to_json(profiles.profile_from_json(recorded["profile"]))
+    if built_profile != profiles.profile_to_json(profile):
+        problems.append(f"engine built for input shapes {_shapes(built_profile)}; "
+                        f"the model now declares {_shapes(profiles.profile_to_json(profile))}")
+    if problems:
+        raise StaleArtifactError(
+            f"stale TensorRT engine for {model}: {'; '.join(problems)}. A TensorRT engine runs only "
+            f"with the TensorRT version, on the GPU model and for the shapes it was built for; "
+            f"rebuild it on this machine with `{rebuild_command(model, precision)}`")
+
+
+def _shapes(profile_json: Mapping[str, Mapping[str, list[int]]]) -> str:
+    return ", ".join(f"{name} {r['min']}..{r['max']} (opt {r['opt']})" for name, r in profile_json.items())

@@ -1,0 +1,104 @@
+"""ResNet, written here so the plugin needs no torchvision.
+
+References: He et al., "Deep Residual Learning for Image Recognition" (2015), and the
+"ResNet strikes back" practice of zero-initialising the last BatchNorm of each residual
+branch, so every block starts as the identity: activations stay bounded at random
+init, which matters here because untrained standard-size ResNets are exported and
+verified too.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.last_bn = self.bn2
+        self.shortcut = _shortcut(cin, cout, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4  # 1x1 reduce, 3x3, 1x1 expand to 4x the width
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)  # stride on the 3x3, as in "ResNet v1.5"
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.last_bn = self.bn3
+        self.shortcut = _shortcut(cin, cout, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        return torch.relu(self.bn3(self.conv3(y)) + self.shortcut(x))
+
+
+def _shortcut(cin: int, cout: int, stride: int) -> nn.Module:
+    if stride == 1 and cin == cout:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+
+#: depth -> (block, blocks per stage); stages double the width and halve the resolution.
+LAYOUTS = {
+    8: (BasicBlock, (1, 1, 1)),  # the CIFAR-style 3-stage net used for small images
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+}
+
+
+class ResNet(nn.Module):
+    """ResNet-`depth` classifier.
+
+    stem="imagenet": 7x7/2 conv + 3x3/2 max-pool (for 224x224 inputs);
+    stem="small": one 3x3/1 conv, no pooling (for 8x8 or 32x32 inputs, where the
+    ImageNet stem would discard most of the image).
+    """
+
+    def __init__(self, depth: int = 18, num_classes: int = 1000, in_chans: int = 3, width: int = 64,
+                 stem: str = "imagenet") -> None:
+        super().__init__()
+        block, stages = LAYOUTS[depth]
+        if stem == "imagenet":
+            self.stem = nn.Sequential(nn.Conv2d(in_chans, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
+                                      nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(in_chans, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
+                                      nn.ReLU(inplace=True))
+        layers, cin = [], width
+        for i, n in enumerate(stages):
+            for j in range(n):
+                layers.append(block(cin, width * 2**i, stride=2 if i > 0 and j == 0 else 1))
+                cin = width * 2**i * block.expansion
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        for m in self.layers:
+            nn.init.zeros_(m.last_bn.weight)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(image))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))

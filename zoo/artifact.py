@@ -1,0 +1,146 @@
+"""An `Artifact`: one verified export in the model repository.
+
+    exports/resnet8.digits.onnxruntime.fp32/
+        1/model.onnx          the backend's model file(s); "1" is Triton's version directory
+        config.pbtxt          Triton model configuration
+        weights.safetensors   the fp32 reference weights, so `zoo verify` needs nothing else
+        zoo.json              the manifest: provenance, signature, file hashes, parity report
+
+Opening an artifact validates the manifest before anything is loaded: every path it
+names stays inside the directory (no absolute paths, no `..`, no symlinks), every file's
+sha256 matches, and the backend can read what the recorded library versions wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .errors import ArtifactError, BackendUnavailableError, ZooError
+from .fsutil import sha256_file
+
+MANIFEST = "zoo.json"
+FORMAT = 1
+VERSION_DIR = "1"
+WEIGHTS = "weights.safetensors"
+
+
+def artifact_name(model: str, backend: str, precision: str) -> str:
+    return f"{model}.{backend}.{precision}"
+
+
+def safe_member(root: Path, rel: Any, artifact: str) -> Path:
+    """Resolve a manifest path inside `root`, refusing anything that could escape it."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        raise ArtifactError(f"artifact {artifact}: manifest names an invalid path {rel!r}")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ArtifactError(f"artifact {artifact}: manifest path {rel!r} escapes the artifact directory")
+    path = root / pure
+    for parent in [path, *path.parents]:
+        if parent == root:
+            break
+        if parent.is_symlink():
+            raise ArtifactError(f"artifact {artifact}: {rel!r} is a symbolic link, which is refused")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ArtifactError(f"artifact {artifact}: manifest path {rel!r} escapes the artifact directory")
+    return path
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def model(self) -> str:
+        return self.manifest["model"]["name"]
+
+    @property
+    def backend(self) -> str:
+        return self.manifest["backend"]["name"]
+
+    @property
+    def precision(self) -> str:
+        return self.manifest["precision"]
+
+    @property
+    def device(self) -> str:
+        return self.manifest["device"]
+
+    @property
+    def model_file(self) -> Path:
+        return safe_member(self.path, self.manifest["model_file"], self.name)
+
+    @classmethod
+    def open(cls, path: str | Path, check_hashes: bool = True) -> "Artifact":
+        """Read and validate an artifact directory; raise `ArtifactError` on any defect."""
+        path = Path(path)
+        label = path.name
+        if path.is_symlink() or not path.is_dir():
+            raise ArtifactError(f"no artifact directory at {path}")
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except FileNotFoundError:
+            raise ArtifactError(f"artifact {label} has no {MANIFEST}: it is incomplete; re-export it") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ArtifactError(f"artifact {label}: {MANIFEST} is unreadable ({exc}); re-export it") from None
+        required = ("format", "model", "backend", "precision", "device", "model_file", "files", "weights")
+        if not isinstance(manifest, dict) or any(k not in manifest for k in required):
+            raise ArtifactError(f"artifact {label}: {MANIFEST} lacks required fields {required}")
+        if manifest["format"] != FORMAT:
+            raise ArtifactError(f"artifact {label}: manifest format {manifest['format']!r} is not {FORMAT}; re-export it")
+        files = manifest["files"]
+        if not isinstance(files, dict) or manifest["model_file"] not in files or WEIGHTS not in files:
+            raise ArtifactError(f"artifact {label}: manifest does not list its model file and weights")
+        for rel, digest in files.items():
+            member = safe_member(path, rel, label)
+            if not member.is_file():
+                raise ArtifactError(f"artifact {label}: file {rel} is missing; re-export it")
+            if check_hashes and sha256_file(member) != digest:
+                raise ArtifactError(f"artifact {label}: file {rel} does not match its sha256 in the manifest "
+                                    f"(corrupted or modified); re-export it with `zoo export --force`")
+        return cls(path, manifest)
+
+    def spec(self):
+        """The model spec this artifact was exported from, at its recorded config."""
+        from .registry import get_model
+
+        return get_model(self.model, **self.manifest["model"].get("config", {}))
+
+    def load(self, threads: int | None = None, device: str | None = None):
+        """A `Runner` for this artifact, after checking the backend can run it here."""
+        from .registry import get_backend
+
+        backend = get_backend(self.backend)
+        device = device or self.device
+        availability = backend.probe(device)
+        if not availability.ok:
+            raise BackendUnavailableError(f"artifact {self.name}: backend {backend.name} cannot run on "
+                                          f"{device} here: {availability.reason}")
+        backend.check_compatible(self.manifest["backend"].get("versions", {}), self.name)
+        try:
+            return backend.load(self.model_file, self.spec(), self.precision, device, threads,
+                                self.manifest["backend"].get("info") or {})
+        except ZooError:
+            raise
+        except Exception as exc:  # a library's own error while reading a file that hashed fine
+            raise ArtifactError(f"artifact {self.name}: backend {backend.name} failed to load it: {exc}") from exc
+
+    def weights(self):
+        from safetensors.torch import load_file
+
+        return load_file(str(safe_member(self.path, WEIGHTS, self.name)))
+
+
+def list_artifacts(repository: str | Path) -> list[Path]:
+    root = Path(repository)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists())

@@ -1,0 +1,93 @@
+"""Checkpoints: a directory with weights in safetensors and a JSON sidecar.
+
+    checkpoints/resnet8.digits/
+        model.safetensors   the weights (never a pickle)
+        checkpoint.json     model name and config, weights sha256, recipe, metrics
+
+Written atomically (temporary directory, fsync, rename), so a crash while saving never
+replaces a good checkpoint with a half one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .errors import CheckpointError
+from .fsutil import atomic_directory
+from .spec import ModelSpec
+from .tensors import state_dict_sha256
+
+WEIGHTS = "model.safetensors"
+META = "checkpoint.json"
+DEFAULT_ROOT = Path("checkpoints")
+
+
+@dataclass
+class Checkpoint:
+    model: str  # the spec name
+    config: dict[str, Any]  # the architecture config the weights belong to
+    state: dict[str, torch.Tensor]
+    metrics: dict[str, Any] = field(default_factory=dict)  # training and test metrics
+    path: Path | None = None
+
+    @property
+    def sha256(self) -> str:
+        return state_dict_sha256(self.state)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        meta = {"model": self.model, "config": self.config, "weights_sha256": self.sha256,
+                "metrics": self.metrics, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        with atomic_directory(path) as tmp:
+            # safetensors refuses shared or non-contiguous storage: store plain copies
+            save_file({k: v.detach().contiguous().cpu().clone() for k, v in self.state.items()}, str(tmp / WEIGHTS))
+            (tmp / META).write_text(json.dumps(meta, indent=2))
+        self.path = path
+        return path
+
+    def module(self, spec: ModelSpec) -> torch.nn.Module:
+        """The spec's module with these weights, in eval mode."""
+        if spec.name != self.model:
+            raise CheckpointError(f"checkpoint {self.path} holds weights for {self.model}, not {spec.name}")
+        module = spec.configure(**{k: v for k, v in self.config.items() if k in spec.config}).build()
+        try:
+            module.load_state_dict(self.state, strict=True)
+        except RuntimeError as exc:
+            raise CheckpointError(f"checkpoint {self.path} does not fit {spec.name} with config {self.config}: "
+                                  f"{str(exc).splitlines()[0]}") from None
+        return module.eval()
+
+
+def default_path(model: str) -> Path:
+    return DEFAULT_ROOT / model
+
+
+def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkpoint:
+    """Read and validate a checkpoint directory (or its model.safetensors file)."""
+    path = Path(path)
+    if path.is_file() and path.name == WEIGHTS:
+        path = path.parent
+    if not (path / META).is_file() or not (path / WEIGHTS).is_file():
+        raise CheckpointError(f"no checkpoint at {path} (expected {META} and {WEIGHTS}); "
+                              f"train one with `zoo train {expect_model or 'MODEL'}`")
+    try:
+        meta = json.loads((path / META).read_text())
+        state = load_file(str(path / WEIGHTS))
+    except (json.JSONDecodeError, SafetensorError, OSError) as exc:
+        raise CheckpointError(f"checkpoint {path} is corrupted: {exc}") from None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("model"), str):
+        raise CheckpointError(f"checkpoint {path}: {META} does not name a model")
+    ckpt = Checkpoint(meta["model"], dict(meta.get("config") or {}), state, dict(meta.get("metrics") or {}), path)
+    if meta.get("weights_sha256") != ckpt.sha256:
+        raise CheckpointError(f"checkpoint {path} is corrupted: its weights do not match the recorded sha256")
+    if expect_model is not None and ckpt.model != expect_model:
+        raise CheckpointError(f"checkpoint {path} holds weights for {ckpt.model}, not {expect_model}")
+    return ckpt

@@ -1,0 +1,148 @@
+"""`zoo export`: PyTorch weights -> a backend's model file -> verified artifact.
+
+The artifact is built in a temporary directory and renamed into place only after the
+backend's runner has reproduced the PyTorch fp32 reference within the spec's tolerance
+(and, where the spec has a dataset, after the task metric was measured through it), so
+a failed or interrupted export never leaves a directory that loads.
+
+An artifact is reused when its provenance (weights sha256, model config, backend and
+library versions, precision, device) matches the request; otherwise it is rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors.torch import save_file
+
+from . import __version__
+from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
+from .checkpoint import Checkpoint, default_path, load_checkpoint
+from .errors import ArtifactError, BackendUnavailableError, CheckpointError
+from .fsutil import atomic_directory, sha256_file
+from .registry import get_backend, get_model
+from .spec import ModelSpec
+from .tensors import example_inputs, state_dict_sha256
+from .train import module_fn
+from .triton import model_config
+from .verify import evaluate, parity
+
+log = logging.getLogger("zoo")
+DEFAULT_REPOSITORY = Path("exports")
+
+
+def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None = None,
+                     random_init: bool = False, seed: int = 0) -> tuple[torch.nn.Module, str]:
+    """The fp32 eval-mode module to export, and where its weights came from."""
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint.module(spec), f"checkpoint {checkpoint.path or '(in memory)'}"
+    if checkpoint is not None:
+        return load_checkpoint(checkpoint, spec.name).module(spec), f"checkpoint {checkpoint}"
+    if spec.trainable and not random_init:
+        path = default_path(spec.name)
+        if not path.exists():
+            raise CheckpointError(f"no checkpoint for {spec.name} at {path}: run `zoo train {spec.name}` first, "
+                                  f"pass --checkpoint DIR, or export untrained weights with --random-init")
+        return load_checkpoint(path, spec.name).module(spec), f"checkpoint {path}"
+    if spec.pretrained is not None and not random_init:
+        module = spec.build()
+        module.load_state_dict(dict(spec.pretrained()), strict=True)
+        return module.eval(), "pretrained"
+    torch.manual_seed(seed)
+    return spec.build().eval(), f"random init (seed {seed})"
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device)
+        return {"device_name": torch.cuda.get_device_name(device), "compute_capability": f"{major}.{minor}"}
+    return {"device_name": platform.processor() or platform.machine(), "compute_capability": None}
+
+
+def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str = "fp32", device: str = "cpu",
+           repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
+           random_init: bool = False, force: bool = False, threads: int | None = None) -> Artifact:
+    """Export `model` through `backend` and write a verified artifact into `repository`."""
+    spec = get_model(model)
+    be = get_backend(backend)
+    be.check_supported(precision, device)
+    spec.tolerance(precision)
+    availability = be.probe(device)
+    if not availability.ok:
+        raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
+
+    module, source = reference_module(spec, checkpoint, random_init)
+    module = module.to(device)
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
+    provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
+                  "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
+                  **device_facts(device)}
+    final = Path(repository) / artifact_name(spec.name, be.name, precision)
+    if final.exists() and not force:
+        reused = _reusable(final, provenance)
+        if reused is not None:
+            return reused
+
+    start = time.perf_counter()
+    with atomic_directory(final) as tmp:
+        model_file = tmp / VERSION_DIR / be.filename
+        model_file.parent.mkdir()
+        example = example_inputs(spec, device)
+        with torch.inference_mode(False), torch.no_grad():
+            info = be.export(module, spec, example, model_file, precision, device) or {}
+        if not model_file.is_file():
+            raise ArtifactError(f"backend {be.name} wrote no {VERSION_DIR}/{be.filename}")
+        runner = be.load(model_file, spec, precision, device, threads, info)
+        reference = module_fn(module, spec, device)
+        report = parity(spec, reference, runner, precision)
+        metric = _metric_report(spec, reference, runner)
+        save_file(state, str(tmp / WEIGHTS))
+        name = final.name
+        (tmp / "config.pbtxt").write_text(model_config(name, spec, be.triton, be.filename, device))
+        files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        manifest = {
+            "format": FORMAT, "name": name, "zoo_version": __version__,
+            "model": {"name": spec.name, "plugin": spec.plugin, "config": dict(spec.config),
+                      "domain": spec.domain, "task": spec.task},
+            "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
+            "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
+            "precision": precision, "device": device,
+            "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
+            "signature": {"inputs": [t.to_json() for t in spec.inputs], "outputs": [t.to_json() for t in spec.outputs],
+                          "axes": {k: [r.min, r.opt, r.max] for k, r in spec.axes.items()}},
+            "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "export_seconds": round(time.perf_counter() - start, 3),
+            "parity": report, "metric": metric,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return Artifact(final, manifest)
+
+
+def _metric_report(spec: ModelSpec, reference, runner) -> dict[str, Any] | None:
+    if spec.metric is None or spec.dataset is None:
+        return None
+    ref, got = evaluate(spec, reference), evaluate(spec, runner)
+    return {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
+
+
+def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
+    """The existing artifact if it was built from exactly this provenance, else None."""
+    try:
+        art = Artifact.open(final)
+    except ArtifactError as exc:
+        log.warning("rebuilding %s: %s", final.name, exc)
+        return None
+    m = art.manifest
+    recorded = {"weights_sha256": m["weights"]["sha256"], "config": m["model"].get("config"),
+                "backend": m["backend"]["name"], "versions": m["backend"].get("versions"),
+                "precision": m["precision"], "device": m["device"], "device_name": m.get("device_name"),
+                "compute_capability": m.get("compute_capability")}
+    return art if recorded == dict(provenance) else None
+

@@ -1,0 +1,79 @@
+"""Small conversions between the spec's signature and torch/numpy, shared by the core
+and the backends so every exporter sees the same dynamic axes and dtypes."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from .errors import ZooError
+from .spec import ModelSpec
+
+TORCH_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+}
+#: the dtype a module is cast to for each precision (int8 is a backend's business).
+PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def dynamic_shapes(spec: ModelSpec) -> dict[str, dict[int, torch.export.Dim]]:
+    """`torch.export` dynamic shapes: one shared `Dim` per symbolic axis name."""
+    dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in spec.axes.items()}
+    return {t.name: {i: dims[a] for i, a in t.dynamic_axes.items()} for t in spec.inputs}
+
+
+def example_inputs(spec: ModelSpec, device: str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+    """A realistic batch to trace with: the typical batch size, never 1, so that tracing
+    does not specialize the batch axis to a constant."""
+    r = spec.axes["batch"]
+    batch = r.opt if r.opt > 1 else min(2, r.max)
+    return to_torch(spec.sample(batch, np.random.default_rng(seed)), spec, device)
+
+
+def to_torch(inputs: Mapping[str, Any], spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Tensor]:
+    check_names(inputs, spec)
+    out = {}
+    for t in spec.inputs:
+        value = inputs[t.name]
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+        out[t.name] = tensor.to(device=device, dtype=TORCH_DTYPES[t.dtype])
+    return out
+
+
+def to_numpy(outputs: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().float().cpu().numpy() if v.is_floating_point() else v.detach().cpu().numpy()
+            for k, v in outputs.items()}
+
+
+def check_names(inputs: Mapping[str, Any], spec: ModelSpec) -> None:
+    want = {t.name for t in spec.inputs}
+    missing, extra = want - set(inputs), set(inputs) - want
+    if missing or extra:
+        raise ZooError(f"model {spec.name} takes inputs {sorted(want)}; "
+                       f"missing {sorted(missing)}, unexpected {sorted(extra)}")
+
+
+def call_module(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Run a zoo module: positional inputs in spec order; a tensor, tuple or dict out."""
+    result = module(*(inputs[t.name] for t in spec.inputs))
+    if isinstance(result, torch.Tensor):
+        result = (result,)
+    if isinstance(result, Mapping):
+        return {t.name: result[t.name] for t in spec.outputs}
+    if len(result) != len(spec.outputs):
+        raise ZooError(f"model {spec.name} returned {len(result)} outputs, its spec names {len(spec.outputs)}")
+    return {t.name: r for t, r in zip(spec.outputs, result)}
+
+
+def state_dict_sha256(state: Mapping[str, torch.Tensor]) -> str:
+    """A hash of the weights' names, dtypes, shapes and bytes, independent of file layout."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,49 @@
+"""NVIDIA Triton model configuration (`config.pbtxt`) for an artifact.
+
+The text is protobuf text format for Triton's `ModelConfig` message, so the export
+repository is also a valid Triton model repository; the tests parse it with the
+`model_config_pb2` module that tritonclient ships.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from .spec import ModelSpec, TensorSpec
+
+TRITON_DTYPES = {
+    "float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "int64": "TYPE_INT64",
+    "int32": "TYPE_INT32", "int8": "TYPE_INT8", "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL", "string": "TYPE_STRING",
+}
+
+
+def batched(spec: ModelSpec) -> bool:
+    """Triton's implicit batch dimension applies when every tensor leads with "batch"."""
+    return all(t.shape and t.shape[0] == "batch" for t in spec.inputs + spec.outputs)
+
+
+def _tensor(t: TensorSpec, drop_batch: bool) -> str:
+    dims = t.shape[1:] if drop_batch else t.shape
+    dims_text = ", ".join(str(d) if isinstance(d, int) else "-1" for d in dims) or "1"
+    return (f"  {{\n    name: {json.dumps(t.name)}\n    data_type: {TRITON_DTYPES[t.dtype]}\n"
+            f"    dims: [ {dims_text} ]\n  }}")
+
+
+def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str, device: str) -> str:
+    """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`."""
+    is_batched = batched(spec)
+    r = spec.axes["batch"]
+    lines = [f"name: {json.dumps(name)}"]
+    lines += [f"{key}: {json.dumps(value)}" for key, value in runtime.items()]
+    lines.append(f"max_batch_size: {r.max if is_batched else 0}")
+    lines.append("input [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.outputs) + "\n]")
+    if is_batched:
+        preferred = ", ".join(str(b) for b in sorted({r.opt, r.max}))
+        lines.append(f"dynamic_batching {{\n  preferred_batch_size: [ {preferred} ]\n"
+                     f"  max_queue_delay_microseconds: 1000\n}}")
+    kind = "KIND_GPU" if device.startswith("cuda") else "KIND_CPU"
+    lines.append(f"instance_group [\n  {{\n    count: 1\n    kind: {kind}\n  }}\n]")
+    lines.append(f"default_model_filename: {json.dumps(filename)}")
+    return "\n".join(lines) + "\n"

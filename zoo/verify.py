@@ -1,0 +1,102 @@
+"""Parity against the PyTorch fp32 reference, and the task metric through any runner.
+
+As Optimum's `validate_model_outputs` does, parity raises typed errors: `ShapeError`
+when names or shapes differ, `ToleranceError` when values differ beyond the spec's
+tolerance for the precision. The report says, per batch size and output, the largest
+absolute error and the tolerance it was held to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .errors import ShapeError, ToleranceError
+from .spec import ModelSpec
+
+ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor, possibly on a GPU or in bf16
+        value = value.detach()
+        value = value.float() if value.is_floating_point() else value
+        return value.cpu().numpy()
+    return np.asarray(value)
+
+
+def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
+           batch_sizes: tuple[int, ...] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Compare `runner` with `reference` on realistic samples; raise if out of tolerance."""
+    tol = spec.tolerance(precision)
+    rng = np.random.default_rng(seed)
+    checks = []
+    worst = 0.0
+    for batch in batch_sizes or spec.batch_sizes():
+        inputs = spec.sample(batch, rng)
+        want = {k: as_numpy(v) for k, v in reference(inputs).items()}
+        got = {k: as_numpy(v) for k, v in runner(inputs).items()}
+        if set(got) != set(want):
+            raise ShapeError(f"{spec.name}: outputs {sorted(got)} differ from the reference's {sorted(want)}")
+        for name, ref in want.items():
+            out = got[name]
+            if out.shape != ref.shape:
+                raise ShapeError(f"{spec.name}: output {name} at batch {batch} has shape {out.shape}, "
+                                 f"the reference {ref.shape}")
+            if np.issubdtype(ref.dtype, np.floating):
+                err = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+                bound = tol.atol + tol.rtol * np.abs(ref.astype(np.float64))
+                max_err = float(err.max()) if err.size else 0.0
+                ok = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(out)))
+            else:
+                max_err = float(np.mean(out != ref)) if out.size else 0.0  # fraction that differs
+                ok = max_err == 0.0
+            worst = max(worst, max_err)
+            checks.append({"batch": batch, "output": name, "max_abs_error": max_err, "passed": ok})
+            if not ok:
+                raise ToleranceError(
+                    f"{spec.name} [{precision}]: output {name} at batch {batch} differs from PyTorch fp32 by "
+                    f"up to {max_err:.3g}, beyond the tolerance atol={tol.atol:g} rtol={tol.rtol:g}")
+    return {"precision": precision, "tolerance": {"atol": tol.atol, "rtol": tol.rtol},
+            "max_abs_error": worst, "checks": checks, "passed": True}
+
+
+def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int | None = None) -> float | None:
+    """The task metric of `fn` on a dataset split, in batches the signature admits."""
+    if spec.metric is None or spec.dataset is None:
+        return None
+    x, y = spec.dataset.load(split)
+    n = len(y)
+    step = min(batch_size or spec.axes["batch"].max, spec.axes["batch"].max)
+    parts: dict[str, list[np.ndarray]] = {}
+    for i in range(0, n, step):
+        out = fn({k: v[i:i + step] for k, v in x.items()})
+        for k, v in out.items():
+            parts.setdefault(k, []).append(as_numpy(v))
+    outputs = {k: np.concatenate(v) for k, v in parts.items()}
+    return float(spec.metric.compute(outputs, np.asarray(y)))
+
+
+def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
+    """`zoo verify`: re-check an artifact's files, parity and task metric from scratch."""
+    import torch
+
+    from .artifact import Artifact
+    from .train import module_fn
+
+    art = Artifact.open(path)
+    spec = art.spec()
+    runner = art.load(threads=threads)
+    module = spec.build()
+    module.load_state_dict(art.weights(), strict=True)
+    module = module.eval().to(art.device)
+    reference = module_fn(module, spec, art.device)
+    report: dict[str, Any] = {"artifact": art.name, "model": spec.name, "backend": art.backend,
+                              "precision": art.precision, "device": art.device,
+                              "parity": parity(spec, reference, runner, art.precision)}
+    if spec.metric is not None and spec.dataset is not None:
+        with torch.inference_mode():
+            ref, got = evaluate(spec, reference), evaluate(spec, runner)
+        report["metric"] = {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
+    return report
