@@ -33,6 +33,10 @@ class UnsupportedError(ZooError):
     """A precision or device the backend (or the device) does not support."""
 
 
+class ExportError(ZooError):
+    """The model could not be converted to the backend's format."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint is missing, corrupted, or belongs to another model."""
 

@@ -4,6 +4,7 @@ and the backends so every exporter sees the same dynamic axes and dtypes."""
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Mapping
 
 import numpy as np
@@ -20,10 +21,21 @@ TORCH_DTYPES = {
 PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def dynamic_shapes(spec: ModelSpec) -> dict[str, dict[int, torch.export.Dim]]:
-    """`torch.export` dynamic shapes: one shared `Dim` per symbolic axis name."""
-    dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in spec.axes.items()}
-    return {t.name: {i: dims[a] for i, a in t.dynamic_axes.items()} for t in spec.inputs}
+def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
+    """`torch.export` dynamic shapes, one entry per positional input in spec order.
+
+    One `Dim` per axis name, shared by every input that uses it, so the exporter knows
+    that "batch" is the same size everywhere. Positional, because a module's argument
+    names need not match the spec's input names.
+    """
+    dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()}
+    return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items()} for t in spec.inputs)
+
+
+def _identifier(axis: str) -> str:
+    # Dim names must be Python identifiers; a spec may name an axis "num-atoms".
+    name = re.sub(r"\W", "_", axis)
+    return name if name.isidentifier() else f"_{name}"
 
 
 def example_inputs(spec: ModelSpec, device: str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:

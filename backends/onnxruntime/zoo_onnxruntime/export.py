@@ -22,8 +22,9 @@ from typing import Any, Iterator, Mapping
 import onnx
 import torch
 
-from zoo.errors import UnsupportedError, ZooError
+from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
+from zoo.tensors import dynamic_shapes
 
 #: 18 is the opset torch's ONNX translation library is written against and is read by
 #: every runtime we target (onnxruntime >= 1.14, TensorRT 8.6 and 10), so no converter runs.
@@ -60,7 +61,8 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
             torch.onnx.export(wrapped, args, str(path), dynamo=True, verbose=False, opset_version=opset,
                               input_names=[t.name for t in spec.inputs],
                               output_names=[t.name for t in spec.outputs],
-                              dynamic_shapes=dynamic_shapes(spec), external_data=external)
+                              # keyed by the wrapper's one (variadic) parameter
+                              dynamic_shapes={"inputs": dynamic_shapes(spec)}, external_data=external)
         info = {"exporter": "dynamo"}
     except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
         _remove(path)
@@ -72,8 +74,9 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                                   dynamic_axes=dynamic_axes(spec))
         except Exception as ts_exc:
             _remove(path)
-            raise ZooError(f"could not export {spec.name} to ONNX: the dynamo exporter failed with "
-                           f"{_summary(dynamo_exc)}; the TorchScript exporter failed with {_summary(ts_exc)}") from ts_exc
+            raise ExportError(f"could not export {spec.name} to ONNX: the dynamo exporter failed with "
+                           f"{_summary(dynamo_exc)}; the TorchScript exporter failed with "
+                           f"{_summary(ts_exc)}") from ts_exc
         info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
     if precision == "fp16":
         _convert_fp16(path, external)
@@ -81,17 +84,6 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     onnx.checker.check_model(str(path))
     info["opset"] = _opset(path)
     return info
-
-
-def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
-    """`torch.export` dynamic shapes, one entry per positional input in spec order.
-
-    One `Dim` per axis name, shared by every input that uses it, so the exporter knows
-    that "batch" is the same size everywhere. Positional (not keyed by input name)
-    because a module's argument names need not match the spec's input names.
-    """
-    dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()}
-    return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items()} for t in spec.inputs)
 
 
 def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
@@ -126,8 +118,12 @@ def _convert_fp16(path: Path, external: bool) -> None:
     # ONNX Runtime's converter knows which ops must stay fp32 (Resize scales, Range ...);
     # keep_io_types inserts casts at the edges so callers still feed and get float32.
     from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
     model = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+    # The converter appends its input casts at the end of the node list; ONNX Runtime
+    # does not mind, but the ONNX checker (and TensorRT's parser) want a sorted graph.
+    OnnxModel(model).topological_sort()
     _remove(path)
     onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data")
 
@@ -138,7 +134,8 @@ def _quiet() -> Iterator[None]:
 
     The dynamo exporter logs a warning per missing optional op library ("torchvision is
     not installed. Skipping torchvision::nms") and torch emits Deprecation/Future
-    warnings from its own internals; none of it is about the user's model.
+    warnings from its own internals; none of it is about the user's model. Other
+    warnings (a TracerWarning about a data-dependent branch, say) still show.
     """
     logger = logging.getLogger("torch.onnx")
     level = logger.level
@@ -147,6 +144,8 @@ def _quiet() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", FutureWarning)
+            # Said once per input after the first that shares an axis: the sharing we asked for.
+            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
             yield
     finally:
         logger.setLevel(level)
@@ -155,12 +154,6 @@ def _quiet() -> Iterator[None]:
 def _opset(path: Path) -> int:
     model = onnx.load(str(path), load_external_data=False)
     return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-
-
-def _identifier(axis: str) -> str:
-    # torch.export.Dim names must be Python identifiers; a spec may name an axis "num-atoms".
-    name = re.sub(r"\W", "_", axis)
-    return name if name.isidentifier() else f"_{name}"
 
 
 def _remove(path: Path) -> None:

@@ -82,7 +82,7 @@ class OnnxRuntimeRunner:
     def _run_numpy(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         feeds = {name: self._numpy(name, inputs[name]) for name in self.input_names}
         outputs = self.session.run(list(self.output_names), feeds)
-        return dict(zip(self.output_names, outputs))
+        return dict(zip(self.output_names, outputs, strict=True))
 
     def _numpy(self, name: str, value: Any) -> np.ndarray:
         want = self._input_types[name].numpy
@@ -114,7 +114,7 @@ class OnnxRuntimeRunner:
         self.session.run_with_iobinding(binding)
         # get_outputs() is in binding order, which is ours.
         return {name: to_torch(value, self._output_types[name].torch)
-                for name, value in zip(self.output_names, binding.get_outputs())}
+                for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}
 
     def _tensor(self, name: str, value: Any) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):

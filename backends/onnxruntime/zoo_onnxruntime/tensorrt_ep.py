@@ -37,7 +37,8 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     def unavailable(self, device: str) -> str | None:
         reason = super().unavailable(device)
         if reason is None and not load_tensorrt_libraries():
-            reason = "the TensorRT libraries (libnvinfer) are not installed or not on the library path (pip install tensorrt)"
+            reason = ("the TensorRT libraries (libnvinfer) are not installed or not on the library path "
+                      "(pip install tensorrt)")
         return reason
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
@@ -56,7 +57,7 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
         index = _index(device)
         profile = profile_shapes(spec)
         cache = engine_cache_dir(path, precision, device, profile)
-        cache.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)  # the provider writes into it but does not create it
         tensorrt = {
             "device_id": index,
             "trt_fp16_enable": precision == "fp16",

@@ -89,7 +89,7 @@ class TorchBackend(Backend):
         # caller's reference must stay fp32
         module = copy.deepcopy(module).to(dtype)
         args = tuple(v.to(dtype) if v.is_floating_point() else v for v in example.values())
-        program = torch.export.export(module, args, dynamic_shapes=tuple(dynamic_shapes(spec).values()))
+        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes(spec))
         program.example_inputs = None  # else saved with torch.save, i.e. as a pickle
         torch.export.save(program, str(path))
         return {"exporter": "torch.export", "dtype": str(dtype)}

@@ -1,0 +1,143 @@
+"""`TensorRTBackend`: native TensorRT engines built from the verified ONNX export.
+
+export: module -> ONNX (zoo-onnxruntime's verified exporter) -> CPU support check ->
+TensorRT build (workspace cap, FP16 flag, the spec's optimization profile, persistent
+timing cache) -> `model.plan`, with the engine's provenance returned for the manifest.
+load: provenance checked against this machine (a stale engine is refused, never
+loaded) -> deserialized once -> a runner on torch CUDA tensors.
+
+Importing this module imports neither tensorrt nor onnx: the plugin registers and
+`probe` explains itself on machines that have neither a GPU nor TensorRT.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+import zoo
+from zoo.errors import BackendUnavailableError, StaleArtifactError, UnsupportedError
+
+from . import library, profiles, provenance
+
+if TYPE_CHECKING:
+    import torch
+
+    from zoo.spec import ModelSpec
+
+    from .runner import TensorRTRunner
+
+
+class TensorRTBackend(zoo.Backend):
+    """Serialized TensorRT engines (Triton's `tensorrt_plan`), CUDA only."""
+
+    name: ClassVar[str] = "tensorrt"
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp32", "fp16")}
+    filename: ClassVar[str] = "model.plan"
+    triton: ClassVar[Mapping[str, str]] = {"platform": "tensorrt_plan"}
+    description: ClassVar[str] = "NVIDIA TensorRT engines built from the ONNX export (CUDA)"
+
+    def __init__(self, workspace: int | None = None, timing_cache: Path | None = None) -> None:
+        from .engine import DEFAULT_WORKSPACE, timing_cache_path  # no tensorrt import there
+
+        self.workspace = workspace or DEFAULT_WORKSPACE
+        self.timing_cache = timing_cache or timing_cache_path()
+
+    def versions(self) -> dict[str, str]:
+        version = library.version()
+        return {"tensorrt": version} if version else {}
+
+    def probe(self, device: str) -> zoo.Availability:
+        try:
+            if not device.startswith("cuda"):
+                return zoo.Availability(False, "TensorRT runs on CUDA devices only")
+            library.import_tensorrt()
+            import torch
+
+            if not torch.cuda.is_available():
+                return zoo.Availability(False, "no CUDA device")
+            index = torch.device(device).index
+            if index is not None and index >= torch.cuda.device_count():
+                return zoo.Availability(False, f"no CUDA device {device} ({torch.cuda.device_count()} found)")
+            return zoo.Availability(True)
+        except BackendUnavailableError as exc:
+            return zoo.Availability(False, str(exc))
+        except Exception as exc:  # noqa: BLE001 - probe never raises, it explains
+            return zoo.Availability(False, f"TensorRT check failed: {exc}")
+
+    def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
+               path: Path, precision: str, device: str) -> dict[str, Any]:
+        self.check_supported(precision, device)
+        self._require(device)
+        try:
+            from zoo_onnxruntime.export import export_onnx  # the verified ONNX graph to build from
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"the TensorRT backend builds from zoo-onnxruntime's ONNX export, which fails to import: {exc}"
+            ) from exc
+
+        from . import support
+        from .engine import EngineBuilder
+
+        profile = profiles.profile_for(spec)
+        machine = provenance.current_machine(device)
+        # The ONNX file is an intermediate: it lives beside the plan only for the build,
+        # in the artifact's temporary directory, so an interrupted export leaves nothing.
+        import torch
+
+        # TensorRT builds for the current CUDA device: make it the one asked for.
+        with (tempfile.TemporaryDirectory(dir=path.parent, prefix=".tensorrt-onnx-") as tmp,
+              torch.cuda.device(torch.device(device))):
+            onnx_path = Path(tmp) / "model.onnx"
+            export_onnx(module, spec, example, onnx_path)
+            builder = EngineBuilder()
+            problems = support.check_onnx(onnx_path, builder.supports_operator)
+            if problems:
+                raise UnsupportedError(f"TensorRT cannot build {spec.name}:\n  - " + "\n  - ".join(problems))
+            record = provenance.engine_provenance(
+                weights_sha256=provenance.weights_sha256(module), onnx_sha256=provenance.file_sha256(onnx_path),
+                precision=precision, profile=profile, machine=machine)
+            started = time.perf_counter()
+            builder.parse(onnx_path)
+            plan = builder.build(profile, precision, workspace=self.workspace, timing_cache=self.timing_cache)
+            build_seconds = time.perf_counter() - started
+        path.write_bytes(plan)
+        return {"build_seconds": round(build_seconds, 3), "provenance": record,
+                "provenance_key": provenance.provenance_key(record)}
+
+    def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
+             threads: int | None = None, info: Mapping[str, Any] | None = None) -> "TensorRTRunner":
+        # `threads` caps CPU threads; TensorRT runs on the GPU, so there is nothing to cap.
+        self.check_supported(precision, device)
+        recorded = provenance.recorded_provenance(info, spec.name, precision)  # before touching the GPU
+        self._require(device)
+        from .runner import TensorRTRunner
+
+        profile = profiles.profile_for(spec)
+        provenance.check_provenance(recorded, machine=provenance.current_machine(device),
+                                    precision=precision, profile=profile, model=spec.name)
+        return TensorRTRunner(Path(path).read_bytes(), spec, profile, device)
+
+    def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:
+        """Require the exact TensorRT version: engines do not load across versions."""
+        built, now = recorded.get("tensorrt"), self.versions().get("tensorrt")
+        if built is not None and built != now:
+            model, precision = _model_and_precision(artifact)
+            raise StaleArtifactError(
+                f"artifact {artifact} holds a TensorRT {built} engine but this machine has "
+                f"{'TensorRT ' + now if now else 'no TensorRT'}; TensorRT engines run only with the exact "
+                f"version that built them. Rebuild it with `{provenance.rebuild_command(model, precision)}`")
+
+    def _require(self, device: str) -> None:
+        availability = self.probe(device)
+        if not availability.ok:
+            raise BackendUnavailableError(f"backend tensorrt cannot run on {device}: {availability.reason}")
+
+
+def _model_and_precision(artifact: str) -> tuple[str, str]:
+    """(`resnet8.digits`, `fp16`) from `exports/resnet8.digits.tensorrt.fp16` (the repository layout)."""
+    name = Path(artifact).name
+    head, sep, precision = name.rpartition(".tensorrt.")
+    return (head, precision) if sep and head else ("MODEL", "PRECISION")

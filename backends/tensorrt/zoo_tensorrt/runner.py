@@ -1,0 +1,113 @@
+"""Running a deserialized TensorRT engine on torch CUDA tensors, with no host copies.
+
+TensorRT 10's execution API is name-based: per call, `set_input_shape` for every input,
+then the output shapes follow (`infer_shapes`, `get_tensor_shape`); `set_tensor_address`
+binds device pointers for inputs and outputs; `execute_async_v3(stream_handle)`
+enqueues the work ("Working with Dynamic Shapes" and `IExecutionContext`, TensorRT
+Python API). Memory is torch's: inputs that are already CUDA tensors of the engine's
+dtype are bound in place, numpy inputs are moved to the GPU once, outputs are allocated
+by torch's caching allocator. The work goes on torch's current stream, so it is ordered
+with the caller's own torch work and tensors freed after the call are only reused by
+work queued behind it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+from zoo.errors import ArtifactError, UnsupportedError, ZooError
+from zoo.spec import ModelSpec
+
+from . import library, profiles
+
+
+class TensorRTRunner:
+    """A loaded engine: `runner({name: array}) -> {name: torch CUDA tensor}`."""
+
+    def __init__(self, plan: bytes, spec: ModelSpec, profile: profiles.Profile, device: str) -> None:
+        import torch
+
+        trt = library.import_tensorrt()
+        self.spec, self.profile = spec, profile
+        self.device = torch.device(device)
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        with torch.cuda.device(self.device):  # TensorRT uses the current CUDA device
+            self._runtime = trt.Runtime(library.logger())
+            library.clear_errors()
+            self._engine = self._runtime.deserialize_cuda_engine(plan)
+            if self._engine is None:
+                raise ArtifactError("TensorRT could not deserialize the engine: "
+                                    + ("; ".join(library.recent_errors()) or "the plan file is corrupt"))
+            self._context = self._engine.create_execution_context()
+        engine = self._engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        # Spec order first (what users and the verifier expect), then anything else.
+        order = [t.name for t in (*spec.inputs, *spec.outputs)]
+        names.sort(key=lambda n: order.index(n) if n in order else len(order))
+        self.input_names = tuple(n for n in names if is_input[n])
+        self.output_names = tuple(n for n in names if not is_input[n])
+        dtypes = _torch_dtypes(trt, torch)
+        self._dtypes = {}
+        for n in names:
+            trt_dtype = engine.get_tensor_dtype(n)
+            if trt_dtype not in dtypes:
+                raise UnsupportedError(f"engine tensor {n!r} has type {trt_dtype}, which torch cannot hold")
+            self._dtypes[n] = dtypes[trt_dtype]
+        # One context holds one set of shapes and addresses: calls from several threads
+        # take turns binding and enqueueing (the GPU work itself still overlaps).
+        self._lock = threading.Lock()
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        import torch
+
+        missing = [n for n in self.input_names if n not in inputs]
+        if missing:
+            raise ZooError(f"missing inputs {missing}; this model takes {list(self.input_names)}")
+        with self._lock, torch.cuda.device(self.device):
+            stream = torch.cuda.current_stream(self.device)
+            context = self._context
+            bound = []  # referenced until enqueued
+            for name in self.input_names:
+                tensor = self._on_device(inputs[name], self._dtypes[name])
+                profiles.check_shape(self.spec, self.profile, name, tuple(tensor.shape))
+                if not context.set_input_shape(name, tuple(tensor.shape)):
+                    raise UnsupportedError(f"TensorRT refused shape {tuple(tensor.shape)} for input {name!r}: "
+                                           + "; ".join(library.recent_errors()))
+                context.set_tensor_address(name, tensor.data_ptr())
+                bound.append(tensor)
+            unresolved = context.infer_shapes()  # names still insufficiently specified
+            if unresolved:
+                raise ZooError(f"TensorRT cannot infer output shapes; unspecified: {list(unresolved)}")
+            outputs = {}
+            for name in self.output_names:
+                shape = tuple(context.get_tensor_shape(name))
+                if any(d < 0 for d in shape):  # would need an IOutputAllocator
+                    raise UnsupportedError(f"output {name!r} has a data-dependent shape {shape}, "
+                                           f"which this runner does not support")
+                outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device=self.device)
+                context.set_tensor_address(name, outputs[name].data_ptr())
+            library.clear_errors()
+            if not context.execute_async_v3(stream.cuda_stream):
+                raise ZooError("TensorRT failed to enqueue the engine: "
+                               + ("; ".join(library.recent_errors()) or "no detail was given"))
+        return outputs
+
+    def _on_device(self, value: Any, dtype: Any) -> Any:
+        """`value` as a contiguous CUDA tensor of `dtype`: as is when it already is one."""
+        import numpy as np
+        import torch
+
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+        return tensor.to(device=self.device, dtype=dtype).contiguous()
+
+
+def _torch_dtypes(trt: Any, torch: Any) -> dict[Any, Any]:
+    """TensorRT I/O data types -> torch dtypes (the types an engine's I/O can have here)."""
+    return {
+        trt.float32: torch.float32, trt.float16: torch.float16, trt.bfloat16: torch.bfloat16,
+        trt.int8: torch.int8, trt.int32: torch.int32, trt.int64: torch.int64,
+        trt.uint8: torch.uint8, trt.bool: torch.bool,
+    }

@@ -1,0 +1,28 @@
+"""Markers that say what a test needs, skipping cleanly where it is absent
+(as torchvision's conftest does for `needs_cuda`)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    no_cuda = pytest.mark.skip(reason="needs an NVIDIA GPU; torch.cuda.is_available() is False here")
+    no_trt = pytest.mark.skip(reason="needs TensorRT (the tensorrt package and a GPU); not installed here")
+    for item in items:
+        if "needs_cuda" in item.keywords and not HAS_CUDA:
+            item.add_marker(no_cuda)
+        if "needs_tensorrt" in item.keywords and not (HAS_TENSORRT and HAS_CUDA):
+            item.add_marker(no_trt)
+
+
+@pytest.fixture
+def repository(tmp_path):
+    """An empty model repository per test."""
+    return tmp_path / "exports"

@@ -1,0 +1,238 @@
+"""The onnxruntime backends: export -> load -> parity with torch, dynamic batch, refusals.
+
+A tiny conv net spec is built here, so these tests need no model plugin. GPU tests are
+marked `needs_cuda` and skip cleanly where torch sees no CUDA device.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import zoo
+from zoo.errors import BackendUnavailableError, StaleArtifactError, ZooError
+from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend, zoo_register_backends
+from zoo_onnxruntime.export import DEFAULT_OPSET, dynamic_shapes, export_onnx
+from zoo_onnxruntime.runner import OnnxRuntimeRunner, to_torch
+from zoo_onnxruntime.tensorrt_ep import profile_shapes
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def needs_cuda(test):
+    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test)
+    return pytest.mark.needs_cuda(test)
+
+
+def _build() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10))
+
+
+def _sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"image": rng.standard_normal((batch, 1, 8, 8)).astype(np.float32)}
+
+
+SPEC = zoo.ModelSpec(
+    name="tinyconv.test", domain="vision", task="image-classification",
+    inputs=(zoo.TensorSpec("image", "float32", ("batch", 1, 8, 8)),),
+    outputs=(zoo.TensorSpec("logits", "float32", ("batch", 10)),),
+    build=_build, sample=_sample, axes={"batch": zoo.AxisRange(1, 4, 16)})
+
+
+def _reference(module: torch.nn.Module, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        return module(torch.from_numpy(inputs["image"])).numpy()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One fp32 export shared by the module's tests (the dynamo exporter takes ~1 s)."""
+    module = _build().eval()
+    path = tmp_path_factory.mktemp("ort") / "model.onnx"
+    example = {"image": torch.from_numpy(_sample(4, np.random.default_rng(0))["image"])}
+    info = OnnxRuntimeBackend().export(module, SPEC, example, path, "fp32", "cpu")
+    return module, path, info
+
+
+def test_registers_both_backends_without_importing_onnxruntime():
+    found = []
+    zoo_register_backends(register=found.append)
+    assert [b.name for b in found] == ["onnxruntime", "onnxruntime-trt"]
+    assert "zoo_onnxruntime" in {ep.value for ep in importlib.metadata.entry_points(group="zoo")}
+    code = "import sys, zoo_onnxruntime; sys.exit('onnxruntime' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_export_writes_a_checked_dynamic_model(exported):
+    _, path, info = exported
+    assert info == {"exporter": "dynamo", "opset": DEFAULT_OPSET}
+    model = onnx.load(str(path))
+    assert [i.name for i in model.graph.input] == ["image"]
+    assert [o.name for o in model.graph.output] == ["logits"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert list(path.parent.iterdir()) == [path]  # small weights stay inside the one file
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_cpu_matches_torch_at_every_batch_size(exported, batch):
+    module, path, _ = exported
+    runner = OnnxRuntimeBackend().load(path, SPEC, "fp32", "cpu", threads=1)
+    assert runner.input_names == ("image",) and runner.output_names == ("logits",)
+    inputs = _sample(batch, np.random.default_rng(batch))
+    out = runner(inputs)
+    assert isinstance(out["logits"], np.ndarray) and out["logits"].shape == (batch, 10)
+    np.testing.assert_allclose(out["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_runner_takes_torch_tensors_and_casts_to_the_session_dtype(exported):
+    module, path, _ = exported
+    runner = OnnxRuntimeBackend().load(path, SPEC, "fp32", "cpu")
+    inputs = _sample(2, np.random.default_rng(1))
+    out = runner({"image": torch.from_numpy(inputs["image"]).double()})
+    np.testing.assert_allclose(out["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_runner_names_missing_and_unexpected_inputs(exported):
+    _, path, _ = exported
+    runner = OnnxRuntimeBackend().load(path, SPEC, "fp32", "cpu")
+    with pytest.raises(ZooError, match=r"missing \['image'\], unexpected \['img'\]"):
+        runner({"img": np.zeros((1, 1, 8, 8), np.float32)})
+
+
+def test_io_binding_returns_torch_tensors(exported):
+    """The CUDA code path (bind by address, outputs through DLPack), exercised on CPU."""
+    module, path, _ = exported
+    session = OnnxRuntimeBackend().session(path, SPEC, "fp32", "cpu")
+    runner = OnnxRuntimeRunner(session, SPEC, "cpu", bind=True)
+    inputs = _sample(3, np.random.default_rng(3))
+    out = runner({"image": torch.from_numpy(inputs["image"])})
+    assert isinstance(out["logits"], torch.Tensor) and out["logits"].shape == (3, 10)
+    np.testing.assert_allclose(out["logits"].numpy(), _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_to_torch_keeps_bool_outputs_bool():
+    value = ort.OrtValue.ortvalue_from_numpy(np.array([True, False]))
+    assert to_torch(value, torch.bool).tolist() == [True, False]
+
+
+def test_shared_axes_share_one_dim_and_dict_outputs_keep_their_names(tmp_path):
+    class Pair(torch.nn.Module):
+        def forward(self, a, b):  # argument names differ from the spec's on purpose
+            return {"total": a.sum(1, keepdim=True) + b.sum(1, keepdim=True), "diff": a - b}
+
+    spec = zoo.ModelSpec(
+        name="pair.test", domain="test", task="test",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 3)), zoo.TensorSpec("y", "float32", ("batch", 3))),
+        outputs=(zoo.TensorSpec("diff", "float32", ("batch", 3)), zoo.TensorSpec("total", "float32", ("batch", 1))),
+        build=Pair, sample=lambda n, rng: {k: rng.standard_normal((n, 3)).astype(np.float32) for k in "xy"})
+    shapes = dynamic_shapes(spec)
+    assert shapes[0][0] is shapes[1][0]
+    example = {k: torch.from_numpy(v) for k, v in spec.sample(4, np.random.default_rng(0)).items()}
+    assert export_onnx(Pair(), spec, example, tmp_path / "model.onnx")["exporter"] == "dynamo"
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    assert {v.type.tensor_type.shape.dim[0].dim_param for v in [*graph.input, *graph.output]} == {"batch"}
+    runner = OnnxRuntimeBackend().load(tmp_path / "model.onnx", spec, "fp32", "cpu")
+    inputs = spec.sample(5, np.random.default_rng(1))
+    out = runner(inputs)
+    np.testing.assert_allclose(out["diff"], inputs["x"] - inputs["y"], atol=1e-6)
+    assert out["total"].shape == (5, 1)
+
+
+def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
+    real_export = torch.onnx.export
+
+    def dynamo_fails(*args, dynamo=True, **kwargs):
+        if dynamo:
+            raise RuntimeError("cannot capture this module")
+        return real_export(*args, dynamo=False, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", dynamo_fails)
+    module = _build().eval()
+    example = {"image": torch.zeros(4, 1, 8, 8)}
+    info = export_onnx(module, SPEC, example, tmp_path / "model.onnx")
+    assert info["exporter"] == "torchscript" and "cannot capture" in info["dynamo_error"]
+    runner = OnnxRuntimeBackend().load(tmp_path / "model.onnx", SPEC, "fp32", "cpu")
+    inputs = _sample(7, np.random.default_rng(7))  # dynamic batch through dynamic_axes
+    np.testing.assert_allclose(runner(inputs)["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_fp16_export_keeps_a_float32_signature(exported, tmp_path):
+    module, _, _ = exported
+    path = tmp_path / "model.onnx"
+    export_onnx(module, SPEC, {"image": torch.zeros(4, 1, 8, 8)}, path, precision="fp16")
+    model = onnx.load(str(path))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+    assert {i.data_type for i in model.graph.initializer} & floats == {onnx.TensorProto.FLOAT16}
+
+
+def test_fp16_is_offered_on_cuda_only(exported):
+    module, path, _ = exported
+    with pytest.raises(zoo.errors.UnsupportedError, match="fp16 on cpu"):
+        OnnxRuntimeBackend().export(module, SPEC, {"image": torch.zeros(4, 1, 8, 8)}, path, "fp16", "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("backend", [OnnxRuntimeBackend(), OnnxRuntimeTensorRTBackend()], ids=lambda b: b.name)
+def test_without_a_gpu_cuda_is_refused_with_a_reason(exported, backend):
+    _, path, _ = exported
+    available = backend.probe("cuda")
+    assert not available.ok and available.reason
+    with pytest.raises(BackendUnavailableError, match=available.reason[:20]):
+        backend.load(path, SPEC, "fp32", "cuda")
+
+
+def test_probe_names_the_devices_and_never_raises():
+    assert OnnxRuntimeBackend().probe("cpu").ok
+    assert "not tpu" in OnnxRuntimeBackend().probe("tpu").reason
+    assert "not cpu" in OnnxRuntimeTensorRTBackend().probe("cpu").reason
+
+
+def test_accepts_artifacts_from_this_or_older_onnxruntime_only(monkeypatch):
+    backend = OnnxRuntimeBackend()
+    monkeypatch.setattr(backend, "versions", lambda: {"onnxruntime": "1.20.1"})
+    backend.check_compatible({"onnxruntime": "1.20.0"}, "m.onnxruntime.fp32")
+    backend.check_compatible({"onnxruntime": "1.18.1+cu118"}, "m.onnxruntime.fp32")
+    with pytest.raises(StaleArtifactError, match="zoo export --force"):
+        backend.check_compatible({"onnxruntime": "1.21.0"}, "m.onnxruntime.fp32")
+    monkeypatch.setattr(backend, "versions", lambda: {})
+    with pytest.raises(BackendUnavailableError, match="not installed"):
+        backend.check_compatible({"onnxruntime": "1.20.0"}, "m.onnxruntime.fp32")
+
+
+def test_tensorrt_profile_comes_from_the_spec_axes():
+    assert profile_shapes(SPEC) == {
+        "trt_profile_min_shapes": "image:1x1x8x8",
+        "trt_profile_opt_shapes": "image:4x1x8x8",
+        "trt_profile_max_shapes": "image:16x1x8x8",
+    }
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", [OnnxRuntimeBackend(), OnnxRuntimeTensorRTBackend()], ids=lambda b: b.name)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_cuda_keeps_tensors_on_the_device(tmp_path, monkeypatch, backend, precision):
+    available = backend.probe("cuda")
+    if not available.ok:
+        pytest.skip(available.reason)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # TensorRT engines land here
+    module = _build().eval().cuda()
+    path = tmp_path / "model.onnx"
+    backend.export(module, SPEC, {"image": torch.randn(4, 1, 8, 8, device="cuda")}, path, precision, "cuda")
+    runner = backend.load(path, SPEC, precision, "cuda")
+    tol = SPEC.tolerance(precision)
+    for batch in SPEC.batch_sizes():
+        image = torch.randn(batch, 1, 8, 8, device="cuda")
+        out = runner({"image": image})["logits"]
+        assert out.device.type == "cuda" and out.shape == (batch, 10)
+        with torch.no_grad():
+            torch.testing.assert_close(out.float(), module(image), atol=tol.atol, rtol=tol.rtol)

@@ -1,0 +1,211 @@
+"""The `zoo` command. Every user-facing failure is a `ZooError`, printed as one line
+on stderr with a non-zero exit; a traceback is shown only with ZOO_DEBUG=1."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import registry
+from .errors import ZooError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
+# Piped output (CI logs, files) gets wide tables rather than rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
+REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model repository (export directory).")
+
+
+@app.callback()
+def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a local plugin file (repeatable).")) -> None:
+    for file in plugin:
+        registry.load_plugin_file(file)
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _csv(text: str, kind=str) -> list:
+    try:
+        return [kind(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ZooError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
+
+
+def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    out.print(table)
+
+
+def _signature(spec) -> str:
+    return ", ".join(f"{t.name}[{','.join(map(str, t.shape))}]" for t in spec.inputs)
+
+
+@app.command("list")
+def list_(pattern: Optional[str] = typer.Argument(None, help="Wildcard filter, e.g. 'resnet*'."), as_json: bool = JSON):
+    """Every registered model: name, domain, task, parameters, inputs, plugin."""
+    specs = [registry.get_model(n) for n in registry.list_models(pattern)]
+    rows = [{"name": s.name, "domain": s.domain, "task": s.task, "parameters": _params(s),
+             "inputs": [t.to_json() for t in s.inputs], "plugin": s.plugin} for s in specs]
+    if as_json:
+        return _emit_json(rows)
+    _table(["model", "domain", "task", "params", "inputs", "plugin"],
+           [[r["name"], r["domain"], r["task"], f"{r['parameters'] / 1e6:.2f}M", _signature(s), r["plugin"]]
+            for r, s in zip(rows, specs)])
+
+
+def _params(spec) -> int:
+    return sum(p.numel() for p in spec.build().parameters())
+
+
+@app.command()
+def info(model: str, as_json: bool = JSON):
+    """The full spec of MODEL: signature, dataset, recipe, metric, tolerances."""
+    spec = registry.get_model(model)
+    data = {**spec.to_json(), "parameters": _params(spec)}
+    if as_json:
+        return _emit_json(data)
+    for key, value in data.items():
+        out.print(f"[bold]{key}[/bold]: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
+
+
+@app.command()
+def backends(device: Optional[str] = typer.Option(None, help="Only this device: cpu or cuda."), as_json: bool = JSON):
+    """Every backend plugin: can it run here, library versions, devices, precisions; if not, why."""
+    rows = []
+    for be in registry.backends().values():
+        for dev in [device] if device else list(be.devices):
+            if dev not in be.precisions:
+                rows.append({"backend": be.name, "device": dev, "available": False, "precisions": [],
+                             "versions": be.versions(), "reason": f"does not run on {dev}"})
+                continue
+            probe = be.probe(dev)
+            rows.append({"backend": be.name, "device": dev, "available": probe.ok,
+                         "precisions": list(be.precisions[dev]), "versions": be.versions(), "reason": probe.reason})
+    if as_json:
+        return _emit_json(rows)
+    _table(["backend", "device", "available", "precisions", "versions", "reason"],
+           [[r["backend"], r["device"], "yes" if r["available"] else "no", ",".join(r["precisions"]),
+             " ".join(f"{k} {v}" for k, v in r["versions"].items()) or "-", r["reason"]] for r in rows])
+
+
+@app.command()
+def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help="Checkpoint directory."),
+          seed: Optional[int] = None, epochs: Optional[int] = None, device: str = "cpu"):
+    """Train MODEL by its recipe; writes checkpoints/MODEL (safetensors + JSON)."""
+    from .train import train as run
+
+    ckpt = run(model, out=out_dir, seed=seed, epochs=epochs, device=device)
+    out.print(f"checkpoint {ckpt.path}: " + ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items() if k != "loss_history"))
+
+
+@app.command()
+def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
+           precision: str = "fp32", device: str = "cpu", repository: Path = REPOSITORY,
+           checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
+           random_init: bool = typer.Option(False, help="Export untrained weights (for benchmarking)."),
+           force: bool = typer.Option(False, help="Rebuild even if an identical artifact exists.")):
+    """Export MODEL through BACKEND, verify it against PyTorch, write the artifact."""
+    from .export import export as run
+
+    art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init, force=force)
+    parity = art.manifest["parity"]
+    out.print(f"{art.path}: max |error| vs PyTorch fp32 {parity['max_abs_error']:.3g} "
+              f"(tolerance atol {parity['tolerance']['atol']:g}, rtol {parity['tolerance']['rtol']:g})")
+    if art.manifest.get("metric"):
+        m = art.manifest["metric"]
+        out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
+
+
+def _artifact_path(artifact: str, repository: Path) -> Path:
+    path = Path(artifact)
+    return path if path.exists() or path.is_absolute() or "/" in artifact else repository / artifact
+
+
+@app.command()
+def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its name in the repository."),
+           repository: Path = REPOSITORY, threads: Optional[int] = None, as_json: bool = JSON):
+    """Re-check ARTIFACT: file hashes, parity with PyTorch, and the task metric."""
+    from .verify import verify_artifact
+
+    report = verify_artifact(_artifact_path(artifact, repository), threads=threads)
+    if as_json:
+        return _emit_json(report)
+    _table(["batch", "output", "max |error|", "passed"],
+           [[c["batch"], c["output"], f"{c['max_abs_error']:.3g}", c["passed"]] for c in report["parity"]["checks"]],
+           title=f"{report['artifact']}: parity vs PyTorch fp32")
+    if "metric" in report:
+        m = report["metric"]
+        out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
+    out.print("[green]verified[/green]")
+
+
+def print_bench(report: dict[str, Any]) -> None:
+    rows = []
+    for r in report["results"]:
+        if r["status"] != "ok":
+            rows.append([r["backend"], r["precision"], r["device"], "-", "failed: " + r["error"]] + [""] * 6)
+            continue
+        metric = r.get("metric")
+        rows.append([r["backend"], r["precision"], r["device"], r["batch"], f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}",
+                     f"{r['p99_ms']:.3f}", f"{r['throughput']:.1f}", f"{r['max_abs_error']:.2g}",
+                     "" if metric is None else f"{metric:.4f}", r["iterations"]])
+    _table(["backend", "precision", "device", "batch", "p50 ms", "p90 ms", "p99 ms", "samples/s",
+            "max |err|", "metric", "runs"], rows, title=f"{report['model']} on {report['environment']['cpu']}")
+
+
+@app.command()
+def bench(model: str, backends_: str = typer.Option("torch,onnxruntime", "--backends"),
+          batch_sizes: str = typer.Option("1,8,32", "--batch-sizes"), precision: str = "fp32", device: str = "cpu",
+          repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
+          random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
+          threads: Optional[int] = None, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+          output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
+    """Latency percentiles and throughput per backend and batch size, each backend in its own process."""
+    from .bench import benchmark
+
+    report = benchmark(model, _csv(backends_), _csv(batch_sizes, int), precision, device, repository,
+                       checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2))
+    _emit_json(report) if as_json else print_bench(report)
+    if any(r["status"] != "ok" for r in report["results"]):
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point.")):
+    """Train resnet8.digits, export it to every backend available here, verify and benchmark them."""
+    from .demo import run
+
+    print_bench(run(repository, min_time=min_time, console=out))
+
+
+def main() -> None:
+    try:
+        app()
+    except ZooError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        err.print(f"[red]internal error:[/red] {exc} (set ZOO_DEBUG=1 for the traceback)", highlight=False)
+        sys.exit(1)
