@@ -29,6 +29,8 @@ from zoo import registry
 from zoo.errors import (ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError,
                         ZooError)
 from zoo.spec import AxisRange, ModelSpec, TensorSpec
+from zoo.tensors import state_dict_sha256
+from zoo_onnxruntime.export import export_onnx
 from zoo_tensorrt import TensorRTBackend, library, profiles, provenance, support
 from zoo_tensorrt.engine import EngineBuilder
 from zoo_tensorrt.profiles import ShapeRange
@@ -60,18 +62,10 @@ def tiny_spec(**axes: AxisRange) -> ModelSpec:
     )
 
 
-def torch_onnx_export(module: torch.nn.Module, spec: ModelSpec, example: dict, path: Path) -> None:
-    """What zoo-onnxruntime's export_onnx produces, made with torch.onnx directly."""
-    batch = torch.export.Dim("batch", min=spec.axes["batch"].min, max=spec.axes["batch"].max)
-    torch.onnx.export(module, tuple(example.values()), str(path), dynamo=True,
-                      input_names=[t.name for t in spec.inputs], output_names=[t.name for t in spec.outputs],
-                      dynamic_shapes={name: {0: batch} for name in example})
-
-
 @pytest.fixture(scope="module")
 def conv_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
-    torch_onnx_export(TinyConv().eval(), tiny_spec(), {"image": torch.randn(2, 1, 8, 8)}, path)
+    export_onnx(TinyConv().eval(), tiny_spec(), {"image": torch.randn(2, 1, 8, 8)}, path)
     return path
 
 
@@ -137,7 +131,7 @@ def test_other_tensorrt_version_is_refused_with_what_differs_and_how_to_rebuild(
     msg = str(err.value)
     assert ("engine built for TensorRT 10.3.0 on NVIDIA H100 80GB HBM3 (sm_90); this machine has "
             "TensorRT 10.5.0 on NVIDIA H100 80GB HBM3 (sm_90) (TensorRT version differs)") in msg
-    assert "`zoo export tiny.conv --backend tensorrt --precision fp16 --force`" in msg
+    assert "`zoo export tiny.conv --backend tensorrt --precision fp16 --device cuda --force`" in msg
 
 
 def test_other_gpu_is_refused() -> None:
@@ -166,6 +160,7 @@ def test_recorded_provenance_must_exist_and_match_its_key() -> None:
 def test_weights_hash_covers_parameters_and_buffers() -> None:
     torch.manual_seed(0)
     a = TinyConv()
+    assert provenance.weights_sha256(a) == state_dict_sha256(a.state_dict())  # the manifest's hash
     b = TinyConv()
     b.load_state_dict(a.state_dict())
     assert provenance.weights_sha256(a) == provenance.weights_sha256(b)
@@ -411,7 +406,7 @@ def test_check_compatible_requires_the_exact_tensorrt(install_fake_tensorrt) -> 
     with pytest.raises(StaleArtifactError) as err:  # same major.minor is not enough for an engine
         backend.check_compatible({"tensorrt": "10.5.1"}, "exports/tiny.conv.tensorrt.fp16")
     assert "TensorRT 10.5.1 engine but this machine has TensorRT 10.5.0" in str(err.value)
-    assert "`zoo export tiny.conv --backend tensorrt --precision fp16 --force`" in str(err.value)
+    assert "`zoo export tiny.conv --backend tensorrt --precision fp16 --device cuda --force`" in str(err.value)
 
 
 def test_registers_without_importing_tensorrt_or_onnx() -> None:
@@ -510,7 +505,10 @@ def cpu_export_env(install_fake_tensorrt, monkeypatch: pytest.MonkeyPatch, conv_
     monkeypatch.setattr(provenance, "current_machine", lambda device: H100)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     exporter = types.ModuleType("zoo_onnxruntime.export")
-    exporter.export_onnx = lambda module, spec, example, path: Path(path).write_bytes(conv_onnx.read_bytes())
+    def fake_export_onnx(module, spec, example, path):
+        Path(path).write_bytes(conv_onnx.read_bytes())
+        return {"exporter": "dynamo", "opset": 18}
+    exporter.export_onnx = fake_export_onnx
     monkeypatch.setitem(sys.modules, "zoo_onnxruntime.export", exporter)
     return trt
 
@@ -528,6 +526,7 @@ def test_export_writes_the_plan_and_returns_provenance(cpu_export_env, conv_onnx
     assert (rec["precision"], rec["tensorrt"], rec["gpu"], rec["compute_capability"]) == \
         ("fp16", "10.3.0", H100.gpu, "9.0")
     assert info["provenance_key"] == provenance.provenance_key(rec) and info["build_seconds"] >= 0
+    assert info["onnx"] == {"exporter": "dynamo", "opset": 18}
     json.dumps(info)  # goes into the manifest as is
 
 
@@ -596,7 +595,7 @@ def test_real_engine_builds_runs_and_matches_torch(precision: str, tmp_path: Pat
         pytest.skip("no CUDA device")
     torch.manual_seed(0)
     module, spec = TinyConv().eval().cuda(), tiny_spec()
-    torch_onnx_export(module, spec, {"image": torch.randn(2, 1, 8, 8, device="cuda")}, tmp_path / "m.onnx")
+    export_onnx(module, spec, {"image": torch.randn(2, 1, 8, 8, device="cuda")}, tmp_path / "m.onnx")
     builder = EngineBuilder()
     assert support.check_onnx(tmp_path / "m.onnx", builder.supports_operator) == []
     builder.parse(tmp_path / "m.onnx")
@@ -624,7 +623,6 @@ def test_real_backend_export_then_load(tmp_path: Path) -> None:
     pytest.importorskip("tensorrt", reason="tensorrt is not installed (NVIDIA's package index)")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    pytest.importorskip("zoo_onnxruntime.export", reason="zoo-onnxruntime's export_onnx is not there yet")
     torch.manual_seed(0)
     module, spec = TinyConv().eval().cuda(), tiny_spec()
     backend = TensorRTBackend(timing_cache=tmp_path / "timing.cache")

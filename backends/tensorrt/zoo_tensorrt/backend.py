@@ -78,20 +78,20 @@ class TensorRTBackend(zoo.Backend):
                 f"the TensorRT backend builds from zoo-onnxruntime's ONNX export, which fails to import: {exc}"
             ) from exc
 
+        import torch
+
         from . import support
         from .engine import EngineBuilder
 
         profile = profiles.profile_for(spec)
         machine = provenance.current_machine(device)
-        # The ONNX file is an intermediate: it lives beside the plan only for the build,
-        # in the artifact's temporary directory, so an interrupted export leaves nothing.
-        import torch
-
+        # The ONNX file is an intermediate: it lives beside the plan only for the build, in
+        # the artifact's temporary directory, so an interrupted export leaves nothing behind.
         # TensorRT builds for the current CUDA device: make it the one asked for.
         with (tempfile.TemporaryDirectory(dir=path.parent, prefix=".tensorrt-onnx-") as tmp,
               torch.cuda.device(torch.device(device))):
             onnx_path = Path(tmp) / "model.onnx"
-            export_onnx(module, spec, example, onnx_path)
+            onnx_info = export_onnx(module, spec, example, onnx_path)
             builder = EngineBuilder()
             problems = support.check_onnx(onnx_path, builder.supports_operator)
             if problems:
@@ -105,19 +105,19 @@ class TensorRTBackend(zoo.Backend):
             build_seconds = time.perf_counter() - started
         path.write_bytes(plan)
         return {"build_seconds": round(build_seconds, 3), "provenance": record,
-                "provenance_key": provenance.provenance_key(record)}
+                "provenance_key": provenance.provenance_key(record), "onnx": onnx_info}
 
     def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
              threads: int | None = None, info: Mapping[str, Any] | None = None) -> "TensorRTRunner":
         # `threads` caps CPU threads; TensorRT runs on the GPU, so there is nothing to cap.
         self.check_supported(precision, device)
-        recorded = provenance.recorded_provenance(info, spec.name, precision)  # before touching the GPU
+        recorded = provenance.recorded_provenance(info, spec.name, precision, device)  # before the GPU
         self._require(device)
         from .runner import TensorRTRunner
 
         profile = profiles.profile_for(spec)
         provenance.check_provenance(recorded, machine=provenance.current_machine(device),
-                                    precision=precision, profile=profile, model=spec.name)
+                                    precision=precision, profile=profile, model=spec.name, device=device)
         return TensorRTRunner(Path(path).read_bytes(), spec, profile, device)
 
     def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:

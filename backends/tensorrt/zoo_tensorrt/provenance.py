@@ -84,20 +84,11 @@ def provenance_key(provenance: Mapping[str, Any]) -> str:
 
 
 def weights_sha256(module: "torch.nn.Module") -> str:
-    """sha256 over the module's state dict: names, dtypes, shapes and bytes, in order.
+    """sha256 of the module's state dict, buffers included (batch-norm statistics change
+    outputs), hashed as the core hashes weights, so it equals the manifest's weights hash."""
+    from zoo.tensors import state_dict_sha256
 
-    The backend receives the module, not the checkpoint file, so it hashes what it is
-    actually about to compile (buffers included: batch-norm statistics change outputs).
-    """
-    import torch
-
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # Viewed as bytes so dtypes numpy lacks (bfloat16) hash the same way.
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return state_dict_sha256(module.state_dict())
 
 
 def file_sha256(path: Path) -> str:
@@ -108,11 +99,12 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def rebuild_command(model: str, precision: str) -> str:
-    return f"zoo export {model} --backend tensorrt --precision {precision} --force"
+def rebuild_command(model: str, precision: str, device: str = "cuda") -> str:
+    return f"zoo export {model} --backend tensorrt --precision {precision} --device {device} --force"
 
 
-def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: str) -> dict[str, Any]:
+def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: str,
+                        device: str = "cuda") -> dict[str, Any]:
     """The provenance in a manifest's backend_info, checked against its recorded key.
 
     A missing record or one that does not hash to its key means the manifest was
@@ -122,18 +114,19 @@ def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: s
     key = (info or {}).get("provenance_key")
     if not isinstance(provenance, Mapping) or not isinstance(key, str):
         raise ArtifactError(f"the TensorRT engine for {model} has no provenance in its manifest; "
-                            f"rebuild it with `{rebuild_command(model, precision)}`")
+                            f"rebuild it with `{rebuild_command(model, precision, device)}`")
     missing = [f for f in ("precision", "profile", *MACHINE_FIELDS) if f not in provenance]
     if missing:
         raise ArtifactError(f"the TensorRT engine provenance for {model} lacks {', '.join(missing)}")
     if provenance_key(provenance) != key:
         raise ArtifactError(f"the TensorRT engine provenance for {model} does not match its key "
-                            f"(the manifest was edited); rebuild it with `{rebuild_command(model, precision)}`")
+                            f"(the manifest was edited); rebuild it with "
+                            f"`{rebuild_command(model, precision, device)}`")
     return dict(provenance)
 
 
 def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision: str,
-                     profile: profiles.Profile, model: str) -> None:
+                     profile: profiles.Profile, model: str, device: str = "cuda") -> None:
     """Raise StaleArtifactError unless the engine was built for exactly this use here.
 
     Compares what can be known at load time: the machine (TensorRT version, GPU name,
@@ -141,7 +134,7 @@ def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision
     declares now. The message says exactly what differs and how to rebuild.
     """
     problems = []
-    built = Machine(*(str(recorded[f]) for f in MACHINE_FIELDS))
+    built = Machine(**{f: str(recorded[f]) for f in MACHINE_FIELDS})
     if built != machine:
         differs = []
         if built.tensorrt != machine.tensorrt:
@@ -151,7 +144,7 @@ def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision
         if built.compute_capability != machine.compute_capability:
             differs.append("compute capability")
         problems.append(f"engine built for {built.describe()}; this machine has {machine.describe()} "
-                        f"({' and '.join(differs)} differ{'s' if len(differs) == 1 else ''})")
+                        f"({_and(differs)} differ{'s' if len(differs) == 1 else ''})")
     if recorded["precision"] != precision:
         problems.append(f"engine built for {recorded['precision']}, loaded as {precision}")
     built_profile = profiles.profile_to_json(profiles.profile_from_json(recorded["profile"]))
@@ -162,7 +155,11 @@ def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision
         raise StaleArtifactError(
             f"stale TensorRT engine for {model}: {'; '.join(problems)}. A TensorRT engine runs only "
             f"with the TensorRT version, on the GPU model and for the shapes it was built for; "
-            f"rebuild it on this machine with `{rebuild_command(model, precision)}`")
+            f"rebuild it on this machine with `{rebuild_command(model, precision, device)}`")
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _shapes(profile_json: Mapping[str, Mapping[str, list[int]]]) -> str:

@@ -1,0 +1,120 @@
+"""The export contract: verified before complete, atomic, reused only on equal provenance."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo.errors import ToleranceError
+from zoo.registry import register_plugin, unregister_plugin
+from zoo_torch.backend import TorchBackend
+
+SPEC = zoo.get_model("resnet8.digits").tiny()
+
+
+class NoisyBackend(TorchBackend):
+    """The torch backend with its outputs perturbed: an export that must fail parity."""
+
+    name = "noisy"
+
+    def load(self, *args, **kwargs):
+        runner = super().load(*args, **kwargs)
+        return lambda inputs: {k: v + 0.5 for k, v in runner(inputs).items()}
+
+
+class FlakyBackend(TorchBackend):
+    """Correct until `broken` is set, then perturbed like NoisyBackend."""
+
+    name = "flaky"
+    broken = False
+
+    def load(self, *args, **kwargs):
+        runner = super().load(*args, **kwargs)
+        return lambda inputs: {k: v + 0.5 * self.broken for k, v in runner(inputs).items()}
+
+
+class InterruptedBackend(TorchBackend):
+    """Writes part of a model file, then is interrupted (as by Ctrl-C)."""
+
+    name = "interrupted"
+
+    def export(self, module, spec, example, path, precision, device):
+        path.write_bytes(b"half a model")
+        raise KeyboardInterrupt
+
+
+class Plugin:
+    @zoo.hookimpl
+    def zoo_register_backends(self, register):
+        register(NoisyBackend())
+        register(FlakyBackend())
+        register(InterruptedBackend())
+
+
+@pytest.fixture
+def faulty_backends():
+    plugin = Plugin()
+    register_plugin(plugin, name="faulty-backends")
+    yield
+    unregister_plugin(plugin)
+
+
+def test_parity_failure_is_typed_and_leaves_nothing(faulty_backends, repository):
+    with pytest.raises(ToleranceError, match="beyond the tolerance"):
+        zoo.export(SPEC, "noisy", repository=repository, random_init=True)
+    assert list(repository.iterdir()) == []  # no artifact, no temporary directory
+
+
+def test_interrupted_export_leaves_nothing_that_loads(faulty_backends, repository):
+    with pytest.raises(KeyboardInterrupt):
+        zoo.export(SPEC, "interrupted", repository=repository, random_init=True)
+    assert list(repository.iterdir()) == []
+
+
+def test_failed_rebuild_keeps_the_previous_artifact(faulty_backends, repository):
+    good = zoo.export(SPEC, "flaky", repository=repository, random_init=True)
+    before = (good.path / "zoo.json").read_text()
+    FlakyBackend.broken = True
+    try:
+        with pytest.raises(ToleranceError):
+            zoo.export(SPEC, "flaky", repository=repository, random_init=True, force=True)
+    finally:
+        FlakyBackend.broken = False
+    assert (good.path / "zoo.json").read_text() == before
+    assert [p.name for p in repository.iterdir()] == [good.path.name]
+    zoo.verify(good.path)
+
+
+def test_reuse_only_with_identical_provenance(repository):
+    first = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    again = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    assert again.manifest["created"] == first.manifest["created"]  # reused, not rebuilt
+
+    torch.manual_seed(1)
+    other = zoo.Checkpoint(SPEC.name, dict(SPEC.config), SPEC.build().state_dict())
+    rebuilt = zoo.export(SPEC, "onnxruntime", repository=repository, checkpoint=other)
+    assert rebuilt.manifest["weights"]["sha256"] == other.sha256 != first.manifest["weights"]["sha256"]
+
+
+def test_manifest_records_provenance(repository):
+    art = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    m = json.loads((art.path / "zoo.json").read_text())
+    assert m["model"]["name"] == "resnet8.digits" and m["model"]["plugin"].startswith("zoo-vision")
+    assert m["backend"]["versions"]["onnxruntime"]
+    assert m["precision"] == "fp32" and m["device"] == "cpu"
+    assert set(m["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"}
+    assert m["signature"]["axes"]["batch"] == [1, 8, 64]
+    assert m["metric"]["name"] == "accuracy" and m["metric"]["delta"] == pytest.approx(0, abs=0.01)
+
+
+def test_runner_accepts_torch_tensors_and_names_bad_inputs(repository):
+    art = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    runner = zoo.load(art.path)
+    x = SPEC.sample(2, np.random.default_rng(0))
+    np.testing.assert_allclose(runner({"image": torch.from_numpy(x["image"])})["logits"], runner(x)["logits"])
+    with pytest.raises(zoo.ZooError, match="image"):
+        runner({"pixels": x["image"]})
