@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import registry
@@ -46,7 +47,7 @@ def _csv(text: str, kind=str) -> list:
 def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
     table = Table(*columns, title=title)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*("" if v is None else escape(str(v)) for v in row))
     out.print(table)
 
 
@@ -200,12 +201,12 @@ def main() -> None:
     try:
         app()
     except ZooError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
         if os.environ.get("ZOO_DEBUG"):
             raise
-        err.print(f"[red]internal error:[/red] {exc} (set ZOO_DEBUG=1 for the traceback)", highlight=False)
+        err.print(f"[red]internal error:[/red] {escape(str(exc))} (set ZOO_DEBUG=1 for the traceback)", highlight=False)
         sys.exit(1)
