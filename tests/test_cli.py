@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.errors import ArtifactError
+from zoo.errors import ArtifactError, BackendUnavailableError, UnknownModelError, UnsupportedError, ZooError
 from zoo.fsutil import sha256_file
 
 MODEL = "resnet8.digits"
@@ -100,17 +100,20 @@ def test_backends_json_lists_every_backend_and_says_why_not(zoo_cli):
         assert all(not r["available"] and "tensorrt" in r["reason"].lower() for r in tensorrt)
 
 
-def test_backends_for_cuda(zoo_cli):
-    table = succeeds(zoo_cli("backends", "--device", "cuda"))
-    rows = json.loads(succeeds(zoo_cli("backends", "--device", "cuda", "--json")))
-    assert sorted(r["backend"] for r in rows) == sorted(zoo.registry.backends())
-    assert all(r["device"] == "cuda" for r in rows)
-    for name in zoo.registry.backends():
-        assert name in table
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of a rich table: cells split on the box-drawing bar, wrapped
+    continuation lines (an empty first cell) dropped."""
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    return [row for row in rows if row[0]]
+
+
+def test_backends_table_for_cuda(zoo_cli):
+    rows = table_rows(succeeds(zoo_cli("backends", "--device", "cuda")))
+    assert sorted(row[0] for row in rows) == sorted(zoo.registry.backends())
+    assert all(row[1] == "cuda" for row in rows)
     if not torch.cuda.is_available():
-        assert not any(r["available"] for r in rows)
-        torch_row = next(r for r in rows if r["backend"] == "torch")
-        assert "cuda" in torch_row["reason"].lower()
+        assert all(row[2] == "no" and row[5] for row in rows)  # not available, and a reason why
+        assert "cuda" in next(row for row in rows if row[0] == "torch")[5].lower()
 
 
 # ---------------------------------------------------------------- bad requests
@@ -121,8 +124,9 @@ def test_unknown_model(fails):
     assert "unknown model 'nosuch.model'" in message and "zoo list" in message
 
 
-def test_unknown_model_suggests_close_names(fails):
-    assert "did you mean resnet8.digits" in fails("info", "resnet8.nosuch")
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(UnknownModelError, match="did you mean resnet8.digits"):
+        zoo.get_model("resnet8.nosuch")
 
 
 def test_unknown_backend(fails):
@@ -143,24 +147,36 @@ def test_backend_not_available_here(fails, repository):
     assert not repository.exists()  # refused before anything was written
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
-def test_cuda_requested_without_cuda(fails, backend, repository):
-    if zoo.get_backend(backend).probe("cuda").ok:
-        pytest.skip(f"{backend} can run on CUDA here")
-    message = fails("export", "resnet18", "--backend", backend, "--device", "cuda", "--random-init",
+@pytest.mark.skipif(zoo.get_backend("onnxruntime").probe("cuda").ok, reason="onnxruntime can run on CUDA here")
+def test_cuda_requested_without_cuda(fails, repository):
+    message = fails("export", "resnet18", "--backend", "onnxruntime", "--device", "cuda", "--random-init",
                     "--repository", str(repository))
-    assert f"backend {backend} cannot run on cuda here" in message
+    assert "backend onnxruntime cannot run on cuda here" in message
     assert not repository.exists()
 
 
-def test_unknown_device(fails):
-    assert "does not run on tpu" in fails("export", "resnet18", "--backend", "onnxruntime", "--device", "tpu",
-                                          "--random-init")
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_export_refuses_cuda_without_cuda(backend, repository):
+    if zoo.get_backend(backend).probe("cuda").ok:
+        pytest.skip(f"{backend} can run on CUDA here")
+    with pytest.raises(BackendUnavailableError, match=f"backend {backend} cannot run on cuda here"):
+        zoo.export("resnet18", backend, device="cuda", repository=repository, random_init=True)
+    assert not repository.exists()
 
 
 def test_precision_the_backend_does_not_support(fails):
     message = fails("export", "resnet18", "--backend", "onnxruntime", "--precision", "fp16", "--random-init")
     assert "does not support fp16 on cpu" in message and "fp32" in message
+
+
+@pytest.mark.parametrize("backend, precision, device, says", [
+    ("onnxruntime", "fp32", "tpu", "does not run on tpu"),
+    ("torch", "int8", "cpu", "does not support int8 on cpu"),
+    ("tensorrt", "fp32", "cpu", "does not run on cpu"),
+])
+def test_export_refuses_what_the_backend_does_not_support(backend, precision, device, says, repository):
+    with pytest.raises(UnsupportedError, match=says):
+        zoo.export("resnet18", backend, precision, device, repository=repository, random_init=True)
 
 
 def test_missing_checkpoint_points_to_zoo_train(fails, zoo_cli):
@@ -170,19 +186,27 @@ def test_missing_checkpoint_points_to_zoo_train(fails, zoo_cli):
 
 
 @pytest.mark.parametrize("sizes, says", [
-    ("1,x", "comma-separated list of ints"),
-    ("0", "outside"),
-    ("65", "outside resnet8.digits's exported range 1..64"),
+    ("1,x", "comma-separated list of ints, got '1,x'"),
+    ("65", "batch sizes [65] are outside resnet8.digits's exported range 1..64"),
 ])
 def test_bench_bad_batch_sizes(fails, sizes, says):
     assert says in fails("bench", MODEL, "--batch-sizes", sizes, "--random-init")
 
 
-@pytest.mark.xfail(strict=True, reason="an empty --batch-sizes is accepted: bench exports and measures nothing")
-def test_bench_empty_batch_sizes(fails):
-    # no --random-init and no checkpoint here: today each backend fails to export and
-    # bench prints a table of failures; it should refuse the empty list up front
-    assert "batch size" in fails("bench", MODEL, "--batch-sizes", ",")
+@pytest.mark.parametrize("sizes", [[0], [-1], [1, 65]])
+def test_benchmark_refuses_batch_sizes_outside_the_range(sizes, repository):
+    with pytest.raises(ZooError, match="outside resnet8.digits's exported range 1..64"):
+        zoo.benchmark(MODEL, ["onnxruntime"], sizes, repository=repository, random_init=True)
+    assert not repository.exists()
+
+
+@pytest.mark.xfail(strict=True, reason="an empty batch-size list (`--batch-sizes ,`) is accepted: bench exports "
+                                       "every backend, measures nothing and exits 0")
+def test_benchmark_refuses_no_batch_sizes(repository):
+    # "nosuch" keeps today's behaviour cheap: the export fails at once and is reported
+    # as a failed row, instead of the empty list being refused up front
+    with pytest.raises(ZooError, match="batch size"):
+        zoo.benchmark(MODEL, ["nosuch"], [], repository=repository)
 
 
 @pytest.mark.xfail(strict=True, reason="rich hard-wraps stderr at 200 columns when piped, splitting the message")
@@ -190,8 +214,9 @@ def test_long_error_message_stays_on_one_line(fails, tmp_path):
     fails("verify", str(tmp_path / ("a" * 150) / ("b" * 100)))
 
 
-def test_verify_missing_artifact(fails, tmp_path):
-    assert "no artifact directory" in fails("verify", str(tmp_path / "nothing-here"))
+def test_missing_artifact(tmp_path):
+    with pytest.raises(ArtifactError, match="no artifact directory"):
+        zoo.Artifact.open(tmp_path / "nothing-here")
 
 
 # ---------------------------------------------------------------- tampered artifacts
@@ -304,8 +329,6 @@ def test_manifest_paths_cannot_escape_the_artifact(artifact, tamper):
         zoo.load(artifact)
 
 
-@pytest.mark.parametrize("tamper", [escape_model_file_dotdot, symlinked_model_file], ids=lambda f: f.__name__)
-def test_verify_refuses_an_escaping_artifact(fails, artifact, tamper):
-    tamper(artifact)
-    message = fails("verify", str(artifact))
-    assert "escapes the artifact directory" in message or "symbolic link" in message
+def test_verify_refuses_an_escaping_artifact(fails, artifact):
+    escape_model_file_dotdot(artifact)
+    assert "manifest path '../outside' escapes the artifact directory" in fails("verify", str(artifact))

@@ -4,8 +4,8 @@ The steps are the TensorRT 10 Python API's, as NVIDIA's samples
 (`samples/python/*/build_engine.py`) and the API reference describe them:
 `trt.Builder` -> `create_network(0)` -> `trt.OnnxParser.parse_from_file` ->
 `create_builder_config` (workspace pool limit, FP16 flag or TF32 off, one optimization
-profile, timing cache) -> `build_serialized_network`. Nothing here runs without a GPU; the
-CPU test suite drives it with a stand-in `tensorrt` module to keep every line honest.
+profile, timing cache) -> `build_serialized_network`. Nothing here runs without a GPU and
+TensorRT; it has not yet run on one (see the plugin's README).
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ class TensorRTRunner:
         with self._lock, torch.cuda.device(self.device):
             stream = torch.cuda.current_stream(self.device)
             context = self._context
+            library.clear_errors()
             bound = []  # referenced until enqueued
             for name in self.input_names:
                 tensor = self._on_device(inputs[name], self._dtypes[name])
@@ -76,7 +77,7 @@ class TensorRTRunner:
                 if not context.set_input_shape(name, tuple(tensor.shape)):
                     raise UnsupportedError(f"TensorRT refused shape {tuple(tensor.shape)} for input {name!r}: "
                                            + "; ".join(library.recent_errors()))
-                context.set_tensor_address(name, tensor.data_ptr())
+                self._bind(name, tensor)
                 bound.append(tensor)
             unresolved = context.infer_shapes()  # names still insufficiently specified
             if unresolved:
@@ -88,12 +89,16 @@ class TensorRTRunner:
                     raise UnsupportedError(f"output {name!r} has a data-dependent shape {shape}, "
                                            f"which this runner does not support")
                 outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device=self.device)
-                context.set_tensor_address(name, outputs[name].data_ptr())
-            library.clear_errors()
+                self._bind(name, outputs[name])
             if not context.execute_async_v3(stream.cuda_stream):
                 raise ZooError("TensorRT failed to enqueue the engine: "
                                + ("; ".join(library.recent_errors()) or "no detail was given"))
         return outputs
+
+    def _bind(self, name: str, tensor: Any) -> None:
+        if not self._context.set_tensor_address(name, tensor.data_ptr()):  # e.g. misaligned memory
+            raise ZooError(f"TensorRT refused the memory of tensor {name!r}: "
+                           + ("; ".join(library.recent_errors()) or "no detail was given"))
 
     def _on_device(self, value: Any, dtype: Any) -> Any:
         """`value` as a contiguous CUDA tensor of `dtype`: as is when it already is one."""
