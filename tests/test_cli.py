@@ -147,14 +147,6 @@ def test_backend_not_available_here(fails, repository):
     assert not repository.exists()  # refused before anything was written
 
 
-@pytest.mark.skipif(zoo.get_backend("onnxruntime").probe("cuda").ok, reason="onnxruntime can run on CUDA here")
-def test_cuda_requested_without_cuda(fails, repository):
-    message = fails("export", "resnet18", "--backend", "onnxruntime", "--device", "cuda", "--random-init",
-                    "--repository", str(repository))
-    assert "backend onnxruntime cannot run on cuda here" in message
-    assert not repository.exists()
-
-
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_export_refuses_cuda_without_cuda(backend, repository):
     if zoo.get_backend(backend).probe("cuda").ok:
@@ -200,8 +192,6 @@ def test_benchmark_refuses_batch_sizes_outside_the_range(sizes, repository):
     assert not repository.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="an empty batch-size list (`--batch-sizes ,`) is accepted: bench exports "
-                                       "every backend, measures nothing and exits 0")
 def test_benchmark_refuses_no_batch_sizes(repository):
     # "nosuch" keeps today's behaviour cheap: the export fails at once and is reported
     # as a failed row, instead of the empty list being refused up front
@@ -209,7 +199,6 @@ def test_benchmark_refuses_no_batch_sizes(repository):
         zoo.benchmark(MODEL, ["nosuch"], [], repository=repository)
 
 
-@pytest.mark.xfail(strict=True, reason="rich hard-wraps stderr at 200 columns when piped, splitting the message")
 def test_long_error_message_stays_on_one_line(fails, tmp_path):
     fails("verify", str(tmp_path / ("a" * 150) / ("b" * 100)))
 
@@ -316,19 +305,27 @@ def symlinked_version_directory(artifact: Path) -> None:
     (artifact / "1").symlink_to(outside, target_is_directory=True)
 
 
-ESCAPES = [escape_files_dotdot, escape_model_file_dotdot, escape_files_absolute, escape_model_file_absolute,
-           symlinked_model_file, symlinked_version_directory]
+ESCAPES = "escapes the artifact directory"
+SYMLINK = "is a symbolic link, which is refused"
 
 
-@pytest.mark.parametrize("tamper", ESCAPES, ids=lambda f: f.__name__)
-def test_manifest_paths_cannot_escape_the_artifact(artifact, tamper):
+@pytest.mark.parametrize("tamper, refusal", [
+    pytest.param(tamper, refusal, id=tamper.__name__) for tamper, refusal in [
+        (escape_files_dotdot, ESCAPES),
+        (escape_model_file_dotdot, ESCAPES),
+        (escape_files_absolute, ESCAPES),
+        (escape_model_file_absolute, ESCAPES),
+        (symlinked_model_file, SYMLINK),
+        (symlinked_version_directory, SYMLINK),
+    ]])
+def test_manifest_paths_cannot_escape_the_artifact(artifact, tamper, refusal):
     tamper(artifact)
-    with pytest.raises(ArtifactError, match="escapes the artifact directory|symbolic link"):
+    with pytest.raises(ArtifactError, match=refusal):
         zoo.Artifact.open(artifact)
-    with pytest.raises(ArtifactError):
+    with pytest.raises(ArtifactError, match=refusal):
         zoo.load(artifact)
 
 
 def test_verify_refuses_an_escaping_artifact(fails, artifact):
     escape_model_file_dotdot(artifact)
-    assert "manifest path '../outside' escapes the artifact directory" in fails("verify", str(artifact))
+    assert f"manifest path '../outside' {ESCAPES}" in fails("verify", str(artifact))

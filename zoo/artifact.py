@@ -85,6 +85,8 @@ class Artifact:
         label = path.name
         if path.is_symlink() or not path.is_dir():
             raise ArtifactError(f"no artifact directory at {path}")
+        if (path / MANIFEST).is_symlink():
+            raise ArtifactError(f"artifact {label}: {MANIFEST} is a symbolic link, which is refused")
         try:
             manifest = json.loads((path / MANIFEST).read_text())
         except FileNotFoundError:

@@ -112,6 +112,8 @@ def benchmark(model: str, backends: Sequence[str] = ("torch", "onnxruntime"), ba
     from .registry import plugin_files
 
     spec = get_model(model)
+    if not backends or not batch_sizes:
+        raise ZooError("name at least one backend and one batch size to benchmark")
     limit = spec.axes["batch"].max
     bad = [b for b in batch_sizes if not 1 <= b <= limit]
     if bad:

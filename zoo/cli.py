@@ -15,13 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import registry
+from .backend import Availability
 from .errors import ZooError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
 # Piped output (CI logs, files) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+err = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
 
 JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
 REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model repository (export directory).")
@@ -93,7 +94,10 @@ def backends(device: Optional[str] = typer.Option(None, help="Only this device: 
                 rows.append({"backend": be.name, "device": dev, "available": False, "precisions": [],
                              "versions": be.versions(), "reason": f"does not run on {dev}"})
                 continue
-            probe = be.probe(dev)
+            try:
+                probe = be.probe(dev)
+            except Exception as exc:  # a third-party probe must not take the listing down
+                probe = Availability(False, f"probe failed: {exc}")
             rows.append({"backend": be.name, "device": dev, "available": probe.ok,
                          "precisions": list(be.precisions[dev]), "versions": be.versions(), "reason": probe.reason})
     if as_json:

@@ -7,6 +7,7 @@ tests. The registry is built lazily on first use and rebuilt when plugins change
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -35,9 +36,10 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
     file = Path(path).expanduser().resolve()
     if file.suffix != ".py" or not file.is_file():
         raise PluginError(f"plugin file {path} does not exist or is not a .py file")
-    name = f"zoo_local_plugin_{file.stem}"
-    if pm.has_plugin(name):
+    if str(file) in plugin_files:
         return
+    # the path's hash keeps two files named models.py in different folders apart
+    name = f"zoo_local_plugin_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -51,9 +53,15 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
+    """Register a plugin object; a plugin with an unknown hook is refused and not kept."""
     pm.register(plugin, name=name)
-    _check()
-    invalidate()
+    try:
+        _check()
+    except PluginError:
+        pm.unregister(plugin)
+        raise
+    finally:
+        invalidate()
 
 
 def unregister_plugin(plugin: object) -> None:
@@ -70,7 +78,18 @@ def _check() -> None:
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin!r} implements a hook zoo does not define: {exc}") from exc
+        raise PluginError(_invalid(exc)) from exc
+
+
+def _invalid(exc: pluggy.PluginValidationError) -> str:
+    """Name the plugin and the hooks it got wrong once, and the hooks that do exist."""
+    callers = pm.get_hookcallers(exc.plugin) or []
+    unknown = [h.name for h in callers if not h.has_spec()]
+    defined = ", ".join(n for n in vars(hookspecs) if n.startswith("zoo_"))
+    name = pm.get_name(exc.plugin) or repr(exc.plugin)
+    if unknown:
+        return f"plugin {name} implements {', '.join(unknown)}, which zoo does not define (hooks: {defined})"
+    return f"plugin {name} is invalid: {exc}"
 
 
 def _load_plugins() -> None:
@@ -83,7 +102,7 @@ def _load_plugins() -> None:
         try:
             pm.load_setuptools_entrypoints("zoo")
         except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {exc.plugin!r} implements a hook zoo does not define: {exc}") from exc
+            raise PluginError(_invalid(exc)) from exc
         except Exception as exc:
             raise PluginError(f"an installed zoo plugin failed to load: {exc}") from exc
     for entry in filter(None, os.environ.get("ZOO_PLUGINS", "").split(os.pathsep)):

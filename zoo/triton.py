@@ -26,8 +26,10 @@ def batched(spec: ModelSpec) -> bool:
 def _tensor(t: TensorSpec, drop_batch: bool) -> str:
     dims = t.shape[1:] if drop_batch else t.shape
     dims_text = ", ".join(str(d) if isinstance(d, int) else "-1" for d in dims) or "1"
+    # A per-sample scalar: Triton wants dims [1] plus an empty reshape, else it feeds [batch, 1].
+    reshape = "\n    reshape: { shape: [ ] }" if not dims else ""
     return (f"  {{\n    name: {json.dumps(t.name)}\n    data_type: {TRITON_DTYPES[t.dtype]}\n"
-            f"    dims: [ {dims_text} ]\n  }}")
+            f"    dims: [ {dims_text} ]{reshape}\n  }}")
 
 
 def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str, device: str) -> str:

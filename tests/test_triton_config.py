@@ -1,0 +1,147 @@
+"""Every artifact's config.pbtxt is a Triton `ModelConfig` that agrees with its spec.
+
+The text is parsed by protobuf with the `model_config_pb2` module that tritonclient
+ships (tritonclient[grpc], in requirements.txt), so a field Triton does not know, or a
+malformed value, fails the parse itself. Artifacts are exported tiny and at random
+init by every backend that runs on the CPU here, for two specs: the vision plugin's
+`resnet8.digits` and a sequence model defined below, whose int64 input and second
+output have a dynamic "seq" axis.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+import zoo
+from zoo import registry
+from zoo.triton import model_config
+
+#: zoo dtype -> Triton DataType, written out here rather than taken from zoo.triton
+TRITON_TYPES = {
+    "float32": model_config_pb2.TYPE_FP32, "float16": model_config_pb2.TYPE_FP16,
+    "bfloat16": model_config_pb2.TYPE_BF16, "int64": model_config_pb2.TYPE_INT64,
+    "int32": model_config_pb2.TYPE_INT32, "int8": model_config_pb2.TYPE_INT8,
+    "uint8": model_config_pb2.TYPE_UINT8, "bool": model_config_pb2.TYPE_BOOL,
+    "string": model_config_pb2.TYPE_STRING,
+}
+VOCAB, WIDTH, CLASSES = 32, 8, 3
+
+
+class Pooler(torch.nn.Module):
+    """Token embeddings (batch, seq, width) and mean-pooled logits (batch, classes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.embed(tokens)
+        return self.head(hidden.mean(dim=1)), hidden
+
+
+def sample_tokens(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    seq = int(rng.integers(2, 17))  # a different length per call, so parity covers the dynamic axis
+    return {"tokens": rng.integers(0, VOCAB, (batch, seq), dtype=np.int64)}
+
+
+POOLER = zoo.ModelSpec(
+    name="pooler.test", domain="nlp", task="text-classification",
+    inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq")),),
+    outputs=(zoo.TensorSpec("logits", "float32", ("batch", CLASSES)),
+             zoo.TensorSpec("hidden", "float32", ("batch", "seq", WIDTH))),
+    build=Pooler, sample=sample_tokens,
+    axes={"batch": zoo.AxisRange(1, 4, 16), "seq": zoo.AxisRange(2, 8, 16)})
+
+CPU_BACKENDS = sorted(name for name, backend in registry.backends().items() if backend.probe("cpu").ok)
+SPECS = {"resnet8.digits": lambda: zoo.get_model("resnet8.digits").tiny(), "pooler.test": lambda: POOLER}
+
+
+def parse(text: str) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+@pytest.fixture(scope="module", params=[(b, s) for b in CPU_BACKENDS for s in SPECS], ids="-".join)
+def exported(request, tmp_path_factory) -> tuple[zoo.Artifact, zoo.ModelSpec, model_config_pb2.ModelConfig]:
+    backend, spec_name = request.param
+    spec = SPECS[spec_name]()
+    art = zoo.export(spec, backend, repository=tmp_path_factory.mktemp("exports"), random_init=True)
+    return art, spec, parse((art.path / "config.pbtxt").read_text())
+
+
+def test_cpu_backends_are_found():
+    assert {"onnxruntime", "torch"} <= set(CPU_BACKENDS)
+
+
+def test_name_and_runtime(exported):
+    art, _, config = exported
+    assert config.name == art.path.name
+    runtime = dict(zoo.get_backend(art.backend).triton)
+    assert runtime and set(runtime) <= {"platform", "backend"}
+    assert {key: getattr(config, key) for key in runtime} == runtime
+    assert config.platform or config.backend
+
+
+def test_batching(exported):
+    _, spec, config = exported
+    assert config.max_batch_size == spec.axes["batch"].max
+    assert config.HasField("dynamic_batching")
+    preferred = list(config.dynamic_batching.preferred_batch_size)
+    assert preferred and all(1 <= b <= config.max_batch_size for b in preferred)
+
+
+def expected_tensors(tensors: tuple[zoo.TensorSpec, ...]) -> list[tuple[str, int, list[int]]]:
+    """Name, Triton type and dims with the batch axis dropped and dynamic axes as -1."""
+    return [(t.name, TRITON_TYPES[t.dtype], [d if isinstance(d, int) else -1 for d in t.shape[1:]])
+            for t in tensors]
+
+
+def test_inputs_and_outputs(exported):
+    _, spec, config = exported
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == expected_tensors(spec.inputs)
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == expected_tensors(spec.outputs)
+
+
+def test_model_file_and_instances(exported):
+    art, _, config = exported
+    assert config.default_model_filename == art.model_file.name
+    assert (art.path / "1" / config.default_model_filename).is_file()  # Triton's version directory "1"
+    assert [g.kind for g in config.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_CPU]
+
+
+def test_signature_in_the_manifest_matches(exported):
+    art, _, config = exported
+    manifest = json.loads((art.path / "zoo.json").read_text())
+    assert [t["name"] for t in manifest["signature"]["inputs"]] == [t.name for t in config.input]
+    assert [t["name"] for t in manifest["signature"]["outputs"]] == [t.name for t in config.output]
+
+
+def test_onnx_graph_names_match_the_config(exported):
+    art, _, config = exported
+    if art.model_file.suffix != ".onnx":
+        pytest.skip("only ONNX files are read here")
+    import onnx
+
+    graph = onnx.load(str(art.model_file), load_external_data=False).graph
+    assert [i.name for i in graph.input] == [t.name for t in config.input]
+    assert [o.name for o in graph.output] == [t.name for t in config.output]
+
+
+def test_per_sample_scalars_are_reshaped():
+    spec = zoo.ModelSpec(
+        name="regressor.test", domain="drug", task="regression",
+        inputs=(zoo.TensorSpec("features", "float32", ("batch", 4)),),
+        outputs=(zoo.TensorSpec("value", "float32", ("batch",)),),
+        build=lambda: torch.nn.Linear(4, 1), sample=lambda b, rng: {})
+    config = parse(model_config("regressor.test.onnxruntime.fp32", spec, {"platform": "onnxruntime_onnx"},
+                                "model.onnx", "cpu"))
+    value = config.output[0]
+    assert list(value.dims) == [1]
+    assert value.HasField("reshape") and list(value.reshape.shape) == []
