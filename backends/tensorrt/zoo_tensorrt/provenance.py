@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import ArtifactError, StaleArtifactError
@@ -89,14 +88,6 @@ def weights_sha256(module: "torch.nn.Module") -> str:
     from zoo.tensors import state_dict_sha256
 
     return state_dict_sha256(module.state_dict())
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def rebuild_command(model: str, precision: str, device: str = "cuda") -> str:
