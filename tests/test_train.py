@@ -38,7 +38,7 @@ def test_checkpoint_errors_are_clear(tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="corrupted"):
         zoo.load_checkpoint(tmp_path / "ckpt")
-    # weights for another architecture config do not load into this one
+    # a checkpoint rebuilds the module at its own recorded config, not the registry default
     other = zoo.Checkpoint(spec.name, {"width": 16}, zoo.get_model("resnet8.digits").configure(width=16).build().state_dict())
     assert other.module(zoo.get_model("resnet8.digits")).training is False
     assert ckpt.config == {"width": 8}
