@@ -31,7 +31,7 @@ from .spec import ModelSpec
 from .tensors import example_inputs, state_dict_sha256
 from .train import module_fn
 from .triton import model_config
-from .verify import evaluate, parity
+from .verify import metric_report, parity
 
 log = logging.getLogger("zoo")
 DEFAULT_REPOSITORY = Path("exports")
@@ -101,7 +101,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         runner = be.load(model_file, spec, precision, device, threads, info)
         reference = module_fn(module, spec, device)
         report = parity(spec, reference, runner, precision)
-        metric = _metric_report(spec, reference, runner)
+        metric = metric_report(spec, reference, runner)
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
         (tmp / "config.pbtxt").write_text(model_config(name, spec, be.triton, be.filename, device))
@@ -123,13 +123,6 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return Artifact(final, manifest)
-
-
-def _metric_report(spec: ModelSpec, reference, runner) -> dict[str, Any] | None:
-    if spec.metric is None or spec.dataset is None:
-        return None
-    ref, got = evaluate(spec, reference), evaluate(spec, runner)
-    return {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
 
 
 def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:

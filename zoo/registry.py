@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
@@ -139,7 +140,7 @@ def models() -> dict[str, ModelSpec]:
         for name, (spec, label) in sorted(found.items()):
             if not isinstance(spec, ModelSpec):
                 raise PluginError(f"plugin {label} registered {name!r}, which is not a zoo.ModelSpec")
-            out[name] = spec if spec.plugin else _with_plugin(spec, label)
+            out[name] = spec if spec.plugin else replace(spec, plugin=label)
         _models = out
     return _models
 
@@ -155,12 +156,6 @@ def backends() -> dict[str, Backend]:
                 raise PluginError(f"plugin {label} registered {name!r}, which is not a zoo.Backend")
         _backends = {name: b for name, (b, _) in sorted(found.items())}
     return _backends
-
-
-def _with_plugin(spec: ModelSpec, label: str) -> ModelSpec:
-    from dataclasses import replace
-
-    return replace(spec, plugin=label)
 
 
 def list_models(pattern: str | None = None) -> list[str]:

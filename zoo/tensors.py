@@ -56,9 +56,16 @@ def to_torch(inputs: Mapping[str, Any], spec: ModelSpec, device: str = "cpu") ->
     return out
 
 
-def to_numpy(outputs: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {k: v.detach().float().cpu().numpy() if v.is_floating_point() else v.detach().cpu().numpy()
-            for k, v in outputs.items()}
+def as_numpy(value: Any) -> np.ndarray:
+    """A numpy array from a numpy array or a torch tensor (on any device, bf16 as fp32)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        return (value.float() if value.is_floating_point() else value).cpu().numpy()
+    return np.asarray(value)
+
+
+def to_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: as_numpy(v) for k, v in outputs.items()}
 
 
 def check_names(inputs: Mapping[str, Any], spec: ModelSpec) -> None:

@@ -14,16 +14,9 @@ import numpy as np
 
 from .errors import ShapeError, ToleranceError
 from .spec import ModelSpec
+from .tensors import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
-
-
-def as_numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor, possibly on a GPU or in bf16
-        value = value.detach()
-        value = value.float() if value.is_floating_point() else value
-        return value.cpu().numpy()
-    return np.asarray(value)
 
 
 def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
@@ -78,10 +71,16 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
     return float(spec.metric.compute(outputs, np.asarray(y)))
 
 
+def metric_report(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn) -> dict[str, Any] | None:
+    """The task metric through the reference and through the runner, and the change."""
+    if spec.metric is None or spec.dataset is None:
+        return None
+    ref, got = evaluate(spec, reference), evaluate(spec, runner)
+    return {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
+
+
 def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     """`zoo verify`: re-check an artifact's files, parity and task metric from scratch."""
-    import torch
-
     from .artifact import Artifact
     from .train import module_fn
 
@@ -95,8 +94,7 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"artifact": art.name, "model": spec.name, "backend": art.backend,
                               "precision": art.precision, "device": art.device,
                               "parity": parity(spec, reference, runner, art.precision)}
-    if spec.metric is not None and spec.dataset is not None:
-        with torch.inference_mode():
-            ref, got = evaluate(spec, reference), evaluate(spec, runner)
-        report["metric"] = {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
+    metric = metric_report(spec, reference, runner)
+    if metric is not None:
+        report["metric"] = metric
     return report
