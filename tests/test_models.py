@@ -20,8 +20,17 @@ def test_registry_has_the_built_in_models_and_backends():
     assert "tensorrt" in backends()
 
 
-def _concrete(shape, batch):
-    return tuple(batch if d == "batch" else d for d in shape)
+def _axis_sizes(spec, inputs):
+    """What each symbolic axis is in these inputs (batch, seq, atoms ...)."""
+    sizes = {}
+    for t in spec.inputs:
+        for i, axis in t.dynamic_axes.items():
+            assert sizes.setdefault(axis, inputs[t.name].shape[i]) == inputs[t.name].shape[i], (t.name, axis)
+    return sizes
+
+
+def _concrete(shape, sizes):
+    return tuple(sizes[d] if isinstance(d, str) else d for d in shape)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -33,9 +42,12 @@ def test_build_and_sample_match_the_signature(name):
         for t in spec.inputs:
             assert inputs[t.name].dtype == np.dtype(t.dtype)
             assert inputs[t.name].shape[0] == batch
+            assert _concrete(t.shape, _axis_sizes(spec, inputs)) == inputs[t.name].shape
+        for axis, size in _axis_sizes(spec, inputs).items():
+            assert spec.axes[axis].min <= size <= spec.axes[axis].max, (name, axis, size)
         outputs = call_module(module, spec, to_torch(inputs, spec))
         for t in spec.outputs:
-            assert tuple(outputs[t.name].shape) == _concrete(t.shape, batch), (name, t.name)
+            assert tuple(outputs[t.name].shape) == _concrete(t.shape, _axis_sizes(spec, inputs)), (name, t.name)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -50,10 +62,11 @@ def test_export_load_verify(name, backend, repository):
 
     runner = zoo.load(art.path)
     batch = spec.axes["batch"].max - 1  # a size that was never traced or checked
-    out = runner(spec.sample(batch, np.random.default_rng(1)))
+    inputs = spec.sample(batch, np.random.default_rng(1))
+    out = runner(inputs)
     assert set(out) == {t.name for t in spec.outputs}
     for t in spec.outputs:
-        assert out[t.name].shape == _concrete(t.shape, batch)
+        assert out[t.name].shape == _concrete(t.shape, _axis_sizes(spec, inputs))
 
     report = zoo.verify(art.path)
     assert report["parity"]["passed"] and report["backend"] == backend

@@ -15,8 +15,9 @@ from .artifact import Artifact  # noqa: E402
 from .backend import Availability, Backend, Runner  # noqa: E402
 from .bench import benchmark  # noqa: E402
 from .checkpoint import Checkpoint, load_checkpoint  # noqa: E402
-from .errors import ZooError  # noqa: E402
+from .errors import InputError, ZooError  # noqa: E402
 from .export import export  # noqa: E402
+from .predict import generate, predict, predictor  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .registry import get_backend, get_model, list_models  # noqa: E402
 from .spec import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance  # noqa: E402
@@ -30,7 +31,7 @@ def load(path, threads: int | None = None, device: str | None = None) -> Runner:
 
 
 __all__ = [
-    "Artifact", "Availability", "AxisRange", "Backend", "Checkpoint", "Dataset", "Metric", "ModelSpec", "Recipe",
+    "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "Metric", "ModelSpec", "Recipe",
     "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend", "get_model", "hookimpl",
-    "list_models", "load", "load_checkpoint", "train", "verify",
+    "generate", "list_models", "load", "load_checkpoint", "predict", "predictor", "train", "verify",
 ]

@@ -115,7 +115,8 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
 
     ckpt = run(model, out=out_dir, seed=seed, epochs=epochs, device=device)
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(
-        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items() if k != "loss_history"))
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
+        if not isinstance(v, (list, dict))))
 
 
 @app.command()
@@ -153,10 +154,74 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
     _table(["batch", "output", "max |error|", "passed"],
            [[c["batch"], c["output"], f"{c['max_abs_error']:.3g}", c["passed"]] for c in report["parity"]["checks"]],
            title=f"{report['artifact']}: parity vs PyTorch fp32")
+    for key, value in (report.get("domain") or {}).items():
+        out.print(f"{key}: {value:.6g}" if isinstance(value, float) else f"{key}: {value}")
     if "metric" in report:
         m = report["metric"]
         out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
     out.print("[green]verified[/green]")
+
+
+ARTIFACT = typer.Option(None, "--artifact", "-a", help="Run this artifact (directory or name in the repository) "
+                        "instead of the PyTorch module.")
+
+
+def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, checkpoint: Optional[Path]):
+    from .predict import predictor
+
+    path = _artifact_path(artifact, repository) if artifact else None
+    return predictor(model, path, checkpoint)
+
+
+@app.command()
+def predict(model: str = typer.Argument(..., help="Model name (or '-' with --artifact)."),
+            items: List[str] = typer.Argument(None, help="Domain-native inputs: text, SMILES, image files."),
+            text: List[str] = typer.Option([], "--text", help="A text input (repeatable)."),
+            smiles: List[str] = typer.Option([], "--smiles", help="A SMILES string (repeatable)."),
+            image: List[Path] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
+            artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
+            checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
+            as_json: bool = JSON):
+    """Run MODEL on domain-native inputs and print domain outputs (labels, embeddings, properties)."""
+    from .errors import InputError
+    from .predict import predict as run
+
+    spec, fn, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint)
+    given = {"text": text, "smiles": smiles, "image": image}
+    for kind, values in given.items():
+        if values and kind != spec.raw_kind:
+            raise InputError(f"model {spec.name} takes {spec.raw_kind or 'tensors'} inputs, not --{kind}")
+    raw: list = list(given.get(spec.raw_kind or "", []))
+    raw += [Path(x) for x in items or []] if spec.raw_kind == "image" else list(items or [])
+    if spec.raw_kind == "image":
+        raw = [_read_image(p) for p in raw]
+    results = run(spec, fn, raw)
+    if as_json:
+        return _emit_json({"model": spec.name, "source": source, "results": results})
+    for item, result in zip(raw, results):
+        label = item if isinstance(item, str) else f"<{len(item)} bytes>"
+        out.print(f"{escape(label)}: {escape(json.dumps(result))}", soft_wrap=True)
+
+
+def _read_image(path: Path) -> bytes:
+    from .errors import InputError
+
+    if not path.is_file():
+        raise InputError(f"image file {path} does not exist")
+    return path.read_bytes()
+
+
+@app.command()
+def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
+             max_new_tokens: int = typer.Option(100, "--max-new-tokens", "-n"),
+             temperature: float = typer.Option(0.0, help="0: greedy; higher: more random sampling."),
+             seed: int = 0, artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
+             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL).")):
+    """Continue PROMPT with a language model, greedily or by sampling at a temperature."""
+    from .predict import generate as run
+
+    spec, fn, _ = _predictor(model, artifact, repository, checkpoint)
+    print(prompt + run(spec, fn, prompt, max_new_tokens, temperature, seed))
 
 
 def print_bench(report: dict[str, Any]) -> None:

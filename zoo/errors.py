@@ -59,3 +59,8 @@ class ShapeError(VerificationError):
 
 class ToleranceError(VerificationError):
     """Output values differ from the reference beyond the spec's tolerance."""
+
+
+class InputError(ZooError):
+    """A request's inputs are wrong: a bad name, shape or dtype, an invalid SMILES,
+    text that is not UTF-8, an image that does not decode. The message names the item."""

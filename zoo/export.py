@@ -101,6 +101,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         runner = be.load(model_file, spec, precision, device, threads, info)
         reference = module_fn(module, spec, device)
         report = parity(spec, reference, runner, precision)
+        domain = spec.domain_check(reference, runner) if spec.domain_check is not None else None
         metric = metric_report(spec, reference, runner)
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
@@ -119,7 +120,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "export_seconds": round(time.perf_counter() - start, 3),
-            "parity": report, "metric": metric,
+            "parity": report, "domain": domain, "metric": metric,
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return Artifact(final, manifest)

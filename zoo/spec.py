@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,8 @@ from .errors import ZooError
 if TYPE_CHECKING:
     import torch
 
+#: what a model's `preprocess` accepts: items of this kind, each as bytes.
+RAW_KINDS = ("text", "smiles", "image", "observation")
 #: dtypes a TensorSpec may name; "string" is the protocol's BYTES (text, SMILES).
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "string")
 #: precisions a backend may build an artifact in.
@@ -73,9 +75,17 @@ class Tolerance:
 class Metric:
     """The task metric, computed from model outputs (numpy) and the dataset's targets."""
 
-    name: str  # "accuracy", "rmse", "perplexity" ...
-    compute: Callable[[Mapping[str, np.ndarray], np.ndarray], float]
+    name: str  # "accuracy", "rmse", "perplexity", "mean_return" ...
+    #: (outputs over a dataset split, targets) -> value; for models measured on a dataset.
+    compute: Callable[[Mapping[str, np.ndarray], np.ndarray], float] | None = None
     higher_is_better: bool = True
+    #: (a runner-like callable, numpy in and out) -> value; for metrics measured by
+    #: running the model, e.g. greedy episodes in a Gymnasium environment.
+    evaluate: Callable[[Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]], float] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.compute is None) == (self.evaluate is None):
+            raise ZooError(f"metric {self.name!r} needs exactly one of `compute` (over a dataset) or `evaluate`")
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,22 @@ class ModelSpec:
     tolerances: Mapping[str, Tolerance] = field(default_factory=_default_tolerances)
     #: returns a state dict of real pretrained weights shipped by a package; None: none.
     pretrained: Callable[[], Mapping[str, "torch.Tensor"]] | None = None
+    #: a training loop of the plugin's own (reinforcement learning) instead of the core's
+    #: supervised loop: (spec, seed=, epochs=, device=, progress=) -> (state dict, metrics).
+    #: The core still writes the checkpoint, so every model checkpoints the same way.
+    trainer: Callable[..., tuple[Mapping[str, "torch.Tensor"], dict[str, Any]]] | None = None
+    #: a domain check run after parity on every export and `zoo verify`:
+    #: (reference, runner) -> JSON-able report; raises `ToleranceError` when it fails
+    #: (e.g. a policy's actions must agree with PyTorch's on recorded observations).
+    domain_check: Callable[[Callable, Callable], dict[str, Any]] | None = None
+    #: domain-native inputs (`zoo predict`, the server's BYTES tensors): the kind of item
+    #: (one of RAW_KINDS), items (bytes) -> model inputs, and outputs -> one JSON-able
+    #: result per item. `preprocess` raises `InputError` naming a bad item.
+    raw_kind: str | None = None
+    preprocess: Callable[[Sequence[bytes]], dict[str, np.ndarray]] | None = None
+    postprocess: Callable[[Mapping[str, np.ndarray]], list[Any]] | None = None
+    #: language models: token ids -> text, for `zoo generate` (ids come from `preprocess`).
+    detokenize: Callable[[Sequence[int]], str] | None = None
     plugin: str = ""  # filled in by the registry: the plugin that registered it
 
     def __post_init__(self) -> None:
@@ -144,6 +170,10 @@ class ModelSpec:
             raise ZooError(f"model name {self.name!r} must be lowercase `arch.tag` (letters, digits, _ and -)")
         if "batch" not in self.axes:
             raise ZooError(f"model {self.name}: axes must include 'batch'")
+        if (self.preprocess is None) != (self.raw_kind is None):
+            raise ZooError(f"model {self.name}: `preprocess` and `raw_kind` go together")
+        if self.raw_kind is not None and self.raw_kind not in RAW_KINDS:
+            raise ZooError(f"model {self.name}: raw_kind {self.raw_kind!r} is not one of {', '.join(RAW_KINDS)}")
         for t in self.inputs:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:
@@ -151,7 +181,9 @@ class ModelSpec:
 
     @property
     def trainable(self) -> bool:
-        return self.recipe is not None and self.dataset is not None and self.loss is not None
+        if self.recipe is None:
+            return False
+        return self.trainer is not None or (self.dataset is not None and self.loss is not None)
 
     def configure(self, **overrides: Any) -> "ModelSpec":
         """This spec for another architecture config (timm's `create_model(name, **kw)`)."""
@@ -198,4 +230,5 @@ class ModelSpec:
             "recipe": self.recipe.to_json() if self.recipe else None,
             "tolerances": {p: {"atol": t.atol, "rtol": t.rtol} for p, t in self.tolerances.items()},
             "pretrained": self.pretrained is not None,
+            "raw_input": self.raw_kind,
         }

@@ -33,12 +33,19 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
                        f"({'pretrained weights ship with it' if spec.pretrained else 'random init only'})")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ZooError("device cuda asked for, but no CUDA device is available")
-    assert spec.recipe and spec.dataset and spec.loss
     recipe = spec.recipe
+    assert recipe is not None
     seed = recipe.seed if seed is None else seed
     epochs = recipe.epochs if epochs is None else epochs
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
+    if spec.trainer is not None:
+        state, metrics = spec.trainer(spec, seed=seed, epochs=epochs, device=device, progress=progress)
+        ckpt = Checkpoint(spec.name, dict(spec.config), {k: v.detach().cpu() for k, v in state.items()},
+                          {"seed": seed, "epochs": epochs, "device": device, **metrics})
+        ckpt.save(out if out is not None else default_path(spec.name))
+        return ckpt
+    assert spec.dataset is not None and spec.loss is not None
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)

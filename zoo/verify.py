@@ -56,8 +56,13 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
 
 
 def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int | None = None) -> float | None:
-    """The task metric of `fn` on a dataset split, in batches the signature admits."""
-    if spec.metric is None or spec.dataset is None:
+    """The task metric of `fn`: by the metric's own evaluation (e.g. episodes in an
+    environment), or over a dataset split in batches the signature admits."""
+    if spec.metric is None:
+        return None
+    if spec.metric.evaluate is not None:
+        return float(spec.metric.evaluate(fn))
+    if spec.dataset is None:
         return None
     x, y = spec.dataset.load(split)
     n = len(y)
@@ -73,9 +78,10 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
 
 def metric_report(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn) -> dict[str, Any] | None:
     """The task metric through the reference and through the runner, and the change."""
-    if spec.metric is None or spec.dataset is None:
+    ref = evaluate(spec, reference)
+    if ref is None:
         return None
-    ref, got = evaluate(spec, reference), evaluate(spec, runner)
+    got = evaluate(spec, runner)
     return {"name": spec.metric.name, "reference": ref, "artifact": got, "delta": got - ref}
 
 
@@ -94,6 +100,8 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"artifact": art.name, "model": spec.name, "backend": art.backend,
                               "precision": art.precision, "device": art.device,
                               "parity": parity(spec, reference, runner, art.precision)}
+    if spec.domain_check is not None:
+        report["domain"] = spec.domain_check(reference, runner)
     metric = metric_report(spec, reference, runner)
     if metric is not None:
         report["metric"] = metric

@@ -1,0 +1,8 @@
+"""zoo model plugin: drug (being written)."""
+
+import zoo
+
+
+@zoo.hookimpl
+def zoo_register_models(register):
+    pass

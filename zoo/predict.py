@@ -1,0 +1,94 @@
+"""`zoo predict` and `zoo generate`: domain-native inputs (text, SMILES, images) in,
+domain outputs (labels with scores, embeddings, a property, generated text) out.
+
+The model runs through an artifact's runner when one is named, otherwise through the
+PyTorch module with its trained (or pretrained) weights. Preprocessing and
+postprocessing are the spec's own, so the server's BYTES path gives the same results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .checkpoint import Checkpoint
+from .errors import InputError, ZooError
+from .registry import get_model
+from .spec import ModelSpec
+
+ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
+
+
+def predictor(model: str | None = None, artifact: str | Path | None = None,
+              checkpoint: str | Path | Checkpoint | None = None, device: str = "cpu",
+              threads: int | None = None) -> tuple[ModelSpec, ArrayFn, str]:
+    """The spec, a numpy-in/numpy-out callable and a description of what runs."""
+    if artifact is not None:
+        from .artifact import Artifact
+
+        art = Artifact.open(artifact)
+        if model is not None and get_model(model).name != art.model:
+            raise ZooError(f"artifact {art.name} holds model {art.model}, not {model}")
+        return art.spec(), art.load(threads=threads, device=device), f"artifact {art.name}"
+    if model is None:
+        raise ZooError("name a model or an artifact")
+    from .export import reference_module
+    from .train import module_fn
+
+    spec = get_model(model)
+    module, source = reference_module(spec, checkpoint)
+    return spec, module_fn(module.to(device), spec, device), f"PyTorch ({source})"
+
+
+def _raw(spec: ModelSpec, items: Sequence[bytes | str]) -> list[bytes]:
+    if spec.preprocess is None:
+        raise ZooError(f"model {spec.name} takes no domain-native inputs (it takes tensors: "
+                       f"{', '.join(t.name for t in spec.inputs)})")
+    if not items:
+        raise InputError(f"model {spec.name}: give at least one {spec.raw_kind} input")
+    return [x.encode() if isinstance(x, str) else bytes(x) for x in items]
+
+
+def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str]) -> list[Any]:
+    """One domain result per item, in batches the signature admits."""
+    raw = _raw(spec, items)
+    if spec.postprocess is None:
+        raise ZooError(f"model {spec.name} has no postprocessing for domain outputs")
+    step = spec.axes["batch"].max
+    results: list[Any] = []
+    for i in range(0, len(raw), step):
+        outputs = {k: np.asarray(v) for k, v in fn(spec.preprocess(raw[i:i + step])).items()}
+        results.extend(spec.postprocess(outputs))
+    return results
+
+
+def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 100, temperature: float = 0.0,
+             seed: int = 0) -> str:
+    """Greedy (temperature 0) or sampled continuation of `prompt` by a causal language model
+    whose spec takes token ids and returns next-token logits at every position."""
+    if spec.detokenize is None or spec.preprocess is None:
+        raise ZooError(f"model {spec.name} is not a language model (task {spec.task})")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if not temperature >= 0:
+        raise InputError(f"temperature must be >= 0, got {temperature}")
+    (name,) = [t.name for t in spec.inputs]
+    (logits_name,) = [t.name for t in spec.outputs]
+    seq_axis = spec.inputs[0].shape[1]
+    window = spec.axes[seq_axis].max if isinstance(seq_axis, str) else int(seq_axis)
+    ids = list(np.asarray(spec.preprocess([prompt.encode()])[name])[0])
+    if not ids:
+        raise InputError("the prompt is empty")
+    rng = np.random.default_rng(seed)
+    start = len(ids)
+    for _ in range(max_new_tokens):
+        context = np.asarray([ids[-window:]], dtype=np.dtype(spec.inputs[0].dtype))
+        logits = np.asarray(fn({name: context})[logits_name], dtype=np.float64)[0, -1]
+        if temperature == 0:
+            ids.append(int(logits.argmax()))
+        else:
+            p = np.exp((logits - logits.max()) / temperature)
+            ids.append(int(rng.choice(len(p), p=p / p.sum())))
+    return spec.detokenize(ids[start:])
