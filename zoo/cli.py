@@ -181,23 +181,35 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
             image: List[Path] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
+            url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` (or Triton) server at "
+                                              "this URL instead; MODEL is the served model's name."),
             as_json: bool = JSON):
     """Run MODEL on domain-native inputs and print domain outputs (labels, embeddings, properties)."""
     from .errors import InputError
     from .predict import predict as run
 
-    spec, fn, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint)
     given = {"text": text, "smiles": smiles, "image": image}
-    for kind, values in given.items():
-        if values and kind != spec.raw_kind:
-            raise InputError(f"model {spec.name} takes {spec.raw_kind or 'tensors'} inputs, not --{kind}")
-    raw: list = list(given.get(spec.raw_kind or "", []))
-    raw += [Path(x) for x in items or []] if spec.raw_kind == "image" else list(items or [])
-    if spec.raw_kind == "image":
+    if url is not None:
+        from .client import Client
+
+        client = Client(url)
+        kind = client.raw_kind(model)
+        name, source = model, f"server {url}"
+        fn = lambda raw: client.predict(model, raw)  # noqa: E731
+    else:
+        spec, fn_, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint)
+        kind, name = spec.raw_kind, spec.name
+        fn = lambda raw: run(spec, fn_, raw)  # noqa: E731
+    for k, values in given.items():
+        if values and k != kind:
+            raise InputError(f"model {name} takes {kind or 'tensors'} inputs, not --{k}")
+    raw: list = list(given.get(kind or "", []))
+    raw += [Path(x) for x in items or []] if kind == "image" else list(items or [])
+    if kind == "image":
         raw = [_read_image(p) for p in raw]
-    results = run(spec, fn, raw)
+    results = fn(raw)
     if as_json:
-        return _emit_json({"model": spec.name, "source": source, "results": results})
+        return _emit_json({"model": name, "source": source, "results": results})
     for item, result in zip(raw, results):
         label = item if isinstance(item, str) else f"<{len(item)} bytes>"
         out.print(f"{escape(label)}: {escape(json.dumps(result))}", soft_wrap=True)
@@ -240,15 +252,37 @@ def print_bench(report: dict[str, Any]) -> None:
 
 @app.command()
 def bench(model: str, backends_: str = typer.Option("torch,onnxruntime", "--backends"),
-          batch_sizes: str = typer.Option("1,8,32", "--batch-sizes"), precision: str = "fp32", device: str = "cpu",
+          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
+                                                    "with --url, rows per request, default 1)."),
+          precision: str = "fp32", device: str = "cpu",
           repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
           random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
           threads: Optional[int] = None, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+          url: Optional[str] = typer.Option(None, help="Load-test a running server at this URL instead "
+                                            "(requests/s and latency per concurrency)."),
+          concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
+          model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
+                                                   "(default MODEL)."),
+          json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
           output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
-    """Latency percentiles and throughput per backend and batch size, each backend in its own process."""
+    """Latency percentiles and throughput per backend and batch size, each backend in its own process.
+
+    With --url: requests/s and latency percentiles of a running `zoo serve` (or Triton) at each concurrency."""
+    if url is not None:
+        from .serve.perf import print_sweep, sweep
+
+        report = sweep(url, model_name or model, model, _csv(concurrency, int), _csv(batch_sizes or "1", int),
+                       duration=min_time, binary=not json_data)
+        if output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(report, indent=2))
+        _emit_json(report) if as_json else print_sweep(report, out)
+        if any(r["errors"] for r in report["results"]):
+            raise typer.Exit(1)
+        return
     from .bench import benchmark
 
-    report = benchmark(model, _csv(backends_), _csv(batch_sizes, int), precision, device, repository,
+    report = benchmark(model, _csv(backends_), _csv(batch_sizes or "1,8,32", int), precision, device, repository,
                        checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -256,6 +290,53 @@ def bench(model: str, backends_: str = typer.Option("torch,onnxruntime", "--back
     _emit_json(report) if as_json else print_bench(report)
     if any(r["status"] != "ok" for r in report["results"]):
         raise typer.Exit(1)
+
+
+@app.command()
+def serve(repository: Path = typer.Argument(Path("exports"), help="The model repository that `zoo export` writes."),
+          host: str = typer.Option("127.0.0.1", help="Interface to bind; the default answers this machine only."),
+          port: int = typer.Option(8000, help="TCP port."),
+          max_batch_size: Optional[int] = typer.Option(None, help="Rows per execution (default: config.pbtxt, "
+                                                       "else the model's largest batch)."),
+          max_queue_delay_ms: Optional[float] = typer.Option(None, help="How long a request may wait for others "
+                                                             "to batch with (default: config.pbtxt, else 1 ms)."),
+          preferred_batch_sizes: Optional[str] = typer.Option(None, help="Comma-separated batch sizes sent at once "
+                                                              "(default: config.pbtxt)."),
+          instances: Optional[int] = typer.Option(None, help="Concurrent executions per model (default: "
+                                                  "config.pbtxt instance_group, else 1)."),
+          max_queue_size: int = typer.Option(256, help="Requests that may wait per model; more get 503 at once."),
+          no_batching: bool = typer.Option(False, "--no-batching", help="Run every request alone, as sent."),
+          no_ragged: bool = typer.Option(False, "--no-ragged", help="Batch only requests of identical shapes "
+                                         "(no zero-padding of sequence or atom axes)."),
+          threads: Optional[int] = typer.Option(None, help="Intra-op threads per instance (default: cores / "
+                                                "instances)."),
+          max_request_size: int = typer.Option(64 << 20, help="Largest request body in bytes; larger get 413."),
+          model_control: bool = typer.Option(False, "--model-control", help="Allow loading and unloading "
+                                             "artifacts by name over /v2/repository/models/NAME/(un)load."),
+          request_timeout: float = typer.Option(60.0, help="Seconds a request may wait for its model (504 after)."),
+          shutdown_timeout: float = typer.Option(30.0, help="Seconds in-flight requests get to finish on shutdown."),
+          log_level: str = typer.Option("info", help="debug, info, warning or error.")):
+    """Serve REPOSITORY over the Open Inference Protocol (v2, as Triton and KServe), with dynamic batching."""
+    from .errors import InputError
+    from .serve.app import Settings
+    from .serve.repository import ServeOptions
+    from .serve.server import run
+
+    if not repository.is_dir():
+        raise ZooError(f"no model repository at {repository}: export a model first (`zoo export MODEL -b BACKEND`)")
+    for name, value in {"--max-batch-size": max_batch_size, "--instances": instances, "--threads": threads,
+                        "--max-queue-size": max_queue_size, "--max-request-size": max_request_size}.items():
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be at least 1, got {value}")
+    if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
+        raise InputError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
+    options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
+                           preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
+                           else None, instances=instances, max_queue_size=max_queue_size,
+                           batching=not no_batching, ragged=not no_ragged, threads=threads)
+    run(Settings(repository, options, max_request_bytes=max_request_size, model_control=model_control,
+                 request_timeout=request_timeout, shutdown_timeout=shutdown_timeout),
+        host=host, port=port, log_level=log_level.lower())
 
 
 @app.command()

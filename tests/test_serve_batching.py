@@ -1,0 +1,87 @@
+"""Dynamic and ragged batching in a real server: concurrent requests of different batch
+sizes and sequence lengths are batched together (fewer executions than requests), and
+each response equals what its request alone gives the artifact's runner, within the
+model's fp32 tolerance (padding is masked out by the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import httpx
+import numpy as np
+import pytest
+
+import zoo
+from zoo.serve.protocol import HEADER_LENGTH, decode_response, encode_request
+
+pytest.register_assert_rewrite("serve_support")
+from serve_support import ONNX, RAGGED, assert_close, plugin_registered  # noqa: E402
+
+pytest_plugins = ["serve_support"]
+
+
+def counters(server, model: str) -> tuple[float, float]:
+    """(requests, executions) the server has counted for `model`."""
+    text = httpx.get(f"{server.url}/metrics").text
+
+    def value(family: str) -> float:
+        match = re.search(rf'{family}{{model="{re.escape(model)}",version="1"}} ([0-9.e+]+)', text)
+        return float(match[1]) if match else 0.0
+
+    return value("zoo_inference_requests_total"), value("zoo_inference_executions_total")
+
+
+async def send_all(url: str, bodies: list[tuple[bytes, dict]]) -> list[dict[str, np.ndarray]]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        responses = await asyncio.gather(*(client.post(url, content=b, headers=h) for b, h in bodies))
+    for r in responses:
+        assert r.status_code == 200, r.text
+    return [decode_response(r.content, r.headers.get(HEADER_LENGTH))[1] for r in responses]
+
+
+@pytest.fixture(scope="module")
+def runners(serve_repo):
+    with plugin_registered():
+        return {name: (zoo.Artifact.open(serve_repo / name).spec(), zoo.load(serve_repo / name, threads=1))
+                for name in (ONNX, RAGGED)}
+
+
+@pytest.mark.parametrize("name", [ONNX, RAGGED])
+def test_concurrent_requests_batch_and_match_their_own_inputs(server, runners, name):
+    spec, runner = runners[name]
+    rng = np.random.default_rng(11)
+    requests = [spec.sample(int(rng.integers(1, 4)), rng) for _ in range(24)]  # ragged.test: seq 3..12 each
+    before = counters(server, name)
+    got = asyncio.run(send_all(f"{server.url}/v2/models/{name}/infer",
+                               [encode_request(x, binary=k % 2 == 0) for k, x in enumerate(requests)]))
+    requests_delta, executions_delta = (a - b for a, b in zip(counters(server, name), before))
+    assert requests_delta == 24
+    assert executions_delta < 24, "no two requests were batched together"
+    tol = spec.tolerance("fp32")
+    for inputs, outputs in zip(requests, got):
+        want = runner(inputs)  # this request alone
+        assert set(outputs) == set(want)
+        for key in want:
+            assert outputs[key].shape == want[key].shape  # per-token outputs cut back to this request's length
+            np.testing.assert_allclose(outputs[key], want[key], atol=tol.atol, rtol=tol.rtol)
+
+
+def test_domain_native_requests_of_different_lengths_batch(server, runners):
+    spec, runner = runners[RAGGED]
+    texts = [b"hi", b"a longer text", b"mid size", b"0123456789abcdef", b"ok!"] * 4
+    bodies = [encode_request({"text": [t]}, outputs=["result"]) for t in texts]
+    before = counters(server, RAGGED)
+    got = asyncio.run(send_all(f"{server.url}/v2/models/{RAGGED}/infer", bodies))
+    assert counters(server, RAGGED)[1] - before[1] < len(texts)
+    for text, outputs in zip(texts, got):
+        (result,) = [json.loads(x) for x in outputs["result"]]
+        assert_close(result, zoo.predict(spec, runner, [text])[0], 1e-5, 1e-5)
+
+
+def test_batch_sizes_are_observed(server):
+    text = httpx.get(f"{server.url}/metrics").text
+    counts = re.search(rf'zoo_inference_batch_size_count{{model="{re.escape(RAGGED)}",version="1"}} ([0-9.]+)', text)
+    sums = re.search(rf'zoo_inference_batch_size_sum{{model="{re.escape(RAGGED)}",version="1"}} ([0-9.]+)', text)
+    assert counts and sums and float(sums[1]) / float(counts[1]) > 1.0

@@ -1,0 +1,183 @@
+"""Malformed requests against a real `zoo serve`: each gets the right 4xx/5xx status and
+a `{"error": ...}` naming what was wrong (never a traceback, an exception class name or
+a file path), and the server stays live and correct after every one of them."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+import httpx
+import numpy as np
+import pytest
+
+pytest.register_assert_rewrite("serve_support")
+from serve_support import DOMAIN_MODELS, ONNX, RAGGED, artifact_name  # noqa: E402
+
+pytest_plugins = ["serve_support"]
+IMAGE = {"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.5] * 64}
+TOKENS = {"name": "tokens", "datatype": "INT64", "shape": [1, 5], "data": [1, 2, 3, 4, 5]}
+MASK = {"name": "mask", "datatype": "INT64", "shape": [1, 5], "data": [1, 1, 1, 1, 1]}
+LIMIT = 1 << 20  # the shared server's --max-request-size
+
+
+def body(*inputs: dict, **extra) -> bytes:
+    return json.dumps({"inputs": list(inputs), **extra}).encode()
+
+
+def image(**changes) -> dict:
+    return {**IMAGE, **changes}
+
+
+def binary_image(size: int) -> dict:
+    return {**{k: v for k, v in IMAGE.items() if k != "data"}, "parameters": {"binary_data_size": size}}
+
+
+def binary(json_inputs: list[dict], data: bytes, header: int | str | None = None) -> tuple[bytes, dict]:
+    head = json.dumps({"inputs": json_inputs}).encode()
+    return head + data, {"Inference-Header-Content-Length": str(len(head) if header is None else header)}
+
+
+def raw_bytes(name: str, items: list[bytes]) -> tuple[bytes, dict]:
+    data = b"".join(struct.pack("<I", len(x)) + x for x in items)
+    return binary([{"name": name, "datatype": "BYTES", "shape": [len(items)],
+                    "parameters": {"binary_data_size": len(data)}}], data)
+
+
+FLOATS64 = np.zeros(64, np.float32).tobytes()
+
+#: (id, model, body or (body, headers), status, words the message must contain)
+CASES = [
+    ("wrong-datatype", ONNX, body(image(datatype="FP64")), 400, "datatype FP64"),
+    ("unknown-datatype", ONNX, body(image(datatype="FLOAT")), 400, "unknown datatype"),
+    ("data-length-disagrees", ONNX, body(image(data=[0.5] * 63)), 400, "63 elements"),
+    ("negative-dimension", ONNX, body(image(shape=[-1, 1, 8, 8])), 400, "negative"),
+    ("overflowing-dimensions", ONNX, body(image(shape=[2 ** 62, 2 ** 62, 8, 8])), 400, "more elements"),
+    ("dimension-not-integer", ONNX, body(image(shape=[1.5, 1, 8, 8])), 400, "not an integer"),
+    ("wrong-rank", ONNX, body(image(shape=[1, 64], data=[0.5] * 64)), 400, "takes [-1, 1, 8, 8]"),
+    ("wrong-fixed-dimension", ONNX, body(image(shape=[1, 1, 4, 16])), 400, "dimension 2 must be 8"),
+    ("zero-batch", ONNX, body(image(shape=[0, 1, 8, 8], data=[])), 400, "takes 1 to 64"),
+    ("batch-over-maximum", ONNX, body(image(shape=[65, 1, 8, 8], data=[0.5] * 65 * 64)), 400, "takes 1 to 64"),
+    ("missing-input", RAGGED, body(TOKENS), 400, "missing ['mask']"),
+    ("extra-input", RAGGED, body(TOKENS, MASK, {**MASK, "name": "segments"}), 400, "unexpected ['segments']"),
+    ("duplicate-input", ONNX, body(IMAGE, IMAGE), 400, "more than once"),
+    ("no-inputs", ONNX, body(), 400, "non-empty list"),
+    ("axes-disagree", RAGGED, body(TOKENS, {**MASK, "shape": [1, 6], "data": [1] * 6}), 400, "disagree on axis 'seq'"),
+    ("axis-over-range", RAGGED, body({**TOKENS, "shape": [1, 17], "data": [1] * 17},
+                                     {**MASK, "shape": [1, 17], "data": [1] * 17}), 400, "takes 2 to 16"),
+    ("string-for-fp32", ONNX, body(image(data=["x"] * 64)), 400, "must be numbers"),
+    ("float-for-int64", RAGGED, body({**TOKENS, "data": [1.5] * 5}, MASK), 400, "must be integers"),
+    ("int64-overflow", RAGGED, body({**TOKENS, "data": [2 ** 70] * 5}, MASK), 400, "outside the range of INT64"),
+    ("nested-data-mismatch", ONNX, body(image(data=[[0.5] * 8] * 8)), 400, "does not match shape"),
+    ("unknown-output", ONNX, body(IMAGE, outputs=[{"name": "probs"}]), 400, "no output 'probs'"),
+    ("duplicate-output", ONNX, body(IMAGE, outputs=[{"name": "logits"}] * 2), 400, "more than once"),
+    ("data-and-binary", ONNX, body(image(parameters={"binary_data_size": 256})), 400, "both"),
+    ("neither-data-nor-binary", ONNX, body({k: v for k, v in IMAGE.items() if k != "data"}), 400, "neither"),
+    ("parameters-not-object", ONNX, body(IMAGE, parameters=[1]), 400, "must be an object"),
+    ("id-not-string", ONNX, body(IMAGE, id=7), 400, "`id` must be a string"),
+    ("non-json-body", ONNX, b"image=0.5", 400, "not valid JSON"),
+    ("json-array-body", ONNX, b"[1, 2]", 400, "JSON object"),
+    ("deeply-nested-json", ONNX, b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    ("binary-size-past-end", ONNX, binary([binary_image(256)], FLOATS64[:100]),
+     400, "runs past the end"),
+    ("binary-bytes-left-over", ONNX, binary([binary_image(256)], FLOATS64 + b"xx"),
+     400, "add up to 256"),
+    ("binary-size-not-the-shape", ONNX, binary([binary_image(252)], FLOATS64[:252]),
+     400, "do not hold 64 FP32"),
+    ("header-longer-than-body", ONNX, binary([IMAGE], b"", header=10 ** 6), 400, "Inference-Header-Content-Length"),
+    ("header-not-a-number", ONNX, binary([IMAGE], b"", header="ten"), 400, "must be an integer"),
+    ("bytes-length-prefix-cut", RAGGED, binary([{"name": "text", "datatype": "BYTES", "shape": [1],
+                                                 "parameters": {"binary_data_size": 2}}], b"\x05\x00"),
+     400, "cut off"),
+    ("invalid-utf8-text", RAGGED, raw_bytes("text", [b"ok text", b"\xff\xfe bad"]), 400, "item 2 is not valid UTF-8"),
+    ("text-too-long-for-model", RAGGED, raw_bytes("text", [b"x" * 40]), 400, "takes 2 to 16"),
+    ("too-many-items", RAGGED, raw_bytes("text", [b"hello"] * 17), 400, "1 to 16 text items"),
+    ("unknown-model", "no-such-model", body(IMAGE), 404, "unknown model 'no-such-model'"),
+]
+SMILES_MODEL, IMAGE_MODEL = DOMAIN_MODELS["drug"], DOMAIN_MODELS["vision"]
+DOMAIN_CASES = [
+    pytest.param("invalid-smiles", SMILES_MODEL and artifact_name(SMILES_MODEL),
+                 raw_bytes("smiles", [b"CCO", b"C1CC("]), 400, "invalid SMILES", id="invalid-smiles",
+                 marks=pytest.mark.skipif(SMILES_MODEL is None, reason="no drug model with SMILES input yet")),
+    pytest.param("undecodable-image", IMAGE_MODEL and artifact_name(IMAGE_MODEL),
+                 raw_bytes("image", [b"GIF89a-not"]), 400, "image", id="undecodable-image",
+                 marks=pytest.mark.skipif(IMAGE_MODEL is None, reason="no registered vision model with image input")),
+]
+#: what an error body must never show: tracebacks, exception class names, file system paths
+LEAKS = re.compile(r"Traceback|File \"|\b[A-Z]\w*(Error|Exception)\b|/work/|/tmp/|/usr/|site-packages|\.py\b")
+
+
+def check_error(response: httpx.Response, status: int, words: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    doc = response.json()
+    assert set(doc) == {"error"} and words in doc["error"], doc
+    assert not LEAKS.search(doc["error"]), doc["error"]
+
+
+def check_still_serving(server) -> None:
+    """Live, ready, and a good request still gets the right answer."""
+    assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+    x = np.linspace(0, 1, 64, dtype=np.float32)
+    first = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(image(data=x.tolist())))
+    second = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(image(data=x.tolist())))
+    assert first.status_code == second.status_code == 200
+    assert first.json()["outputs"] == second.json()["outputs"]
+
+
+@pytest.mark.parametrize(("case", "model", "request_body", "status", "words"),
+                         [pytest.param(*c, id=c[0]) for c in CASES] + DOMAIN_CASES)
+def test_malformed_request(server, case, model, request_body, status, words):
+    content, headers = request_body if isinstance(request_body, tuple) else (request_body, {})
+    response = httpx.post(f"{server.url}/v2/models/{model}/infer", content=content, headers=headers, timeout=60)
+    check_error(response, status, words)
+    check_still_serving(server)
+
+
+def test_unknown_version(server):
+    check_error(httpx.post(f"{server.url}/v2/models/{ONNX}/versions/2/infer", content=body(IMAGE)), 404, "no version")
+    check_error(httpx.get(f"{server.url}/v2/models/{ONNX}/versions/0"), 404, "no version")
+
+
+def test_oversized_body_is_refused_before_it_is_read(server):
+    big = b"0" * (LIMIT + 1)
+    check_error(httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=big), 413, "exceeds the limit")
+    check_still_serving(server)
+
+
+def test_oversized_chunked_body(server):
+    def chunks():
+        for _ in range(2 * LIMIT // (64 << 10)):
+            yield b"0" * (64 << 10)
+
+    response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=chunks())
+    assert "content-length" not in response.request.headers  # it really was sent chunked
+    check_error(response, 413, "exceeds the limit")
+    check_still_serving(server)
+
+
+def test_unsupported_content_encoding(server):
+    response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(IMAGE),
+                          headers={"Content-Encoding": "gzip"})
+    check_error(response, 415, "Content-Encoding 'gzip'")
+
+
+def test_unknown_route_and_method(server):
+    check_error(httpx.get(f"{server.url}/v2/nothing/here"), 404, "no endpoint")
+    check_error(httpx.get(f"{server.url}/v2/models/{ONNX}/infer"), 405, "GET is not allowed")
+
+
+def test_model_control_is_off_by_default(server):
+    response = httpx.post(f"{server.url}/v2/repository/models/{ONNX}/load")
+    check_error(response, 403, "--model-control")
+    check_error(httpx.post(f"{server.url}/v2/repository/models/{ONNX}/unload"), 403, "--model-control")
+    assert httpx.get(f"{server.url}/v2/models/{ONNX}/ready").status_code == 200
+
+
+def test_failures_are_counted(server):
+    text = httpx.get(f"{server.url}/metrics").text
+    assert re.search(rf'zoo_inference_failures_total{{model="{re.escape(ONNX)}",reason="bad_request",version="1"}} '
+                     r'[1-9]', text), text[-2000:]
+    assert 'code="413"' in text and 'code="404"' in text

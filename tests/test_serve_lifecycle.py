@@ -1,0 +1,138 @@
+"""The server's life: artifacts it cannot load are skipped with the reason; a backend
+failure in the middle of a request gives that request a prompt 500, readiness shows the
+recovery, and the next request succeeds; a full queue answers 503 at once; models load
+and unload by name only when enabled; SIGTERM finishes in-flight requests.
+
+The failures are real: the test plugin's `faulty` backend (tests/serve_plugin.py,
+loaded into the server with `--plugin`) raises or stalls inside its runner on
+sentinel inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+pytest.register_assert_rewrite("serve_support")
+from serve_support import DIGITS, ONNX, ServerProcess, export, plugin_registered  # noqa: E402
+
+pytest_plugins = ["serve_support"]
+FAULTY = f"{DIGITS}.faulty.fp32"
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    with plugin_registered() as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def faulty_server(serve_repo, tmp_path_factory, plugin):
+    repo = tmp_path_factory.mktemp("lifecycle") / "exports"
+    export(DIGITS, "faulty", repo)
+    shutil.copytree(serve_repo / ONNX, repo / ONNX)
+    broken = repo / "broken.onnxruntime.fp32"
+    shutil.copytree(serve_repo / ONNX, broken)
+    (broken / "1" / "model.onnx").write_bytes(b"tampered")
+    orphan = repo / "orphan.onnxruntime.fp32"
+    shutil.copytree(serve_repo / ONNX, orphan)
+    manifest = json.loads((orphan / "zoo.json").read_text())
+    manifest["model"]["name"] = "orphan.model"  # a model whose plugin is not installed
+    (orphan / "zoo.json").write_text(json.dumps(manifest))
+    proc = ServerProcess(repo, "--model-control", "--max-queue-size", "2", "--max-queue-delay-ms", "0",
+                         log=repo.parent / "server.log")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.kill()
+
+
+def infer(server, first: float, model: str = FAULTY, timeout: float = 30) -> httpx.Response:
+    data = np.full(64, 0.25, np.float32)
+    data[0] = first
+    body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": data.tolist()}]}
+    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=timeout)
+
+
+def test_skipped_artifacts_say_why(faulty_server):
+    log = faulty_server.log()
+    assert "skipped broken.onnxruntime.fp32" in log and "does not match its sha256" in log
+    assert "skipped orphan.onnxruntime.fp32" in log and "unknown model 'orphan.model'" in log
+    index = {row["name"]: row for row in httpx.post(f"{faulty_server.url}/v2/repository/index").json()}
+    assert index[FAULTY]["state"] == index[ONNX]["state"] == "READY"
+    assert index["broken.onnxruntime.fp32"]["state"] == "UNAVAILABLE"
+    assert "sha256" in index["broken.onnxruntime.fp32"]["reason"]
+    assert "/" not in index["orphan.onnxruntime.fp32"]["reason"].replace("zoo export", "")
+
+
+def test_backend_failure_then_recovery(faulty_server, plugin):
+    assert infer(faulty_server, 0.5).status_code == 200
+    start = time.monotonic()
+    failed = infer(faulty_server, plugin.FAIL)
+    assert time.monotonic() - start < 5, "the failed request was not answered promptly"
+    assert failed.status_code == 500
+    message = failed.json()["error"]
+    assert "failed" in message and FAULTY in message and "/opt" not in message and "RuntimeError" not in message
+    # the reload takes RELOAD_SECONDS: readiness says so meanwhile
+    assert httpx.get(f"{faulty_server.url}/v2/models/{FAULTY}/ready").status_code == 503
+    assert httpx.get(f"{faulty_server.url}/v2/health/ready").status_code == 503
+    assert infer(faulty_server, 0.5).status_code == 503
+    assert httpx.get(f"{faulty_server.url}/v2/health/live").status_code == 200
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{faulty_server.url}/v2/models/{FAULTY}/ready").status_code != 200:
+        assert time.monotonic() < deadline, "the model did not recover"
+        time.sleep(0.1)
+    recovered, other = infer(faulty_server, 0.5), infer(faulty_server, 0.5, model=ONNX)
+    assert recovered.status_code == other.status_code == 200
+    np.testing.assert_allclose(recovered.json()["outputs"][0]["data"], other.json()["outputs"][0]["data"], atol=1e-5)
+    assert httpx.get(f"{faulty_server.url}/v2/health/ready").status_code == 200
+
+
+def test_a_full_queue_answers_503_at_once(faulty_server, plugin):
+    def timed(first: float) -> tuple[int, float, str]:
+        start = time.monotonic()
+        r = infer(faulty_server, first)
+        return r.status_code, time.monotonic() - start, r.json().get("error", "")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(timed, [plugin.SLOW] * 8))
+    refused = [(t, e) for status, t, e in results if status == 503]
+    assert sorted({status for status, _, _ in results}) == [200, 503]
+    assert refused and all(t < 1.0 and "queued" in e for t, e in refused), refused
+    assert infer(faulty_server, 0.5).status_code == 200
+
+
+def test_model_control_by_name_only(faulty_server):
+    url = faulty_server.url
+    assert httpx.post(f"{url}/v2/repository/models/{ONNX}/unload").status_code == 200
+    assert infer(faulty_server, 0.5, model=ONNX).status_code == 404
+    for name, status in [("..", 404), ("http:evil.example", 404), ("no-such-artifact", 404), ("%2e%2e", 404)]:
+        response = httpx.post(f"{url}/v2/repository/models/{name}/load")
+        assert response.status_code == status and "error" in response.json(), (name, response.text)
+    assert httpx.post(f"{url}/v2/repository/models/..%2F..%2Fetc/load").status_code == 404
+    override = httpx.post(f"{url}/v2/repository/models/{ONNX}/load", json={"parameters": {"config": "{}"}})
+    assert override.status_code == 400 and "not supported" in override.json()["error"]
+    assert httpx.post(f"{url}/v2/repository/models/{ONNX}/load").status_code == 200
+    assert infer(faulty_server, 0.5, model=ONNX).status_code == 200
+
+
+def test_sigterm_finishes_in_flight_requests(faulty_server, plugin):
+    """Last in this module: it stops the server."""
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(response=infer(faulty_server, plugin.SLOW)))
+    thread.start()
+    time.sleep(0.5)  # the slow request is now running
+    # uvicorn re-raises the signal after its graceful shutdown, so the exit status says SIGTERM
+    assert faulty_server.terminate(timeout=60) in (0, -signal.SIGTERM)
+    thread.join(10)
+    assert result["response"].status_code == 200
+    log = faulty_server.log()
+    assert "Waiting for background tasks" in log or "Application shutdown complete" in log, log[-2000:]

@@ -1,0 +1,343 @@
+"""The Starlette application: Open Inference Protocol routes over the served models.
+
+Models load in the application's lifespan, so the server listens only once every
+artifact that can run here is loaded (the others are listed with the reason they were
+skipped). "Live" is "the process answers"; "ready" is "every loaded model takes
+requests" (not during recovery from a backend failure).
+
+Every error is `{"error": "..."}` with the status from `errors.STATUS`: Starlette's own
+404/405, a body over the size limit (413, answered before the body is read when
+Content-Length says so, and as soon as a chunked body passes the limit), and anything
+unforeseen (500, details only in the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import __version__
+from ..errors import ZooError
+from . import repository
+from .errors import (
+    ModelControlDisabledError,
+    ModelNotFoundError,
+    PayloadTooLargeError,
+    ProtocolError,
+    UnsupportedMediaError,
+    scrub,
+    status_for,
+)
+from .metrics import Metrics
+from .model import ServedModel
+from .protocol import HEADER_LENGTH, decode_request, encode_response
+
+log = logging.getLogger("zoo.serve")
+OFFLOAD_BYTES = 1 << 16  # bodies larger than this are decoded in a worker thread, off the event loop
+FAILURE_REASONS = {400: "bad_request", 404: "bad_request", 413: "bad_request", 500: "backend", 503: "unavailable",
+                   504: "timeout"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    repository: Path
+    options: repository.ServeOptions = repository.ServeOptions()
+    max_request_bytes: int = 64 << 20  # request bodies beyond this are answered 413
+    model_control: bool = False  # load/unload over /v2/repository/models/...
+    request_timeout: float = 60.0  # seconds a request may wait for its model
+    shutdown_timeout: float = 30.0  # seconds queued work may take to finish at shutdown
+
+
+class Server:
+    """What the routes share: the served models, their aliases, what was skipped, metrics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.models: dict[str, ServedModel] = {}
+        self.aliases: dict[str, str] = {}
+        self.skipped: list[repository.Skipped] = []
+        self.metrics = Metrics()
+        self.control = asyncio.Lock()
+
+    def add(self, model: ServedModel, runners: list) -> None:
+        model.on_batch = lambda works, rows, m=model: self.metrics.observe_batch(m.name, m.version, rows)
+        model.start(runners)
+        self.models[model.name] = model
+        self._alias()
+        log.info("serving %s (%s, %s, %s; batching %s)", model.name, model.artifact.backend, model.artifact.precision,
+                 model.artifact.device, model.policy.to_json())
+
+    def _alias(self) -> None:
+        """A bare model name (`resnet8.digits`) names its artifact when exactly one is loaded."""
+        by_model: dict[str, list[str]] = {}
+        for m in self.models.values():
+            by_model.setdefault(m.spec.name, []).append(m.name)
+        self.aliases = {model: names[0] for model, names in by_model.items() if len(names) == 1}
+
+    def model(self, name: str, version: str | None = None) -> ServedModel:
+        model = self.models.get(name) or self.models.get(self.aliases.get(name, ""))
+        if model is None:
+            several = sorted(m.name for m in self.models.values() if m.spec.name == name)
+            if several:
+                raise ModelNotFoundError(f"model {name} is served by several artifacts, name one: {several}")
+            raise ModelNotFoundError(f"unknown model {name[:200]!r}; loaded: {sorted(self.models) or 'none'}")
+        if version is not None and version != model.version:
+            raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
+        return model
+
+    def ready(self) -> tuple[bool, str]:
+        for m in self.models.values():
+            if not m.ready:
+                return False, f"model {m.name} is not ready: {m.reason}"
+        return True, ""
+
+
+# ---------------------------------------------------------------- routes
+
+
+def _zoo(request: Request) -> Server:
+    return request.app.state.zoo
+
+
+async def server_metadata(request: Request) -> Response:
+    return JSONResponse({"name": "zoo", "version": __version__,
+                         "extensions": ["binary_tensor_data", "model_repository", "model_configuration"]})
+
+
+async def live(request: Request) -> Response:
+    return JSONResponse({"live": True})
+
+
+async def ready(request: Request) -> Response:
+    ok, reason = _zoo(request).ready()
+    return JSONResponse({"ready": True} if ok else {"ready": False, "error": reason}, 200 if ok else 503)
+
+
+async def model_metadata(request: Request) -> Response:
+    return JSONResponse(_model(request).metadata())
+
+
+async def model_config(request: Request) -> Response:
+    return JSONResponse(_model(request).config())
+
+
+async def model_ready(request: Request) -> Response:
+    m = _model(request)
+    if m.ready:
+        return JSONResponse({"name": m.name, "version": m.version, "ready": True})
+    return JSONResponse({"name": m.name, "ready": False, "error": f"model {m.name} is not ready: {m.reason}"}, 503)
+
+
+def _model(request: Request) -> ServedModel:
+    return _zoo(request).model(request.path_params["model"], request.path_params.get("version"))
+
+
+async def infer(request: Request) -> Response:
+    zoo = _zoo(request)
+    start = time.perf_counter()
+    model = _model(request)
+    labels = (model.name, model.version)
+    zoo.metrics.requests.labels(*labels).inc()
+    try:
+        body = await request.body()
+        header = request.headers.get(HEADER_LENGTH)
+        if len(body) > OFFLOAD_BYTES:
+            decoded = await asyncio.to_thread(decode_request, body, header)
+        else:
+            decoded = decode_request(body, header)
+        outputs, work = await model.infer(decoded, zoo.settings.request_timeout)
+        wanted = decoded.outputs or {}
+        binary = {t.name: decoded.binary_output if wanted.get(t.name) is None else wanted[t.name] for t in outputs}
+        content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
+    except Exception as exc:
+        zoo.metrics.failures.labels(*labels, FAILURE_REASONS.get(status_for(exc) or 500, "internal")).inc()
+        raise
+    zoo.metrics.observe_request(*labels, time.perf_counter() - start, work.started - work.enqueued, work.compute)
+    return Response(content, headers=headers)
+
+
+async def repository_index(request: Request) -> Response:
+    zoo = _zoo(request)
+    rows = [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in zoo.models.values()]
+    rows += [{"name": s.name, "state": "UNAVAILABLE", "reason": s.reason} for s in zoo.skipped
+             if s.name not in zoo.models]
+    return JSONResponse(sorted(rows, key=lambda r: r["name"]))
+
+
+async def load_model(request: Request) -> Response:
+    zoo = _control(request)
+    body = await request.body()
+    if body.strip():
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            raise ProtocolError("the load request body must be JSON") from None
+        if not isinstance(doc, dict) or doc.get("parameters"):
+            raise ProtocolError("load takes no parameters: configuration and file overrides are not supported")
+    name = request.path_params["model"]
+    path = repository.find_artifact(zoo.settings.repository, name)
+    async with zoo.control:
+        model, runners = await asyncio.to_thread(repository.open_model, path, zoo.settings.options)
+        old = zoo.models.pop(name, None)
+        if old is not None:
+            await old.stop(zoo.settings.shutdown_timeout)
+        zoo.add(model, runners)
+        zoo.skipped = [s for s in zoo.skipped if s.name != name]
+    return JSONResponse({"name": name, "state": "READY"})
+
+
+async def unload_model(request: Request) -> Response:
+    zoo = _control(request)
+    name = request.path_params["model"]
+    async with zoo.control:
+        model = zoo.models.pop(name, None)
+        if model is None:
+            raise ModelNotFoundError(f"model {name[:200]!r} is not loaded")
+        zoo._alias()
+        await model.stop(zoo.settings.shutdown_timeout)
+    return JSONResponse({"name": name, "state": "UNAVAILABLE"})
+
+
+def _control(request: Request) -> Server:
+    zoo = _zoo(request)
+    if not zoo.settings.model_control:
+        raise ModelControlDisabledError("loading and unloading models over the API is off; "
+                                        "start the server with --model-control to allow it")
+    return zoo
+
+
+async def metrics(request: Request) -> Response:
+    zoo = _zoo(request)
+    content, content_type = zoo.metrics.exposition(list(zoo.models.values()))
+    return Response(content, media_type=content_type)
+
+
+MODEL = "/v2/models/{model}"
+VERSION = "/v2/models/{model}/versions/{version}"
+ROUTES = [
+    Route("/v2", server_metadata, methods=["GET"]),
+    Route("/v2/health/live", live, methods=["GET"]),
+    Route("/v2/health/ready", ready, methods=["GET"]),
+    *(r for base in (MODEL, VERSION) for r in (
+        Route(base, model_metadata, methods=["GET"]),
+        Route(base + "/ready", model_ready, methods=["GET"]),
+        Route(base + "/config", model_config, methods=["GET"]),
+        Route(base + "/infer", infer, methods=["POST"]))),
+    Route("/v2/repository/index", repository_index, methods=["POST", "GET"]),
+    Route("/v2/repository/models/{model}/load", load_model, methods=["POST"]),
+    Route("/v2/repository/models/{model}/unload", unload_model, methods=["POST"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]
+
+
+# ---------------------------------------------------------------- errors
+
+
+async def on_error(request: Request, exc: Exception) -> Response:
+    status = status_for(exc)
+    if status is None:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"error": "internal server error; the server log has the details"}, 500)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"error": scrub(str(exc))}, status, headers=headers)
+
+
+async def on_http_error(request: Request, exc: HTTPException) -> Response:
+    path = request.url.path[:200]
+    messages = {404: f"no endpoint at {path}; the server speaks the Open Inference Protocol under /v2",
+                405: f"{request.method} is not allowed on {path}"}
+    return JSONResponse({"error": messages.get(exc.status_code, str(exc.detail))}, exc.status_code,
+                        headers=exc.headers)
+
+
+# ---------------------------------------------------------------- request-size guard
+
+
+class Guard:
+    """ASGI middleware: the body-size limit (before the body is read where Content-Length
+    tells, else while it streams in), unsupported Content-Encodings, and per-route
+    response counts."""
+
+    def __init__(self, app: Any, limit: int, metrics: Metrics) -> None:
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        code = [500]
+
+        async def counted(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                code[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refuse(dict(scope["headers"]))
+            if refusal is not None:
+                response = JSONResponse({"error": str(refusal)}, status_for(refusal))
+                return await response(scope, receive, counted)
+            received = 0
+
+            async def limited() -> dict:
+                nonlocal received
+                message = await receive()
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise PayloadTooLargeError(f"the request body exceeds the limit of {self.limit} bytes")
+                return message
+
+            await self.app(scope, limited, counted)
+        finally:
+            route = scope.get("route")
+            self.metrics.http.labels(getattr(route, "path", "unmatched"), str(code[0])).inc()
+
+    def _refuse(self, headers: dict[bytes, bytes]) -> ZooError | None:
+        """Why the request is refused from its headers alone, or None."""
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                return ProtocolError("Content-Length must be a non-negative integer")
+            if int(length) > self.limit:
+                return PayloadTooLargeError(f"the request body ({int(length)} bytes) exceeds the limit of "
+                                            f"{self.limit} bytes")
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"", b"identity"):
+            return UnsupportedMediaError(f"Content-Encoding {encoding.decode('latin-1')[:40]!r} is not supported; "
+                                         "send the body as is")
+        return None
+
+
+# ---------------------------------------------------------------- the application
+
+
+def create_app(settings: Settings) -> Starlette:
+    zoo = Server(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        loaded, zoo.skipped = await asyncio.to_thread(repository.scan, settings.repository, settings.options)
+        for model, runners in loaded:
+            zoo.add(model, runners)
+        if not zoo.models:
+            log.warning("no artifact in %s can run here; serving none", settings.repository)
+        yield
+        await asyncio.gather(*(m.stop(settings.shutdown_timeout) for m in zoo.models.values()))
+
+    app = Starlette(routes=ROUTES, lifespan=lifespan,
+                    exception_handlers={HTTPException: on_http_error, ZooError: on_error, Exception: on_error})
+    app.router.redirect_slashes = False
+    app.state.zoo = zoo
+    app.add_middleware(Guard, limit=settings.max_request_bytes, metrics=zoo.metrics)
+    return app

@@ -1,0 +1,252 @@
+"""Dynamic batching: requests queued for a model are merged into one execution.
+
+The policy is Triton's dynamic batcher (model configuration `dynamic_batching`): a
+batch is sent to a free instance as soon as it reaches the maximum batch size or a
+preferred batch size, or when its oldest request has waited `max_queue_delay`;
+while every instance is busy, requests keep arriving and the next batch grows. The
+queue is bounded: a request that finds it full is refused at once (503) rather than
+waiting without limit.
+
+Ragged batching: requests whose dynamic non-batch axes differ (sequence lengths, atom
+counts) are padded with zeros on the right to the longest in the batch, and each
+request's outputs are sliced back to its own sizes on the output axes of the same
+symbolic name. Zoo models with such axes take masks, so padding does not change a
+request's result beyond the model's fp32 tolerance (the plugins' tests check this).
+
+Runners execute in worker threads, one per instance; the event loop never blocks on a
+model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..tensors import to_numpy
+from .errors import BackendFailureError, ModelNotReadyError, QueueFullError
+
+log = logging.getLogger("zoo.serve")
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    max_batch_size: int  # largest number of rows (batch entries) in one execution
+    max_queue_delay: float = 0.001  # seconds the oldest request may wait for others to join
+    preferred_batch_sizes: tuple[int, ...] = ()  # send at once when a batch reaches the smallest of these
+    max_queue_size: int = 256  # requests waiting for an instance; more are refused with 503
+    instances: int = 1  # concurrent executions (worker threads, one runner each)
+    batching: bool = True  # False: every request executes alone, as sent
+    ragged: bool = True  # False: only requests of identical shapes are batched together
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_batch_size": self.max_batch_size, "max_queue_delay_ms": self.max_queue_delay * 1e3,
+                "preferred_batch_sizes": list(self.preferred_batch_sizes), "max_queue_size": self.max_queue_size,
+                "instances": self.instances, "dynamic_batching": self.batching, "ragged": self.ragged}
+
+
+@dataclass(eq=False)
+class Work:
+    """One request's tensors on their way through the queue."""
+
+    inputs: dict[str, np.ndarray]
+    rows: int  # size of the batch axis in this request
+    sizes: dict[str, int]  # this request's size of each dynamic non-batch axis
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.perf_counter)
+    started: float = 0.0  # when its batch began executing
+    compute: float = 0.0  # seconds its batch spent in the runner
+
+    @property
+    def key(self) -> tuple:
+        return tuple(sorted(self.sizes.items()))
+
+
+def merge(works: Sequence[Work], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """One batch from several requests, zero-padding every non-batch axis to the longest."""
+    merged = {}
+    for name in names:
+        arrays = [w.inputs[name] for w in works]
+        if len(arrays) == 1:
+            merged[name] = arrays[0]
+        elif all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
+            merged[name] = np.concatenate(arrays)
+        else:
+            tail = tuple(max(a.shape[d] for a in arrays) for d in range(1, arrays[0].ndim))
+            out = np.zeros((sum(a.shape[0] for a in arrays), *tail), dtype=arrays[0].dtype)
+            row = 0
+            for a in arrays:
+                out[(slice(row, row + a.shape[0]), *(slice(0, n) for n in a.shape[1:]))] = a
+                row += a.shape[0]
+            merged[name] = out
+    return merged
+
+
+def split(outputs: Mapping[str, np.ndarray], works: Sequence[Work],
+          ragged_dims: Mapping[str, Mapping[int, str]]) -> list[dict[str, np.ndarray]]:
+    """Each request's rows of the batch outputs, cut back to its own axis sizes."""
+    if len(works) == 1 and not works[0].sizes:
+        return [dict(outputs)]
+    results, row = [], 0
+    for w in works:
+        mine = {}
+        for name, array in outputs.items():
+            dims = ragged_dims.get(name, {})
+            index = [slice(row, row + w.rows)]
+            index += [slice(0, w.sizes[dims[d]]) if dims.get(d) in w.sizes else slice(None)
+                      for d in range(1, array.ndim)]
+            mine[name] = array[tuple(index)].copy()
+        results.append(mine)
+        row += w.rows
+    return results
+
+
+class Batcher:
+    """The queue and the executions of one model."""
+
+    def __init__(self, name: str, runners: Sequence[Callable], policy: BatchPolicy, input_names: Sequence[str],
+                 ragged_dims: Mapping[str, Mapping[int, str]],
+                 on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None,
+                 on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+        self.name, self.policy = name, policy
+        self.input_names, self.ragged_dims = tuple(input_names), ragged_dims
+        self.on_batch, self.on_failure = on_batch, on_failure
+        self._pool: queue.SimpleQueue = queue.SimpleQueue()
+        self.swap(runners)
+        self._queue: collections.deque[Work] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._slots = asyncio.Semaphore(policy.instances)
+        self._running: set[asyncio.Task] = set()
+        self._executor = ThreadPoolExecutor(policy.instances, thread_name_prefix=f"zoo-{name}")
+        self._closed = False
+        self._collector = asyncio.get_running_loop().create_task(self._collect())
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def swap(self, runners: Sequence[Callable]) -> None:
+        """Use fresh runners from now on (after a failure); executions in flight finish on the old."""
+        pool: queue.SimpleQueue = queue.SimpleQueue()
+        for r in runners:
+            pool.put(r)
+        self._pool = pool
+
+    def submit(self, work: Work) -> asyncio.Future:
+        if self._closed:
+            raise ModelNotReadyError(f"model {self.name} is shutting down")
+        if len(self._queue) >= self.policy.max_queue_size:
+            raise QueueFullError(f"model {self.name} has {len(self._queue)} requests queued, its limit; retry later")
+        self._queue.append(work)
+        self._arrived.set()
+        return work.future
+
+    async def stop(self, timeout: float) -> None:
+        """Refuse new requests, finish the queued and running ones (up to `timeout` s), stop."""
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        while (self._queue or self._running) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self._collector.cancel()
+        for w in self._queue:
+            if not w.future.done():
+                w.future.set_exception(ModelNotReadyError(f"model {self.name} stopped before running the request"))
+        self._queue.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _collect(self) -> None:
+        while True:
+            await self._slots.acquire()  # batches form while every instance is busy
+            try:
+                works = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.get_running_loop().create_task(self._execute(works))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> list[Work]:
+        p = self.policy
+        while True:
+            while self._queue and self._queue[0].future.done():  # abandoned (timed out) requests
+                self._queue.popleft()
+            if not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            works, rows, full = self._select()
+            now = time.perf_counter()
+            deadline = self._queue[0].enqueued + p.max_queue_delay
+            # Triton sends a batch as soon as it can form a preferred size; requests carry
+            # several rows, so here: as soon as the batch reaches the smallest preferred size.
+            if not p.batching or full or rows >= p.max_batch_size or now >= deadline \
+                    or (p.preferred_batch_sizes and rows >= min(p.preferred_batch_sizes)):
+                taken = {id(w) for w in works}
+                self._queue = collections.deque(w for w in self._queue if id(w) not in taken)
+                return works
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), deadline - now)
+            except asyncio.TimeoutError:
+                pass
+
+    def _select(self) -> tuple[list[Work], int, bool]:
+        """The oldest request and the queued ones that may join it, in order; and whether
+        another request was left out for lack of room (so waiting cannot help)."""
+        first = self._queue[0]
+        if not self.policy.batching:
+            return [first], first.rows, True
+        works, rows = [], 0
+        for w in self._queue:
+            if w.future.done() or (not self.policy.ragged and w.key != first.key):
+                continue
+            if rows + w.rows > self.policy.max_batch_size:
+                return works, rows, True
+            works.append(w)
+            rows += w.rows
+        return works, rows, False
+
+    async def _execute(self, works: list[Work]) -> None:
+        start = time.perf_counter()
+        rows = sum(w.rows for w in works)
+        for w in works:
+            w.started = start
+        try:
+            results, seconds = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
+        except Exception as exc:
+            log.error("model %s failed on a batch of %d: %s", self.name, rows, exc, exc_info=exc)
+            failure = BackendFailureError(f"model {self.name} failed while running this request's batch; "
+                                          "the server is reloading it, retry shortly")
+            for w in works:
+                if not w.future.done():
+                    w.future.set_exception(failure)
+            self.on_failure(exc)
+        else:
+            for w, result in zip(works, results):
+                w.compute = seconds
+                if not w.future.done():
+                    w.future.set_result(result)
+            self.on_batch(works, rows)
+        finally:
+            self._slots.release()
+
+    def _run(self, works: list[Work]) -> tuple[list[dict[str, np.ndarray]], float]:
+        """In a worker thread: merge, run on a free instance, split."""
+        inputs = merge(works, self.input_names)
+        pool = self._pool
+        runner = pool.get()
+        try:
+            start = time.perf_counter()
+            outputs = to_numpy(runner(inputs))
+            seconds = time.perf_counter() - start
+        finally:
+            pool.put(runner)
+        return split(outputs, works, self.ragged_dims), seconds

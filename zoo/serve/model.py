@@ -1,0 +1,257 @@
+"""One served artifact: request validation against its signature, the domain-native
+BYTES path (preprocess -> batch -> postprocess), metadata, and recovery after a backend
+failure.
+
+Wire name: the artifact's directory name (`resnet8.digits.onnxruntime.fp32`), version
+"1" (the artifact's Triton version directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..artifact import VERSION_DIR, Artifact
+from ..errors import InputError, ZooError
+from ..spec import ModelSpec
+from ..triton import TRITON_DTYPES, batched
+from . import datatypes as dt
+from .batcher import Batcher, BatchPolicy, Work
+from .errors import ModelNotReadyError, ProtocolError, RequestTimeoutError
+from .protocol import InferRequest, Tensor
+
+log = logging.getLogger("zoo.serve")
+RESULT = "result"  # the BYTES output of the domain path: one JSON document per item
+READY, RECOVERING, UNAVAILABLE = "READY", "RECOVERING", "UNAVAILABLE"
+
+
+class ServedModel:
+    def __init__(self, artifact: Artifact, spec: ModelSpec, policy: BatchPolicy,
+                 load_runners: Callable[[], list[Callable]]) -> None:
+        self.artifact, self.spec, self.policy = artifact, spec, policy
+        self.name, self.version = artifact.name, VERSION_DIR
+        self.load_runners = load_runners
+        self.batched = batched(spec)
+        self.state, self.reason = READY, ""
+        self.batcher: Batcher | None = None
+        self.on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None
+        input_axes = {a for t in spec.inputs for d, a in t.dynamic_axes.items() if d > 0}
+        self._ragged_dims = {t.name: {d: a for d, a in t.dynamic_axes.items() if d > 0 and a in input_axes}
+                             for t in spec.outputs}
+        self._recovery: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self, runners: list[Callable]) -> None:
+        """Begin taking requests (inside the running event loop)."""
+        self.batcher = Batcher(self.name, runners, self.policy, [t.name for t in self.spec.inputs],
+                               self._ragged_dims, on_batch=lambda works, rows: self.on_batch(works, rows),
+                               on_failure=self._failed)
+
+    async def stop(self, timeout: float) -> None:
+        self.state, self.reason = UNAVAILABLE, "unloading"
+        if self._recovery is not None:
+            self._recovery.cancel()
+        if self.batcher is not None:
+            await self.batcher.stop(timeout)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == READY
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.state == READY:
+            self.state, self.reason = RECOVERING, "reloading after a backend failure"
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+
+    async def _recover(self, attempts: int = 3) -> None:
+        for attempt in range(attempts):
+            try:
+                runners = await asyncio.to_thread(self.load_runners)
+            except Exception as exc:
+                log.error("model %s: reload %d of %d failed: %s", self.name, attempt + 1, attempts, exc)
+                await asyncio.sleep(2 ** attempt)
+                continue
+            self.batcher.swap(runners)
+            self.state, self.reason = READY, ""
+            log.warning("model %s recovered after a backend failure", self.name)
+            return
+        self.state, self.reason = UNAVAILABLE, "it failed and could not be reloaded (see the server log)"
+
+    # ------------------------------------------------------------ inference
+
+    async def infer(self, request: InferRequest, timeout: float) -> tuple[list[Tensor], Work]:
+        if not self.ready:
+            raise ModelNotReadyError(f"model {self.name} is not ready: {self.reason}")
+        raw = self._raw_input(request)
+        if raw is not None:
+            inputs = await self._preprocess(raw)
+        else:
+            inputs = self._tensor_inputs(request)
+        wanted = self._wanted_outputs(request, raw is not None)
+        rows, sizes = self._check_shapes(inputs)
+        work = Work(inputs, rows, sizes, asyncio.get_running_loop().create_future())
+        try:
+            outputs = await asyncio.wait_for(self.batcher.submit(work), timeout)
+        except asyncio.TimeoutError:
+            raise RequestTimeoutError(f"model {self.name} did not answer within {timeout:g} s") from None
+        if raw is not None and self.spec.postprocess is not None:
+            try:
+                results = await asyncio.to_thread(self.spec.postprocess, outputs)
+            except Exception as exc:
+                log.error("model %s: postprocess failed: %s", self.name, exc, exc_info=exc)
+                raise ZooError(f"model {self.name} could not postprocess its outputs") from None
+            items = dt.bytes_array([json.dumps(r, default=_jsonable).encode() for r in results])
+            return [Tensor(RESULT, "BYTES", (len(items),), items)], work
+        return [self._output(name, outputs[name]) for name in wanted], work
+
+    def _raw_input(self, request: InferRequest) -> list[bytes] | None:
+        """The items of a domain-native request (one BYTES input named for the raw kind), else None."""
+        kind = self.spec.raw_kind
+        if kind is None or len(request.inputs) != 1 or request.inputs[0].datatype != "BYTES" \
+                or request.inputs[0].name != kind:
+            return None
+        if any(t.name == kind and t.dtype == "string" for t in self.spec.inputs):
+            return None  # the model's own tensor input has this name: the tensor path takes it
+        t = request.inputs[0]
+        limit = self.policy.max_batch_size if self.batched else self.spec.axes["batch"].max
+        if len(t.shape) != 1 or not 1 <= t.shape[0] <= limit:
+            raise InputError(f"input {kind!r}: give a shape [n] list of 1 to {limit} {kind} items, got shape "
+                             f"{list(t.shape)}")
+        items = [bytes(x) for x in t.data]
+        if kind in ("text", "smiles"):
+            for k, item in enumerate(items, 1):
+                try:
+                    item.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{kind} item {k} is not valid UTF-8") from None
+        return items
+
+    async def _preprocess(self, items: list[bytes]) -> dict[str, np.ndarray]:
+        try:
+            inputs = await asyncio.to_thread(self.spec.preprocess, items)
+        except ZooError:
+            raise
+        except Exception as exc:  # a plugin bug, not the client's fault: details go to the log
+            log.error("model %s: preprocess failed: %s", self.name, exc, exc_info=exc)
+            raise ZooError(f"model {self.name} could not preprocess the request") from None
+        return {t.name: np.asarray(inputs[t.name], dtype=dt.numpy_of(dt.v2_name(t.dtype))) for t in self.spec.inputs}
+
+    def _tensor_inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
+        want = {t.name: t for t in self.spec.inputs}
+        given = {t.name: t for t in request.inputs}
+        missing, extra = [n for n in want if n not in given], [n for n in given if n not in want]
+        if missing or extra:
+            raw = f" (or one BYTES input {self.spec.raw_kind!r} of {self.spec.raw_kind} items)" if self.spec.raw_kind \
+                else ""
+            raise InputError(f"model {self.name} takes inputs {list(want)}{raw}; missing {missing}, unexpected {extra}")
+        for name, t in given.items():
+            expected = dt.v2_name(want[name].dtype)
+            if t.datatype != expected:
+                raise InputError(f"input {name!r} has datatype {t.datatype}; model {self.name} takes {expected}")
+        return {name: given[name].data for name in want}
+
+    def _check_shapes(self, inputs: dict[str, np.ndarray]) -> tuple[int, dict[str, int]]:
+        """The batch rows and the size of every dynamic axis; InputError when out of range."""
+        sizes: dict[str, int] = {}
+        for t in self.spec.inputs:
+            shape = inputs[t.name].shape
+            if len(shape) != len(t.shape):
+                raise InputError(f"input {t.name!r} has shape {list(shape)}; model {self.name} takes "
+                                 f"{self._wire_shape(t.shape)}")
+            for d, (got, dim) in enumerate(zip(shape, t.shape)):
+                if isinstance(dim, int):
+                    if got != dim:
+                        raise InputError(f"input {t.name!r} has shape {list(shape)}; model {self.name} takes "
+                                         f"{self._wire_shape(t.shape)} (dimension {d} must be {dim})")
+                    continue
+                r = self.spec.axes[dim]
+                high = self.policy.max_batch_size if dim == "batch" and self.batched else r.max
+                if not r.min <= got <= high:
+                    raise InputError(f"input {t.name!r}: axis {dim!r} (dimension {d}) is {got}; model {self.name} "
+                                     f"takes {r.min} to {high}")
+                if sizes.setdefault(dim, got) != got:
+                    raise InputError(f"inputs disagree on axis {dim!r}: {sizes[dim]} and {got} (input {t.name!r})")
+        rows = sizes.pop("batch", 1) if self.batched else 1
+        return rows, sizes
+
+    def _wanted_outputs(self, request: InferRequest, raw: bool) -> list[str]:
+        # a model with preprocessing but no postprocessing (a language model) answers tensors
+        names = [RESULT] if raw and self.spec.postprocess else [t.name for t in self.spec.outputs]
+        if request.outputs is None:
+            return names
+        unknown = [n for n in request.outputs if n not in names]
+        if unknown:
+            raise ProtocolError(f"model {self.name} has no output {unknown[0]!r}; its outputs: {names}")
+        return list(request.outputs)
+
+    def _output(self, name: str, array: np.ndarray) -> Tensor:
+        datatype = dt.v2_name(next(t.dtype for t in self.spec.outputs if t.name == name))
+        array = np.asarray(array, dtype=dt.numpy_of(datatype))
+        return Tensor(name, datatype, array.shape, array)
+
+    # ------------------------------------------------------------ metadata
+
+    def _wire_shape(self, shape: Sequence[int | str]) -> list[int]:
+        return [d if isinstance(d, int) else -1 for d in shape]
+
+    def metadata(self) -> dict[str, Any]:
+        """Open Inference Protocol model metadata, plus a `zoo` block: provenance, parity,
+        batching, and the domain-native interface where the model has one."""
+        m = self.artifact.manifest
+        raw = None
+        if self.spec.raw_kind:
+            outputs = [{"name": RESULT, "datatype": "BYTES", "shape": [-1], "content": "one JSON document per item"}]
+            raw = {"inputs": [{"name": self.spec.raw_kind, "datatype": "BYTES", "shape": [-1]}],
+                   "outputs": outputs if self.spec.postprocess else "the tensor outputs", "kind": self.spec.raw_kind}
+        return {
+            "name": self.name, "versions": [self.version], "platform": self.platform,
+            "inputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}
+                       for t in self.spec.inputs],
+            "outputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}
+                        for t in self.spec.outputs],
+            "zoo": {"model": self.spec.name, "config": dict(self.spec.config), "domain": self.spec.domain,
+                    "task": self.spec.task, "backend": self.artifact.backend, "precision": self.artifact.precision,
+                    "device": self.artifact.device,
+                    "axes": {k: [r.min, r.opt, r.max] for k, r in self.spec.axes.items()},
+                    "parity": m.get("parity"), "domain_check": m.get("domain"), "metric": m.get("metric"),
+                    "batching": self.policy.to_json(), "domain_native": raw, "state": self.state},
+        }
+
+    @property
+    def platform(self) -> str:
+        from ..registry import get_backend
+
+        runtime = get_backend(self.artifact.backend).triton
+        return runtime.get("platform") or runtime.get("backend", "")
+
+    def config(self) -> dict[str, Any]:
+        """Triton's model configuration as JSON (`GET .../config`), for Triton tooling."""
+        from ..registry import get_backend
+
+        p = self.policy
+
+        def tensors(specs):
+            return [{"name": t.name, "data_type": TRITON_DTYPES[t.dtype],
+                     "dims": self._wire_shape(t.shape[1:] if self.batched else t.shape) or [1]} for t in specs]
+
+        config: dict[str, Any] = {"name": self.name, **get_backend(self.artifact.backend).triton,
+                                  "max_batch_size": p.max_batch_size if self.batched else 0,
+                                  "input": tensors(self.spec.inputs), "output": tensors(self.spec.outputs),
+                                  "instance_group": [{"count": p.instances, "kind": "KIND_GPU" if
+                                                      self.artifact.device.startswith("cuda") else "KIND_CPU"}]}
+        if self.batched and p.batching:
+            config["dynamic_batching"] = {"preferred_batch_size": list(p.preferred_batch_sizes),
+                                          "max_queue_delay_microseconds": int(p.max_queue_delay * 1e6)}
+        return config
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy scalars and arrays in a plugin's postprocess output, as JSON values."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -1,0 +1,328 @@
+"""Open Inference Protocol (v2) inference requests and responses over HTTP.
+
+A request is a JSON object, optionally followed by binary tensor data (the binary
+tensor data extension): the `Inference-Header-Content-Length` header gives the JSON's
+length, each binary input names its `binary_data_size`, and the binary parts follow the
+JSON in the order of `inputs`. An output is sent as binary when the request asks for it
+(`binary_data` on the output, or `binary_data_output` on the request).
+
+Both directions live here so that the server, `zoo.client` and the load generator
+agree byte for byte. Every defect is a `ProtocolError` (400) naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import datatypes as dt
+from .errors import ProtocolError
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
+MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
+
+
+@dataclass
+class Tensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray  # shaped; BYTES as an object array of bytes
+
+
+@dataclass
+class InferRequest:
+    inputs: list[Tensor]
+    id: str | None = None
+    #: requested outputs by name -> send as binary; None: every output
+    outputs: dict[str, bool] | None = None
+    binary_output: bool = False  # the request-wide default (`binary_data_output`)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- server: requests in
+
+
+def decode_request(body: bytes, header_length: str | None) -> InferRequest:
+    """Parse a request body (and its `Inference-Header-Content-Length`, if any)."""
+    json_end = len(body)
+    if header_length is not None:
+        try:
+            json_end = int(header_length)
+        except ValueError:
+            raise ProtocolError(f"{HEADER_LENGTH} must be an integer, got {header_length[:40]!r}") from None
+        if not 0 <= json_end <= len(body):
+            raise ProtocolError(f"{HEADER_LENGTH} is {json_end} but the body has {len(body)} bytes")
+    try:
+        doc = json.loads(body[:json_end])
+    except RecursionError:
+        raise ProtocolError("the request JSON is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the request body is not valid JSON ({_json_reason(exc)})") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError("the request must be a JSON object with an `inputs` list")
+    parameters = _parameters(doc.get("parameters"), "request")
+    request_id = doc.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError("`id` must be a string")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError("`inputs` must be a non-empty list of tensors")
+    binary = memoryview(body)[json_end:]
+    offset, inputs, seen = 0, [], set()
+    for i, item in enumerate(raw_inputs):
+        tensor, offset = _input(item, i, binary, offset)
+        if tensor.name in seen:
+            raise ProtocolError(f"input {tensor.name!r} is given more than once")
+        seen.add(tensor.name)
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise ProtocolError(f"the body has {len(binary)} bytes of binary data after the JSON, but the inputs' "
+                            f"binary_data_size add up to {offset}")
+    binary_output = parameters.get("binary_data_output", False)
+    if not isinstance(binary_output, bool):
+        raise ProtocolError("parameter `binary_data_output` must be true or false")
+    return InferRequest(inputs, request_id, _outputs(doc.get("outputs")), binary_output, parameters)
+
+
+def _json_reason(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "malformed"
+
+
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(f"`parameters` of the {where} must be an object")
+    for key, v in value.items():
+        if not isinstance(v, (str, int, float, bool)):
+            raise ProtocolError(f"parameter {key!r} of the {where} must be a string, number or boolean")
+    return value
+
+
+def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+    if not isinstance(item, dict):
+        raise ProtocolError(f"input {index + 1} must be an object with name, shape, datatype and data")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProtocolError(f"input {index + 1} needs a `name` string")
+    where = f"input {name!r}"
+    datatype = item.get("datatype")
+    if datatype not in dt.NUMPY_TYPES:
+        raise ProtocolError(f"{where}: unknown datatype {str(datatype)[:40]!r} (one of {', '.join(dt.NUMPY_TYPES)})")
+    shape = _shape(item.get("shape"), where)
+    count = math.prod(shape)
+    parameters = _parameters(item.get("parameters"), where)
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if "data" in item:
+            raise ProtocolError(f"{where} has both `data` and binary_data_size; give one")
+        if type(size) is not int or size < 0:
+            raise ProtocolError(f"{where}: binary_data_size must be a non-negative integer")
+        if offset + size > len(binary):
+            raise ProtocolError(f"{where}: binary_data_size {size} runs past the end of the body "
+                                f"({len(binary) - offset} bytes of binary data remain)")
+        try:
+            flat = dt.from_bytes(datatype, binary[offset:offset + size], count)
+        except ValueError as exc:
+            raise ProtocolError(f"{where}: {exc}") from None
+        return Tensor(name, datatype, shape, flat.reshape(shape)), offset + size
+    if "data" not in item:
+        raise ProtocolError(f"{where} has neither `data` nor a binary_data_size parameter")
+    flat_list = _flatten(item["data"], shape, where)
+    return Tensor(name, datatype, shape, _typed(flat_list, datatype, where).reshape(shape)), offset
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > MAX_RANK:
+        raise ProtocolError(f"{where}: `shape` must be a list of at most {MAX_RANK} integers")
+    for d in value:
+        if type(d) is not int:
+            raise ProtocolError(f"{where}: shape {value!r} has a dimension that is not an integer")
+        if d < 0:
+            raise ProtocolError(f"{where}: shape {value!r} has a negative dimension")
+    if math.prod(value) > MAX_ELEMENTS:
+        raise ProtocolError(f"{where}: shape {value!r} has more elements than any request may carry")
+    return tuple(value)
+
+
+def _flatten(data: Any, shape: tuple[int, ...], where: str) -> list:
+    """`data` as a flat list: either already flat, or nested exactly as `shape`."""
+    count = math.prod(shape)
+    if not isinstance(data, list):
+        raise ProtocolError(f"{where}: `data` must be a list")
+    if all(not isinstance(x, list) for x in data):
+        if len(data) != count:
+            raise ProtocolError(f"{where}: `data` has {len(data)} elements but shape {list(shape)} needs {count}")
+        return data
+    level = [data]
+    for depth, dim in enumerate(shape):
+        for node in level:
+            if not isinstance(node, list) or len(node) != dim:
+                raise ProtocolError(f"{where}: nested `data` does not match shape {list(shape)} at depth {depth + 1}")
+        level = [x for node in level for x in node]
+    if any(isinstance(x, list) for x in level):
+        raise ProtocolError(f"{where}: nested `data` is deeper than shape {list(shape)}")
+    return level
+
+
+def _typed(flat: list, datatype: str, where: str) -> np.ndarray:
+    """JSON values -> a flat array of `datatype`, refusing values of the wrong kind or range."""
+    if datatype == "BYTES":
+        if not all(isinstance(x, str) for x in flat):
+            raise ProtocolError(f"{where}: BYTES data in JSON must be strings (send other bytes as binary data)")
+        try:
+            return dt.bytes_array([x.encode("utf-8") for x in flat])
+        except UnicodeEncodeError:
+            raise ProtocolError(f"{where}: a string is not valid Unicode (lone surrogate)") from None
+    if datatype == "BOOL":
+        if not all(type(x) is bool for x in flat):
+            raise ProtocolError(f"{where}: BOOL data must be true or false")
+        return np.array(flat, dtype=bool)
+    if datatype in dt.INTEGER:
+        if not all(type(x) is int for x in flat):
+            raise ProtocolError(f"{where}: {datatype} data must be integers")
+        info = np.iinfo(dt.numpy_of(datatype))
+        if flat and (min(flat) < info.min or max(flat) > info.max):
+            raise ProtocolError(f"{where}: a value is outside the range of {datatype} [{info.min}, {info.max}]")
+        return np.array(flat, dtype=dt.numpy_of(datatype))
+    if not all(type(x) in (int, float) for x in flat):
+        raise ProtocolError(f"{where}: {datatype} data must be numbers")
+    try:
+        wide = np.array(flat, dtype=np.float64)
+    except OverflowError:
+        raise ProtocolError(f"{where}: a value is outside the range of {datatype}") from None
+    narrow = wide.astype(np.float16 if datatype == "FP16" else np.float32 if datatype in ("FP32", "BF16")
+                         else np.float64)
+    if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):
+        raise ProtocolError(f"{where}: a value is outside the range of {datatype}")
+    return narrow.astype(dt.numpy_of(datatype), copy=False)
+
+
+def _outputs(value: Any) -> dict[str, bool] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects")
+    wanted: dict[str, bool] = {}
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ProtocolError("each requested output must be an object with a `name` string")
+        name = item["name"]
+        if name in wanted:
+            raise ProtocolError(f"output {name!r} is requested more than once")
+        binary = _parameters(item.get("parameters"), f"output {name!r}").get("binary_data", None)
+        if binary is not None and not isinstance(binary, bool):
+            raise ProtocolError(f"output {name!r}: parameter binary_data must be true or false")
+        wanted[name] = binary
+    return wanted
+
+
+# ---------------------------------------------------------------- server: responses out
+
+
+def encode_response(model: str, version: str, request_id: str | None, outputs: Sequence[Tensor],
+                    binary: Mapping[str, bool]) -> tuple[bytes, dict[str, str]]:
+    """The response body and headers; outputs named true in `binary` go as binary data."""
+    described, chunks = [], []
+    for t in outputs:
+        entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        if binary.get(t.name):
+            raw = dt.to_bytes(t.datatype, t.data)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        elif t.datatype == "BYTES":
+            entry["data"] = [bytes(x).decode("utf-8", errors="replace") for x in t.data.reshape(-1)]
+        else:
+            entry["data"] = t.data.reshape(-1).tolist()
+        described.append(entry)
+    doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": described}
+    if request_id is not None:
+        doc["id"] = request_id
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    if not chunks:
+        return head, {"Content-Type": "application/json"}
+    return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+# ---------------------------------------------------------------- clients: requests out, responses in
+
+
+def encode_request(inputs: Mapping[str, Any], binary: bool = True, outputs: Sequence[str] | None = None,
+                   request_id: str | None = None, datatypes: Mapping[str, str] | None = None
+                   ) -> tuple[bytes, dict[str, str]]:
+    """A request body and headers from numpy arrays (or lists of bytes/str for BYTES)."""
+    described, chunks = [], []
+    for name, value in inputs.items():
+        datatype = (datatypes or {}).get(name)
+        array = value if isinstance(value, np.ndarray) and value.dtype != object else None
+        if array is None:  # bytes/str items
+            items = value.reshape(-1).tolist() if isinstance(value, np.ndarray) else list(value)
+            array = dt.bytes_array([x.encode() if isinstance(x, str) else bytes(x) for x in items])
+            if isinstance(value, np.ndarray):
+                array = array.reshape(value.shape)
+            datatype = datatype or "BYTES"
+        datatype = datatype or _v2_of(array.dtype)
+        entry: dict[str, Any] = {"name": name, "shape": list(array.shape), "datatype": datatype}
+        if binary or datatype == "BYTES" and not _all_utf8(array):
+            raw = dt.to_bytes(datatype, array)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        elif datatype == "BYTES":
+            entry["data"] = [x.decode() for x in array.reshape(-1)]
+        else:
+            entry["data"] = array.reshape(-1).tolist()
+        described.append(entry)
+    doc: dict[str, Any] = {"inputs": described}
+    if request_id is not None:
+        doc["id"] = request_id
+    if outputs is not None:
+        doc["outputs"] = [{"name": n, "parameters": {"binary_data": binary}} for n in outputs]
+    elif binary:
+        doc["parameters"] = {"binary_data_output": True}
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    if not chunks:
+        return head, {"Content-Type": "application/json"}
+    return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+def decode_response(body: bytes, header_length: str | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the response JSON, outputs by name as numpy arrays; BYTES as object arrays of bytes)."""
+    end = int(header_length) if header_length is not None else len(body)
+    doc = json.loads(body[:end])
+    arrays, offset = {}, end
+    for out in doc.get("outputs", []):
+        shape, datatype = tuple(out["shape"]), out["datatype"]
+        size = (out.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            flat = dt.from_bytes(datatype, memoryview(body)[offset:offset + size], math.prod(shape))
+            offset += size
+        elif datatype == "BYTES":
+            flat = dt.bytes_array([x.encode() for x in out["data"]])
+        else:
+            flat = np.array(out["data"], dtype=dt.numpy_of(datatype))
+        arrays[out["name"]] = flat.reshape(shape)
+    return doc, arrays
+
+
+def _v2_of(dtype: np.dtype) -> str:
+    for datatype, t in dt.NUMPY_TYPES.items():
+        if t is not None and datatype != "BF16" and t.newbyteorder("=") == dtype.newbyteorder("="):
+            return datatype
+    raise ValueError(f"no Open Inference Protocol datatype for numpy {dtype}")
+
+
+def _all_utf8(array: np.ndarray) -> bool:
+    try:
+        for x in array.reshape(-1):
+            x.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -1,0 +1,125 @@
+"""Which artifacts of a model repository are served here, and why the others are not.
+
+Every artifact directory is opened with `Artifact.open` (manifest validated, every file
+hashed) and loaded only when its backend can run on this machine; the rest are skipped
+with the reason, never silently. Batching settings come from the command line, else
+from the artifact's `config.pbtxt` (`max_batch_size`, `dynamic_batching`,
+`instance_group`), else from the model's batch axis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..artifact import Artifact, list_artifacts
+from ..errors import ZooError
+from ..triton import batched
+from .batcher import BatchPolicy
+from .errors import ModelNotFoundError, scrub
+from .model import ServedModel
+
+log = logging.getLogger("zoo.serve")
+#: an artifact name as `zoo export` writes it: no separators, no leading dot, no "..".
+ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Batching and execution settings from the command line; None: the artifact's own."""
+
+    max_batch_size: int | None = None
+    max_queue_delay_ms: float | None = None
+    preferred_batch_sizes: tuple[int, ...] | None = None
+    instances: int | None = None
+    max_queue_size: int = 256
+    batching: bool = True
+    ragged: bool = True
+    threads: int | None = None  # intra-op threads per instance; None: cores / instances
+    device: str | None = None  # None: the device the artifact was exported for
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    reason: str
+
+
+def triton_settings(config_text: str) -> dict:
+    """The batching fields of a `config.pbtxt` as `zoo.triton` writes them."""
+    found: dict = {}
+    if m := re.search(r"^max_batch_size:\s*(\d+)", config_text, re.M):
+        found["max_batch_size"] = int(m[1])
+    if m := re.search(r"preferred_batch_size:\s*\[([\d,\s]*)\]", config_text):
+        found["preferred_batch_sizes"] = tuple(int(x) for x in m[1].replace(",", " ").split())
+    if m := re.search(r"max_queue_delay_microseconds:\s*(\d+)", config_text):
+        found["max_queue_delay_ms"] = int(m[1]) / 1e3
+    if m := re.search(r"instance_group\s*\[\s*\{[^}]*count:\s*(\d+)", config_text):
+        found["instances"] = int(m[1])
+    found["dynamic_batching"] = "dynamic_batching" in config_text
+    return found
+
+
+def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
+    config_path = art.path / "config.pbtxt"
+    config = triton_settings(config_path.read_text()) if config_path.is_file() else {}
+    axis_max = spec.axes["batch"].max
+    can_batch = batched(spec)
+    max_batch = min(options.max_batch_size or config.get("max_batch_size") or axis_max, axis_max)
+    preferred = options.preferred_batch_sizes
+    if preferred is None:
+        preferred = config.get("preferred_batch_sizes", ())
+    delay = options.max_queue_delay_ms
+    if delay is None:
+        delay = config.get("max_queue_delay_ms", 1.0)
+    return BatchPolicy(max_batch_size=max(max_batch, 1), max_queue_delay=delay / 1e3,
+                       preferred_batch_sizes=tuple(b for b in preferred if 1 <= b <= max_batch),
+                       max_queue_size=options.max_queue_size,
+                       instances=max(1, options.instances or config.get("instances") or 1),
+                       batching=can_batch and options.batching and max_batch > 1, ragged=options.ragged)
+
+
+def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
+    """Validate and load one artifact: the served model and its first runners."""
+    art = Artifact.open(path)
+    spec = art.spec()
+    policy = policy_for(art, spec, options)
+    threads = options.threads or (max(1, (os.cpu_count() or 1) // policy.instances) if policy.instances > 1 else None)
+
+    def load_runners() -> list:
+        return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
+
+    model = ServedModel(art, spec, policy, load_runners)
+    return model, load_runners()
+
+
+def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, list]], list[Skipped]]:
+    """Load every artifact in `root` that can run here; the others, with the reason."""
+    if not root.is_dir():
+        raise ZooError(f"no model repository at {root}: export a model first (`zoo export MODEL -b BACKEND`)")
+    loaded, skipped = [], []
+    for path in list_artifacts(root):
+        try:
+            loaded.append(open_model(path, options))
+        except ZooError as exc:
+            skipped.append(Skipped(path.name, scrub(str(exc))))
+        except Exception as exc:  # a backend library's own error: the artifact is skipped, the server runs
+            log.error("artifact %s failed to load", path.name, exc_info=exc)
+            skipped.append(Skipped(path.name, scrub(f"failed to load: {exc}")))
+    for s in skipped:
+        log.warning("skipped %s: %s", s.name, s.reason)
+    return loaded, skipped
+
+
+def find_artifact(root: Path, name: str) -> Path:
+    """The artifact directory called `name` inside `root`: names only, no paths or URLs."""
+    if not ARTIFACT_NAME.match(name) or len(name) > 200:
+        raise ModelNotFoundError(f"{name[:80]!r} is not an artifact name; give the name of a directory "
+                                 "in the model repository")
+    for path in list_artifacts(root):
+        if path.name == name and not path.is_symlink():
+            return path
+    raise ModelNotFoundError(f"no artifact named {name!r} in the model repository")

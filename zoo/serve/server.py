@@ -1,0 +1,41 @@
+"""`zoo serve`: the application under uvicorn, bound to loopback unless told otherwise.
+
+On SIGTERM or Ctrl-C uvicorn stops accepting connections, lets in-flight requests
+finish (up to the shutdown timeout), then runs the lifespan's shutdown, which drains
+every model's queue before the process exits.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+
+from .app import Settings, create_app
+
+log = logging.getLogger("zoo.serve")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    import uvicorn
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(log_level.upper())
+    log.propagate = False
+    if not _loopback(host):
+        log.warning("listening on %s: the server has no authentication; put it behind a proxy that has", host)
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
+                            server_header=False, timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
+                            lifespan="on")
+    uvicorn.Server(config).run()
