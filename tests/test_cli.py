@@ -329,3 +329,13 @@ def test_manifest_paths_cannot_escape_the_artifact(artifact, tamper, refusal):
 def test_verify_refuses_an_escaping_artifact(fails, artifact):
     escape_model_file_dotdot(artifact)
     assert f"manifest path '../outside' {ESCAPES}" in fails("verify", str(artifact))
+
+
+def test_train_with_a_config_override(zoo_cli, fails):
+    assert "needs --out" in fails("train", MODEL, "--config", "width=8", "--epochs", "1")
+    assert "KEY=VALUE" in fails("train", MODEL, "--config", "width", "--out", "c")
+    assert "unknown config ['depth']" in fails("train", MODEL, "--config", "depth=4", "--out", "c")
+    result = zoo_cli("train", MODEL, "--config", "width=8", "--epochs", "1", "--out", "small")
+    assert result.returncode == 0, result.stderr
+    assert zoo.load_checkpoint(zoo_cli.cwd / "small", MODEL).config == {"width": 8}
+    assert not (zoo_cli.cwd / "checkpoints").exists()

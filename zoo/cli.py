@@ -45,6 +45,20 @@ def _csv(text: str, kind=str) -> list:
         raise ZooError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
 
 
+def _config(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; values are JSON where they parse (64, 0.5, true), else strings."""
+    config: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ZooError(f"--config takes KEY=VALUE, got {pair!r}")
+        try:
+            config[key] = json.loads(value)
+        except ValueError:
+            config[key] = value
+    return config
+
+
 def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
     table = Table(*columns, title=title)
     for row in rows:
@@ -109,11 +123,16 @@ def backends(device: Optional[str] = typer.Option(None, help="Only this device: 
 
 @app.command()
 def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help="Checkpoint directory."),
-          seed: Optional[int] = None, epochs: Optional[int] = None, device: str = "cpu"):
+          seed: Optional[int] = None, epochs: Optional[int] = None, device: str = "cpu",
+          config: List[str] = typer.Option([], "--config", "-c", help="Architecture/data config KEY=VALUE "
+                                           "(repeatable), e.g. split=scaffold; needs --out.")):
     """Train MODEL by its recipe; writes checkpoints/MODEL (safetensors + JSON)."""
     from .train import train as run
 
-    ckpt = run(model, out=out_dir, seed=seed, epochs=epochs, device=device)
+    overrides = _config(config)
+    if overrides and out_dir is None:
+        raise ZooError("a non-default --config needs --out DIR, so checkpoints/MODEL keeps the default model")
+    ckpt = run(registry.get_model(model, **overrides), out=out_dir, seed=seed, epochs=epochs, device=device)
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
         if not isinstance(v, (list, dict))))

@@ -59,7 +59,13 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str]) -> list[
     step = spec.axes["batch"].max
     results: list[Any] = []
     for i in range(0, len(raw), step):
-        outputs = {k: np.asarray(v) for k, v in fn(spec.preprocess(raw[i:i + step])).items()}
+        try:
+            inputs = spec.preprocess(raw[i:i + step])
+        except InputError as exc:  # the plugin numbers items within the chunk it was given
+            if i:
+                raise InputError(f"{exc} (item numbers count from input {i} of {len(raw)})") from None
+            raise
+        outputs = {k: np.asarray(v) for k, v in fn(inputs).items()}
         results.extend(spec.postprocess(outputs))
     return results
 
