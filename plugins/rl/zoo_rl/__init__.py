@@ -1,8 +1,86 @@
-"""zoo model plugin: rl (being written)."""
+"""zoo model plugin: rl. PPO policies trained here in Gymnasium environments.
+
+- `ppo.cartpole`: a categorical policy for CartPole-v1 (greedy mean return >= 475 of 500).
+- `ppo.pendulum`: a Gaussian policy for Pendulum-v1's torque in [-2, 2] (greedy mean
+  return >= -300; a random policy gets about -1200).
+
+Both train with the plugin's own PPO loop (`spec.trainer`, see `ppo.py`); the Recipe's
+`epochs` are PPO iterations (one rollout of `num_envs * num_steps` transitions and its
+minibatch updates each) and its `batch_size` is the minibatch size. The exported module
+is the greedy policy: raw float32 `observation` in (its normalization is part of the
+module), float outputs out: `logits` or the action mean `action`, and the critic's `value`
+(the discounted return it expects, in reward units). The argmax is the domain code's.
+"""
+
+from __future__ import annotations
+
+from functools import partial
 
 import zoo
+from zoo import AxisRange, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
+
+from . import domain, envs, ppo
+from .envs import Environment
+from .policy import ActorCritic
+
+#: logits and actions are O(1-10), values O(10-100) (hence the rtol): fp32 backends agree to ~1e-5.
+POLICY_TOLERANCES = {"fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(2e-2, 1e-2), "bf16": Tolerance(1e-1, 5e-2)}
+BATCH = AxisRange(1, 8, 256)  # 1: one controller's step; larger: many environments at once
+COMPARE_BATCH = 64  # the batch the domain check compares recorded observations in (within BATCH)
+
+
+def _policy_spec(name: str, env: Environment, hidden: int, config: ppo.PPOConfig, recipe: Recipe, variant,
+                 description: str) -> ModelSpec:
+    head = (TensorSpec("logits", "float32", ("batch", env.num_actions)) if env.discrete
+            else TensorSpec("action", "float32", ("batch", env.action_dim)))
+    return ModelSpec(
+        name=name,
+        domain="rl",
+        task="continuous-control" if not env.discrete else "discrete-control",
+        description=description,
+        inputs=(TensorSpec("observation", "float32", ("batch", env.obs_dim)),),
+        outputs=(head, TensorSpec("value", "float32", ("batch",))),
+        axes={"batch": BATCH},
+        build=partial(ActorCritic, env.obs_dim, hidden, num_actions=env.num_actions, action_dim=env.action_dim,
+                      low=env.action_low, high=env.action_high, reward_scale=config.reward_scale),
+        sample=partial(envs.sample, env),
+        config={"hidden": hidden},
+        tiny_config={"hidden": 8},
+        variant=variant,
+        metric=Metric("mean_return", evaluate=partial(envs.mean_return, env), higher_is_better=True),
+        recipe=recipe,
+        trainer=partial(ppo.train, env=env, ppo=config),
+        domain_check=partial(domain.domain_check, env, COMPARE_BATCH),
+        tolerances=POLICY_TOLERANCES,
+        raw_kind="observation",
+        preprocess=partial(domain.preprocess, env),
+        postprocess=partial(domain.postprocess, env),
+    )
+
+
+def ppo_cartpole(hidden: int = 64) -> ModelSpec:
+    return _policy_spec(
+        "ppo.cartpole", envs.CARTPOLE, hidden,
+        # rl-baselines3-zoo's tuned CartPole-v1 PPO (hyperparams/ppo.yml): 100k steps of short
+        # rollouts, each passed over 20 times; steadier late in training than longer rollouts
+        ppo.PPOConfig(num_envs=8, num_steps=32, update_epochs=20, gamma=0.98, gae_lambda=0.8, ent_coef=0.0),
+        Recipe(epochs=390, batch_size=256, lr=1e-3, schedule="linear", seed=0, target=475.0),
+        ppo_cartpole, f"PPO actor-critic MLP ({hidden}x{hidden} tanh) trained here on CartPole-v1")
+
+
+def ppo_pendulum(hidden: int = 64) -> ModelSpec:
+    return _policy_spec(
+        "ppo.pendulum", envs.PENDULUM, hidden,
+        # after rl-baselines3-zoo's Pendulum-v1 PPO (gamma 0.9: the swing-up is a short-horizon
+        # task; 10 passes over 2048-step rollouts), with rewards scaled to O(1) for the critic
+        # and normalized observations (the angular velocity spans [-8, 8])
+        ppo.PPOConfig(num_envs=4, num_steps=512, update_epochs=10, gamma=0.9, gae_lambda=0.95, ent_coef=0.0,
+                      reward_scale=0.1, normalize_obs=True),
+        Recipe(epochs=60, batch_size=256, lr=1e-3, schedule="linear", seed=0, target=-300.0),
+        ppo_pendulum, f"PPO Gaussian actor-critic MLP ({hidden}x{hidden} tanh) trained here on Pendulum-v1")
 
 
 @zoo.hookimpl
 def zoo_register_models(register):
-    pass
+    register(ppo_cartpole())
+    register(ppo_pendulum())

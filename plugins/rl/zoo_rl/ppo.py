@@ -1,0 +1,210 @@
+"""Proximal Policy Optimization (Schulman et al., 2017, arXiv:1707.06347), written out.
+
+One iteration ("epoch" in the zoo's Recipe) = collect `num_envs * num_steps` transitions
+with the current stochastic policy, compute advantages by GAE(lambda) (Schulman et al.,
+2016, arXiv:1506.02438), then `update_epochs` passes of minibatch Adam steps on the
+clipped surrogate objective + value loss - entropy bonus. The details follow CleanRL's
+`ppo.py` and "The 37 Implementation Details of PPO" (Huang et al., 2022): per-minibatch
+advantage normalization, global gradient-norm clipping, Adam eps 1e-5, learning rate
+annealed over the run, and bootstrapping the value of time-limit truncated episodes
+(Pardo et al., 2018, "Time Limits in Reinforcement Learning") rather than treating a
+truncation as a terminal state.
+
+Deterministic on CPU for a seed: the environments, action sampling and minibatch order
+draw from seeded generators, so two runs give identical weights.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from zoo.errors import ZooError
+from zoo.spec import ModelSpec
+
+from .envs import Environment, mean_return
+from .policy import ActorCritic
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters beyond the Recipe (which gives the iterations as `epochs`, the
+    minibatch size as `batch_size`, the learning rate, its schedule and the seed)."""
+
+    num_envs: int = 8  # environments stepped together (gymnasium.vector.SyncVectorEnv)
+    num_steps: int = 128  # steps per environment per iteration: the rollout length
+    update_epochs: int = 4  # passes over each rollout
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE's bias/variance trade-off
+    clip: float = 0.2  # the surrogate's ratio clip epsilon
+    ent_coef: float = 0.0  # entropy bonus weight
+    vf_coef: float = 0.5  # value loss weight
+    max_grad_norm: float = 0.5  # global gradient-norm clip
+    reward_scale: float = 1.0  # rewards are multiplied by this for learning (not for reported returns)
+    normalize_obs: bool = False  # learn the policy's running observation normalization
+
+
+ROLLOUT_KEYS = ("x", "actions", "log_probs", "values", "rewards", "next_values", "terminated", "ended")
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
+        ended: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """Generalized advantage estimates for a (steps, envs) rollout.
+
+    `next_values[t]` is V of the state reached at step t (the episode's last state when
+    it ended there); `terminated` stops bootstrapping from it (a true terminal state),
+    `ended` (terminated or truncated) stops the advantage flowing back across episodes:
+
+        delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)
+        A_t     = delta_t + gamma * lam * (1 - ended_t) * A_{t+1}
+    """
+    advantages = torch.zeros_like(rewards)
+    following = torch.zeros_like(rewards[0])
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * (1.0 - terminated[t]) * next_values[t] - values[t]
+        following = delta + gamma * lam * (1.0 - ended[t]) * following
+        advantages[t] = following
+    return advantages
+
+
+def _lr_factor(schedule: str, progress: float) -> float:
+    """Learning-rate multiplier at `progress` (0 at the start of the run, 1 at the end)."""
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "constant":
+        return 1.0
+    raise ZooError(f"unknown schedule {schedule!r} in the PPO recipe (linear | cosine | constant)")
+
+
+def _rollout(module: ActorCritic, env: Environment, envs, obs: np.ndarray, ppo: PPOConfig,
+             gen: torch.Generator, device: str, episodes: dict[str, Any]):
+    """Act for `num_steps` steps: the (steps, envs) batch to learn from, and the next observation."""
+    steps: dict[str, list[torch.Tensor]] = {k: [] for k in ROLLOUT_KEYS}
+    norm = module.obs_norm
+
+    def tensor(array) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
+
+    for _ in range(ppo.num_steps):
+        raw = tensor(obs)
+        if ppo.normalize_obs:
+            norm.update(raw)
+        with torch.no_grad():
+            x = norm(raw)  # kept normalized as acted on, so the update sees what the policy saw
+            action, log_prob = module.act(x, gen)
+            value = module.value(x)
+        sent = action.cpu().numpy()
+        obs, reward, terminated, truncated, info = envs.step(
+            sent if env.discrete else np.clip(sent, env.action_low, env.action_high))
+        ended = terminated | truncated
+        reached = obs.copy()  # the state each step reached: an ended episode's last state
+        for i in np.flatnonzero(ended):
+            reached[i] = info["final_obs"][i]
+        with torch.no_grad():
+            next_value = module.value(norm(tensor(reached)))
+        episodes["running"] += reward
+        for i in np.flatnonzero(ended):
+            episodes["returns"].append(float(episodes["running"][i]))
+            episodes["running"][i] = 0.0
+        row = (x, action, log_prob, value, tensor(reward * ppo.reward_scale), next_value, tensor(terminated), tensor(ended))
+        for key, item in zip(ROLLOUT_KEYS, row):
+            steps[key].append(item)
+    return {k: torch.stack(v) for k, v in steps.items()}, obs
+
+
+def _update(module: ActorCritic, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor], ppo: PPOConfig,
+            minibatch: int, gen: torch.Generator) -> dict[str, float]:
+    """`update_epochs` passes of clipped-surrogate minibatch steps over one rollout."""
+    advantages = gae(batch["rewards"], batch["values"], batch["next_values"], batch["terminated"],
+                     batch["ended"], ppo.gamma, ppo.gae_lambda)
+    returns = advantages + batch["values"]  # the value targets (TD(lambda) returns)
+    flat = {"x": batch["x"].flatten(0, 1), "actions": batch["actions"].flatten(0, 1),
+            "log_probs": batch["log_probs"].flatten(0, 1), "advantages": advantages.flatten(), "returns": returns.flatten()}
+    n = len(flat["advantages"])
+    stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
+    for _ in range(ppo.update_epochs):
+        order = torch.randperm(n, generator=gen, device=gen.device)
+        for start in range(0, n, minibatch):
+            idx = order[start:start + minibatch]
+            log_prob, entropy = module.log_prob_entropy(flat["x"][idx], flat["actions"][idx])
+            log_ratio = log_prob - flat["log_probs"][idx]
+            ratio = log_ratio.exp()
+            adv = flat["advantages"][idx]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - ppo.clip, 1 + ppo.clip)).mean()
+            value_loss = 0.5 * (module.value(flat["x"][idx]) - flat["returns"][idx]).square().mean()
+            loss = policy_loss - ppo.ent_coef * entropy.mean() + ppo.vf_coef * value_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), ppo.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():  # the low-variance KL estimator, k3 in Schulman's note
+                stats["approx_kl"].append(((ratio - 1) - log_ratio).mean().item())
+                stats["clip_fraction"].append(((ratio - 1).abs() > ppo.clip).float().mean().item())
+            stats["policy_loss"].append(policy_loss.item())
+            stats["value_loss"].append(value_loss.item())
+            stats["entropy"].append(entropy.mean().item())
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+def train(spec: ModelSpec, *, env: Environment, ppo: PPOConfig, seed: int, epochs: int, device: str = "cpu",
+          progress: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The `spec.trainer` of a PPO policy: `epochs` PPO iterations, then the greedy
+    `mean_return` over the evaluation episodes. Returns (state dict, metrics).
+
+    Runs PyTorch on one CPU thread: the networks are a few thousand parameters, so
+    intra-op threads only add synchronization (and contention on a shared machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(spec, env, ppo, seed, epochs, device, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(spec: ModelSpec, env: Environment, ppo: PPOConfig, seed: int, epochs: int, device: str, progress: bool):
+    from zoo.train import module_fn
+
+    recipe = spec.recipe
+    assert recipe is not None
+    torch.manual_seed(seed)
+    module = spec.build().to(device).train()
+    if recipe.optimizer != "adamw":
+        raise ZooError(f"{spec.name}: the PPO trainer uses adamw, not {recipe.optimizer!r}")
+    optimizer = torch.optim.AdamW(module.parameters(), lr=recipe.lr, eps=1e-5, weight_decay=recipe.weight_decay)
+    gen = torch.Generator(device).manual_seed(seed)
+    envs = env.make_vector(ppo.num_envs)
+    obs, _ = envs.reset(seed=seed)  # environment i is seeded with seed + i
+    episodes: dict[str, Any] = {"running": np.zeros(ppo.num_envs), "returns": []}
+    history: list[float | None] = []
+    start = time.perf_counter()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                  TimeElapsedColumn(), disable=not progress, transient=False) as bar:
+        task = bar.add_task(f"train {spec.name}", total=epochs, status="")
+        for iteration in range(epochs):
+            for group in optimizer.param_groups:
+                group["lr"] = recipe.lr * _lr_factor(recipe.schedule, iteration / epochs)
+            seen = len(episodes["returns"])
+            batch, obs = _rollout(module, env, envs, obs, ppo, gen, device, episodes)
+            stats = _update(module, optimizer, batch, ppo, recipe.batch_size, gen)
+            finished = episodes["returns"][seen:]  # episodes that ended in this rollout
+            history.append(round(float(np.mean(finished)), 2) if finished else None)
+            recent = np.mean(episodes["returns"][-10:]) if episodes["returns"] else float("nan")
+            bar.update(task, advance=1, status=f"iteration {iteration + 1}/{epochs} "
+                                               f"return {recent:.1f} (last 10 episodes) kl {stats['approx_kl']:.4f}")
+    envs.close()
+    seconds = time.perf_counter() - start
+    module.eval()
+    metrics = {"test_mean_return": mean_return(env, module_fn(module, spec, device)),
+               "train_seconds": round(seconds, 2), "iterations": epochs,
+               "env_steps": epochs * ppo.num_envs * ppo.num_steps, "episodes": len(episodes["returns"]),
+               "train_return_history": history, "last_update": stats, "env": env.id, "ppo": asdict(ppo)}
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}, metrics
