@@ -1,9 +1,15 @@
 """zoo model plugin: vision.
 
 - `resnet8.digits`: a small ResNet trained here on scikit-learn's digits (>= 97% test accuracy).
-- `resnet18`, `resnet50`: the standard architectures at 3x224x224 with 1000 classes, random
-  init, for benchmarking backends at realistic sizes (as timm registers `resnet50` beside
-  its trained `resnet50.a1_in1k`).
+- `mobilenetv2.digits`: a mobile-size MobileNetV2 trained on the same digits (>= 97%).
+- `resnet18`, `resnet50`, `mobilenetv2`: the standard architectures at 3x224x224 with 1000
+  classes, random init, for benchmarking backends at realistic sizes (as timm registers
+  `resnet50` beside its trained `resnet50.a1_in1k`).
+- `centernet.shapes`: a real-time anchor-free detector trained on generated scenes, with
+  decoding and peak suppression inside the exported graph (mAP@0.5 >= 0.9).
+
+The digit classifiers and the detector take encoded images (PNG, JPEG) through
+`zoo predict` and the server's BYTES inputs (see images.py).
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import torch
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
 
-from . import digits
+from . import digits, images
+from .detection import centernet_shapes
+from .mobilenet import MobileNetV2
 from .resnet import ResNet
 
 
@@ -30,6 +38,11 @@ def cross_entropy(outputs, targets) -> torch.Tensor:
 
 #: logits of a few units: fp32 backends agree to ~1e-5, bf16 carries 8 mantissa bits.
 CLASSIFIER_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-3), "fp16": Tolerance(5e-2, 2e-2), "bf16": Tolerance(2.5e-1, 5e-2)}
+#: what the digit classifiers share: PNG/JPEG in, {"label", "score", "top5"} out.
+DIGIT_IO = {"raw_kind": "image", "preprocess": partial(images.digit_batch, size=digits.SIZE),
+            "postprocess": images.classifications}
+DIGITS_DATASET = Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stratified 80/20 split",
+                         digits.load, digits.augment)
 
 
 def resnet_digits(width: int = 32) -> ModelSpec:
@@ -47,13 +60,37 @@ def resnet_digits(width: int = 32) -> ModelSpec:
         config={"width": width},
         tiny_config={"width": 8},
         variant=resnet_digits,
-        dataset=Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stratified 80/20 split",
-                        digits.load, digits.augment),
+        dataset=DIGITS_DATASET,
         loss=cross_entropy,
         metric=Metric("accuracy", accuracy, higher_is_better=True),
         recipe=Recipe(epochs=30, batch_size=64, lr=1e-2, weight_decay=5e-4, optimizer="adamw",
                       schedule="onecycle", seed=0, target=0.97),
         tolerances=CLASSIFIER_TOLERANCES,
+        **DIGIT_IO,
+    )
+
+
+def mobilenet_digits(width_mult: float = 1.0) -> ModelSpec:
+    return ModelSpec(
+        name="mobilenetv2.digits",
+        domain="vision",
+        task="image-classification",
+        description=f"MobileNetV2 (width {width_mult}, stride-1 stem, two downsamplings) trained on scikit-learn digits",
+        inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
+        outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES)),),
+        axes={"batch": AxisRange(1, 8, 64)},
+        build=partial(MobileNetV2, num_classes=digits.NUM_CLASSES, in_chans=1, width_mult=width_mult, layout="small"),
+        sample=digits.sample,
+        config={"width_mult": width_mult},
+        tiny_config={"width_mult": 0.25},
+        variant=mobilenet_digits,
+        dataset=DIGITS_DATASET,
+        loss=cross_entropy,
+        metric=Metric("accuracy", accuracy, higher_is_better=True),
+        recipe=Recipe(epochs=40, batch_size=64, lr=5e-3, weight_decay=1e-2, optimizer="adamw",
+                      schedule="onecycle", seed=0, target=0.97),
+        tolerances=CLASSIFIER_TOLERANCES,
+        **DIGIT_IO,
     )
 
 
@@ -85,8 +122,30 @@ def resnet_imagenet(depth: int, width: int = 64, image_size: int = 224, num_clas
     )
 
 
+def mobilenet_imagenet(width_mult: float = 1.0, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
+    return ModelSpec(
+        name="mobilenetv2",
+        domain="vision",
+        task="image-classification",
+        description=f"MobileNetV2 (width {width_mult}) at 3x{image_size}x{image_size}, {num_classes} classes, "
+                    f"random init",
+        inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size)),),
+        outputs=(TensorSpec("logits", "float32", ("batch", num_classes)),),
+        axes={"batch": AxisRange(1, 8, 32)},
+        build=partial(MobileNetV2, num_classes=num_classes, in_chans=3, width_mult=width_mult, layout="imagenet"),
+        sample=partial(imagenet_sample, image_size),
+        config={"width_mult": width_mult, "image_size": image_size, "num_classes": num_classes},
+        tiny_config={"width_mult": 0.25, "image_size": 32, "num_classes": 10},
+        variant=mobilenet_imagenet,
+        tolerances=CLASSIFIER_TOLERANCES,
+    )
+
+
 @zoo.hookimpl
 def zoo_register_models(register):
     register(resnet_digits())
+    register(mobilenet_digits())
     register(resnet_imagenet(18))
     register(resnet_imagenet(50))
+    register(mobilenet_imagenet())
+    register(centernet_shapes())

@@ -1,0 +1,80 @@
+"""Domain-native inputs and outputs for the vision models: encoded images (PNG, JPEG, any
+format Pillow reads) in, labels or detections as JSON out.
+
+Every image is resized to the model's fixed input size, so a batch of images of mixed
+sizes gives each item exactly what it would get alone.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from zoo.errors import InputError
+
+
+def decode(item: bytes, index: int, mode: str) -> Image.Image:
+    """One encoded image as a Pillow image in `mode` ("L" or "RGB"); InputError names the item."""
+    try:
+        with Image.open(io.BytesIO(item)) as image:
+            image.load()
+            return image.convert(mode)
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        kind = "not an image Pillow can decode" if isinstance(exc, UnidentifiedImageError) else str(exc)
+        raise InputError(f"image {index} ({len(item)} bytes) does not decode: {kind}") from None
+
+
+def rgb_batch(items: Sequence[bytes], size: int) -> dict[str, np.ndarray]:
+    """Images as the detector sees them: RGB, `size` x `size`, float32 in [0, 1], NCHW."""
+    arrays = [np.asarray(decode(item, i, "RGB").resize((size, size), Image.Resampling.BILINEAR))
+              for i, item in enumerate(items)]
+    return {"image": (np.stack(arrays).astype(np.float32) / 255.0).transpose(0, 3, 1, 2).copy()}
+
+
+def digit_batch(items: Sequence[bytes], size: int) -> dict[str, np.ndarray]:
+    """Images as scikit-learn's digits are: grayscale, `size` x `size`, ink bright on a
+    dark ground, float32 in [0, 1] (digits.py divides the 0..16 counts by 16).
+
+    The digits were made by counting inked pixels in 4x4 blocks of 32x32 bitmaps, so the
+    resize averages over boxes (Pillow's BOX filter) as that did. A scan with dark ink on
+    light paper (its border brighter than mid-grey) is inverted to match.
+    """
+    arrays = []
+    for i, item in enumerate(items):
+        pixels = np.asarray(decode(item, i, "L").resize((size, size), Image.Resampling.BOX), dtype=np.float32) / 255
+        border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+        arrays.append(1.0 - pixels if border.mean() > 0.5 else pixels)
+    return {"image": np.stack(arrays)[:, None].astype(np.float32)}
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def classifications(outputs: Mapping[str, np.ndarray], top: int = 5) -> list[dict]:
+    """logits -> one {"label", "score", "top5"} per image; scores are softmax probabilities."""
+    probs = _softmax(np.asarray(outputs["logits"], dtype=np.float64))
+    results = []
+    for p in probs:
+        order = np.argsort(-p, kind="stable")[:top]
+        results.append({"label": int(order[0]), "score": float(p[order[0]]),
+                        "top5": [{"label": int(j), "score": float(p[j])} for j in order]})
+    return results
+
+
+def detections(outputs: Mapping[str, np.ndarray], classes: Sequence[str], image_size: int,
+               threshold: float) -> list[list[dict]]:
+    """The detector's fixed-size outputs -> per image, the detections scoring at least
+    `threshold`, best first. Boxes are [x1, y1, x2, y2] as fractions of the image's width
+    and height (as the TensorFlow Object Detection API reports them), so they hold for
+    the original image whatever size it had before the resize."""
+    results = []
+    for boxes, scores, labels in zip(outputs["boxes"], outputs["scores"], outputs["classes"]):
+        keep = [j for j in np.argsort(-scores, kind="stable") if scores[j] >= threshold]
+        results.append([{"box": [round(float(v) / image_size, 5) for v in boxes[j]], "score": float(scores[j]),
+                         "label": classes[int(labels[j])]} for j in keep])
+    return results
