@@ -43,54 +43,42 @@ DIGIT_IO = {"raw_kind": "image", "preprocess": partial(images.digit_batch, size=
             "postprocess": images.classifications}
 DIGITS_DATASET = Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stratified 80/20 split",
                          digits.load, digits.augment)
+#: what every digit classifier shares: signature, data, loss, metric, tolerances, image inputs.
+DIGITS_TASK = dict(
+    domain="vision", task="image-classification",
+    inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
+    outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES)),),
+    axes={"batch": AxisRange(1, 8, 64)}, sample=digits.sample, dataset=DIGITS_DATASET, loss=cross_entropy,
+    metric=Metric("accuracy", accuracy, higher_is_better=True), tolerances=CLASSIFIER_TOLERANCES, **DIGIT_IO,
+)
 
 
 def resnet_digits(width: int = 32) -> ModelSpec:
     depth = 8
     return ModelSpec(
         name="resnet8.digits",
-        domain="vision",
-        task="image-classification",
         description=f"ResNet-{depth} (small stem, width {width}) trained on scikit-learn digits",
-        inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
-        outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES)),),
-        axes={"batch": AxisRange(1, 8, 64)},
         build=partial(ResNet, depth=depth, num_classes=digits.NUM_CLASSES, in_chans=1, width=width, stem="small"),
-        sample=digits.sample,
         config={"width": width},
         tiny_config={"width": 8},
         variant=resnet_digits,
-        dataset=DIGITS_DATASET,
-        loss=cross_entropy,
-        metric=Metric("accuracy", accuracy, higher_is_better=True),
         recipe=Recipe(epochs=30, batch_size=64, lr=1e-2, weight_decay=5e-4, optimizer="adamw",
                       schedule="onecycle", seed=0, target=0.97),
-        tolerances=CLASSIFIER_TOLERANCES,
-        **DIGIT_IO,
+        **DIGITS_TASK,
     )
 
 
 def mobilenet_digits(width_mult: float = 1.0) -> ModelSpec:
     return ModelSpec(
         name="mobilenetv2.digits",
-        domain="vision",
-        task="image-classification",
         description=f"MobileNetV2 (width {width_mult}, stride-1 stem, two downsamplings) trained on scikit-learn digits",
-        inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
-        outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES)),),
-        axes={"batch": AxisRange(1, 8, 64)},
         build=partial(MobileNetV2, num_classes=digits.NUM_CLASSES, in_chans=1, width_mult=width_mult, layout="small"),
-        sample=digits.sample,
         config={"width_mult": width_mult},
         tiny_config={"width_mult": 0.25},
         variant=mobilenet_digits,
-        dataset=DIGITS_DATASET,
-        loss=cross_entropy,
-        metric=Metric("accuracy", accuracy, higher_is_better=True),
         recipe=Recipe(epochs=40, batch_size=64, lr=5e-3, weight_decay=1e-2, optimizer="adamw",
                       schedule="onecycle", seed=0, target=0.97),
-        tolerances=CLASSIFIER_TOLERANCES,
-        **DIGIT_IO,
+        **DIGITS_TASK,
     )
 
 
