@@ -40,14 +40,14 @@ def _encode(items):
     return {"tokens": np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)}
 
 
-def _train_cycle(spec, *, seed, epochs, device, progress):
+def _train_cycle(spec, run):
     """A plugin trainer: teach the table to follow each byte with the next one in a cycle."""
     module = spec.build()
-    torch.manual_seed(seed)
+    torch.manual_seed(run.seed)
     with torch.no_grad():
         module.table.weight.zero_()
         module.table.weight[torch.arange(256), (torch.arange(256) + 1) % 256] = 10.0
-    return module.state_dict(), {"updates": epochs, "history": [1.0, 0.5]}
+    return module.state_dict(), {"updates": run.epochs, "history": [1.0, 0.5]}
 
 
 def _follows_cycle(fn) -> float:

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 import zoo
-from zoo.errors import CheckpointError, ZooError
+from zoo.errors import CheckpointError, UnsupportedError, ZooError
+from zoo.training import TrainOptions
+from zoo.training.options import _cpu_has_bf16
 
 
-def test_digits_reaches_its_stated_accuracy(tmp_path):
+@pytest.fixture(scope="module")
+def digits_fp32(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fp32")
+    return out, zoo.train("resnet8.digits", out=out, progress=False)
+
+
+def test_digits_reaches_its_stated_accuracy(digits_fp32):
+    out, ckpt = digits_fp32
     spec = zoo.get_model("resnet8.digits")
-    ckpt = zoo.train(spec, out=tmp_path / "ckpt", progress=False)
     assert ckpt.metrics["test_accuracy"] >= spec.recipe.target == 0.97
-    loaded = zoo.load_checkpoint(tmp_path / "ckpt", "resnet8.digits")
+    # the run directory: selected checkpoint, resume point, final metrics, event files
+    assert ckpt.path == out / "model" and (out / "model" / "model.safetensors").is_file()
+    assert (out / "last" / "training.safetensors").is_file()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(ckpt.metrics))
+    loaded = zoo.load_checkpoint(out, "resnet8.digits")  # a run directory reads as its selected checkpoint
     assert loaded.sha256 == ckpt.sha256 and loaded.metrics["test_accuracy"] == ckpt.metrics["test_accuracy"]
-    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(not _cpu_has_bf16(), reason="this CPU has no native bf16 (AVX512-BF16 or AMX)")
+def test_bf16_autocast_trains_within_one_point_of_fp32(digits_fp32, tmp_path):
+    _, fp32 = digits_fp32
+    bf16 = zoo.train("resnet8.digits", out=tmp_path, progress=False, options=TrainOptions(precision="bf16"))
+    assert bf16.metrics["precision"] == "bf16" and bf16.metrics["options"]["channels_last"] is None
+    assert bf16.metrics["test_accuracy"] >= fp32.metrics["test_accuracy"] - 0.01
+    assert bf16.sha256 != fp32.sha256  # it really ran in another precision
+    assert all(v.dtype != torch.bfloat16 for v in bf16.state.values())  # fp32 weights, autocast activations
 
 
 def test_training_is_reproducible_for_a_seed(tmp_path):
@@ -32,7 +57,7 @@ def test_checkpoint_errors_are_clear(tmp_path):
         zoo.load_checkpoint(tmp_path / "ckpt", "resnet18")
     with pytest.raises(CheckpointError, match="zoo train"):
         zoo.load_checkpoint(tmp_path / "missing", "resnet8.digits")
-    weights = tmp_path / "ckpt" / "model.safetensors"
+    weights = tmp_path / "ckpt" / "model" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
@@ -47,3 +72,11 @@ def test_checkpoint_errors_are_clear(tmp_path):
 def test_untrainable_model_says_why():
     with pytest.raises(ZooError, match="random init"):
         zoo.train("resnet18", progress=False)
+
+
+def test_a_precision_the_device_cannot_do_is_refused_up_front(tmp_path):
+    with pytest.raises(UnsupportedError, match="fp16 training needs a CUDA device"):
+        zoo.train("resnet8.digits", out=tmp_path, progress=False, options=TrainOptions(precision="fp16"))
+    with pytest.raises(ZooError, match="unknown precision 'int8'"):
+        TrainOptions(precision="int8")
+    assert not tmp_path.joinpath("model").exists()

@@ -1,11 +1,17 @@
 """Checkpoints: a directory with weights in safetensors and a JSON sidecar.
 
-    checkpoints/resnet8.digits/
-        model.safetensors   the weights (never a pickle)
-        checkpoint.json     model name and config, weights sha256, recipe, metrics
+    model.safetensors   the weights (never a pickle)
+    checkpoint.json     model name and config, weights sha256, recipe, metrics
 
 Written atomically (temporary directory, fsync, rename), so a crash while saving never
-replaces a good checkpoint with a half one.
+replaces a good checkpoint with a half one. `zoo train` writes a run directory that
+holds the selected checkpoint in `model/` (and the resume point in `last/`, see
+`zoo.training.state`); everything that reads a checkpoint also accepts the run directory.
+
+    checkpoints/resnet8.digits/         the run directory (`zoo train --out`)
+        model/                          the selected weights: best validation metric
+        last/                           the resume point: weights, optimizer, scheduler, RNG
+        metrics.json  tensorboard/  trace.json
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from .tensors import state_dict_sha256
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
 DEFAULT_ROOT = Path("checkpoints")
+RUN_MODEL = "model"  # the selected checkpoint inside a run directory
 
 
 @dataclass
@@ -44,14 +51,18 @@ class Checkpoint:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        meta = {"model": self.model, "config": self.config, "weights_sha256": self.sha256,
-                "metrics": self.metrics, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         with atomic_directory(path) as tmp:
-            # safetensors refuses shared or non-contiguous storage: store plain copies
-            save_file({k: v.detach().contiguous().cpu().clone() for k, v in self.state.items()}, str(tmp / WEIGHTS))
-            (tmp / META).write_text(json.dumps(meta, indent=2))
+            self.write_into(tmp)
         self.path = path
         return path
+
+    def write_into(self, directory: Path) -> None:
+        """Write the two files into `directory` (the caller makes that atomic)."""
+        meta = {"model": self.model, "config": self.config, "weights_sha256": self.sha256,
+                "metrics": self.metrics, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        # safetensors refuses shared or non-contiguous storage: store plain copies
+        save_file({k: v.detach().contiguous().cpu().clone() for k, v in self.state.items()}, str(directory / WEIGHTS))
+        (directory / META).write_text(json.dumps(meta, indent=2))
 
     def module(self, spec: ModelSpec) -> torch.nn.Module:
         """The spec's module with these weights, in eval mode."""
@@ -75,6 +86,8 @@ def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkp
     path = Path(path)
     if path.is_file() and path.name == WEIGHTS:
         path = path.parent
+    if not (path / META).is_file() and (path / RUN_MODEL / META).is_file():
+        path = path / RUN_MODEL  # a run directory: its selected checkpoint
     if not (path / META).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (expected {META} and {WEIGHTS}); "
                               f"train one with `zoo train {expect_model or 'MODEL'}`")

@@ -122,20 +122,66 @@ def backends(device: Optional[str] = typer.Option(None, help="Only this device: 
 
 
 @app.command()
-def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help="Checkpoint directory."),
+def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default checkpoints/MODEL)."),
           seed: Optional[int] = None, epochs: Optional[int] = None, device: str = "cpu",
           config: List[str] = typer.Option([], "--config", "-c", help="Architecture/data config KEY=VALUE "
-                                           "(repeatable), e.g. split=scaffold; needs --out.")):
-    """Train MODEL by its recipe; writes checkpoints/MODEL (safetensors + JSON)."""
+                                           "(repeatable), e.g. split=scaffold; needs --out."),
+          precision: str = typer.Option("fp32", help="fp32 | bf16 (autocast; CPU with AVX512-BF16/AMX, or CUDA) "
+                                        "| fp16 (autocast + gradient scaling; CUDA)."),
+          batch_size: Optional[int] = typer.Option(None, help="Global batch size (default: the recipe's)."),
+          accumulate: int = typer.Option(1, help="Micro-batches per optimizer step (gradient accumulation)."),
+          clip_grad_norm: Optional[float] = typer.Option(None, help="Clip the global gradient norm."),
+          grad_checkpointing: bool = typer.Option(False, help="Recompute activations in backward (saves memory)."),
+          channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
+                                                       help="NHWC for conv models (default: on with autocast)."),
+          compile_: bool = typer.Option(False, "--compile", help="torch.compile the training module."),
+          val_fraction: Optional[float] = typer.Option(None, help="Training examples held out for validation "
+                                                       "(default: the recipe's)."),
+          patience: Optional[int] = typer.Option(None, help="Early stopping: epochs without a better validation metric."),
+          max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+          resume: bool = typer.Option(False, help="Continue the run in --out from its last epoch."),
+          profile: bool = typer.Option(False, help="Write a torch.profiler Chrome trace of a few steps to OUT/trace.json."),
+          tensorboard: bool = typer.Option(True, help="Write TensorBoard event files to OUT/tensorboard."),
+          threads: Optional[int] = typer.Option(None, help="Intra-op threads per process."),
+          nproc: Optional[int] = typer.Option(None, help="Run N processes on this host under torchrun (DDP).")):
+    """Train MODEL by its recipe; writes the run directory checkpoints/MODEL (safetensors + JSON)."""
     from .train import train as run
+    from .training.distributed import launch
+    from .training.options import TrainOptions
 
     overrides = _config(config)
     if overrides and out_dir is None:
         raise ZooError("a non-default --config needs --out DIR, so checkpoints/MODEL keeps the default model")
-    ckpt = run(registry.get_model(model, **overrides), out=out_dir, seed=seed, epochs=epochs, device=device)
+    options = TrainOptions(precision=precision, batch_size=batch_size, accumulate=accumulate,
+                           clip_grad_norm=clip_grad_norm, grad_checkpointing=grad_checkpointing,
+                           channels_last=channels_last, compile=compile_, val_fraction=val_fraction,
+                           patience=patience, max_steps=max_steps, resume=resume, profile=profile, tensorboard=tensorboard, threads=threads)
+    spec = registry.get_model(model, **overrides)
+    if nproc is not None:
+        options.check_device(device)
+        code = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
+        if code:
+            raise ZooError(f"torchrun exited with status {code}")
+        return
+    ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
+    if ckpt.path is None:  # not rank 0 of a distributed run
+        return
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
         if not isinstance(v, (list, dict))))
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """argv without `name VALUE` / `name=VALUE` (to re-run a command under torchrun)."""
+    result, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            result.append(arg)
+    return result
 
 
 @app.command()

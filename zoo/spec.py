@@ -111,6 +111,8 @@ class Recipe:
     schedule: str = "onecycle"  # "onecycle" | "cosine" | "constant"
     seed: int = 0
     target: float | None = None  # the stated quality the recipe reaches on the test split
+    #: training examples held out to select the best epoch and stop early (0: none)
+    val_fraction: float = 0.1
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -148,8 +150,9 @@ class ModelSpec:
     #: returns a state dict of real pretrained weights shipped by a package; None: none.
     pretrained: Callable[[], Mapping[str, "torch.Tensor"]] | None = None
     #: a training loop of the plugin's own (reinforcement learning) instead of the core's
-    #: supervised loop: (spec, seed=, epochs=, device=, progress=) -> (state dict, metrics).
-    #: The core still writes the checkpoint, so every model checkpoints the same way.
+    #: supervised loop: (spec, run: zoo.training.Run) -> (state dict, metrics). The `Run`
+    #: gives seed, epochs, device and options, the progress bar, TensorBoard scalars and
+    #: resume points; the core writes the checkpoint, so every model checkpoints the same way.
     trainer: Callable[..., tuple[Mapping[str, "torch.Tensor"], dict[str, Any]]] | None = None
     #: a domain check run after parity on every export and `zoo verify`:
     #: (reference, runner) -> JSON-able report; raises `ToleranceError` when it fails

@@ -1,101 +1,93 @@
-"""`zoo train`: the supervised training loop every trainable spec goes through.
+"""`zoo train`: train a spec by its recipe into a run directory.
 
-Deterministic on CPU for a fixed seed: the shuffle order, augmentation and
-initialization all draw from generators seeded from the recipe, so two runs give the
-same weights. The checkpoint is written atomically at the end.
+    checkpoints/resnet8.digits/     (--out; `zoo export` and `zoo predict` read it)
+        model/          the selected checkpoint: best validation metric (safetensors)
+        last/           the resume point: weights, optimizer, scheduler, RNG (--resume)
+        metrics.json    final metrics, also in model/checkpoint.json
+        tensorboard/    event files (`tensorboard --logdir checkpoints`)
+        trace.json      with --profile: a torch.profiler Chrome trace of a few steps
+
+One process, or several under `torchrun` (DDP, see `zoo.training.distributed`). Models
+with a supervised recipe go through `zoo.training.loop`; a plugin with its own loop
+(`spec.trainer`, e.g. PPO) gets the same `Run`, so checkpoints, resume, logs and
+device handling are the same for every model.
 """
 
 from __future__ import annotations
 
-import math
-import time
+import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .checkpoint import Checkpoint, default_path
 from .errors import ZooError
 from .registry import get_model
 from .spec import ModelSpec
 from .tensors import call_module, to_numpy, to_torch
+from .training import distributed
+from .training.loop import fit
+from .training.options import TrainOptions
+from .training.run import Run
 from .verify import evaluate
 
 
 def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | None = None,
-          epochs: int | None = None, device: str = "cpu", progress: bool = True) -> Checkpoint:
-    """Train `model` by its recipe and write a checkpoint (default `checkpoints/<model>`)."""
+          epochs: int | None = None, device: str = "cpu", progress: bool = True,
+          options: TrainOptions | None = None,
+          on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None) -> Checkpoint:
+    """Train `model` by its recipe into the run directory `out` (default checkpoints/<model>).
+
+    Returns the selected checkpoint (in `out/model`). `on_epoch_end(epoch, scalars)` is
+    called after every epoch; raising from it interrupts the run like Ctrl-C would.
+    """
     spec = get_model(model)
+    options = options or TrainOptions()
     if not spec.trainable:
         raise ZooError(f"model {spec.name} has no training recipe here "
                        f"({'pretrained weights ship with it' if spec.pretrained else 'random init only'})")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ZooError("device cuda asked for, but no CUDA device is available")
     recipe = spec.recipe
     assert recipe is not None
     seed = recipe.seed if seed is None else seed
     epochs = recipe.epochs if epochs is None else epochs
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
-    if spec.trainer is not None:
-        state, metrics = spec.trainer(spec, seed=seed, epochs=epochs, device=device, progress=progress)
-        ckpt = Checkpoint(spec.name, dict(spec.config), {k: v.detach().cpu() for k, v in state.items()},
-                          {"seed": seed, "epochs": epochs, "device": device, **metrics})
-        ckpt.save(out if out is not None else default_path(spec.name))
-        return ckpt
-    assert spec.dataset is not None and spec.loss is not None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ZooError("device cuda asked for, but no CUDA device is available")
+    options.check_device(device)
 
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    x, y = spec.dataset.load("train")
-    inputs = to_torch(x, spec)
-    targets = torch.from_numpy(np.asarray(y))
-    n = len(targets)
-    steps_per_epoch = math.ceil(n / recipe.batch_size)
+    world = distributed.init(device)
+    threads = torch.get_num_threads()
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    try:
+        run = Run(spec, Path(out) if out is not None else default_path(spec.name), options, world, seed, epochs,
+                  world.device(device), progress, on_epoch_end)
+        run.facts.update(seed=seed, epochs=epochs, accumulate=options.accumulate,
+                         batch_size=options.batch_size or recipe.batch_size,
+                         val_fraction=recipe.val_fraction if options.val_fraction is None else options.val_fraction)
+        if spec.trainer is not None:
+            state, metrics = spec.trainer(spec, run)
+            ckpt = Checkpoint(spec.name, dict(spec.config), {k: v.detach().cpu() for k, v in state.items()}, metrics)
+        else:
+            ckpt = fit(spec, run)
+            if world.main and spec.metric is not None:
+                metric = evaluate(spec, module_fn(ckpt.module(spec).to(run.device), spec, run.device))
+                ckpt.metrics[f"test_{spec.metric.name}"] = metric
+        ckpt.metrics.update(_facts(run))
+        return run.finish(ckpt)
+    finally:
+        torch.set_num_threads(threads)
+        distributed.shutdown(world)
 
-    module = spec.build().to(device)
-    optimizer = _optimizer(module, recipe.optimizer, recipe.lr, recipe.weight_decay)
-    scheduler = _scheduler(optimizer, recipe.schedule, recipe.lr, epochs * steps_per_epoch)
 
-    start = time.perf_counter()
-    history = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                  TimeElapsedColumn(), disable=not progress, transient=False) as bar:
-        task = bar.add_task(f"train {spec.name}", total=epochs * steps_per_epoch, status="")
-        for epoch in range(epochs):
-            module.train()
-            order = torch.randperm(n, generator=gen)
-            total = 0.0
-            for i in range(steps_per_epoch):
-                idx = order[i * recipe.batch_size:(i + 1) * recipe.batch_size]
-                batch = {k: v[idx] for k, v in inputs.items()}
-                if spec.dataset.augment is not None:
-                    batch = spec.dataset.augment(batch, gen)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                loss = spec.loss(call_module(module, spec, batch), targets[idx].to(device))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                value = loss.detach().item()
-                total += value * len(idx)
-                bar.update(task, advance=1, status=f"epoch {epoch + 1}/{epochs} loss {value:.4f}")
-            history.append(total / n)
-    seconds = time.perf_counter() - start
-
-    module.eval()
-    metric = evaluate(spec, module_fn(module, spec, device))
-    metrics: dict[str, Any] = {"train_loss": history[-1], "loss_history": history, "epochs": epochs,
-                               "seed": seed, "train_seconds": round(seconds, 2), "device": device,
-                               "samples_per_second": round(epochs * n / seconds, 1)}
-    if spec.metric is not None:
-        metrics[f"test_{spec.metric.name}"] = metric
-    ckpt = Checkpoint(spec.name, dict(spec.config), {k: v.cpu() for k, v in module.state_dict().items()},
-                      metrics)
-    ckpt.save(out if out is not None else default_path(spec.name))
-    return ckpt
+def _facts(run: Run) -> dict[str, Any]:
+    """How the run was made: recorded beside its metrics."""
+    return {"seed": run.seed, "epochs": run.epochs, "device": run.device, "precision": run.options.precision,
+            "world_size": run.world.size, "threads_per_process": torch.get_num_threads(),
+            "options": run.options.to_json(), "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+            **{k: v for k, v in run.facts.items() if k not in ("seed", "epochs")}}
 
 
 def module_fn(module: torch.nn.Module, spec: ModelSpec, device: str = "cpu"):
@@ -106,21 +98,3 @@ def module_fn(module: torch.nn.Module, spec: ModelSpec, device: str = "cpu"):
         return to_numpy(call_module(module, spec, to_torch(inputs, spec, device)))
 
     return run
-
-
-def _optimizer(module: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    if name == "adamw":
-        return torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
-    raise ZooError(f"unknown optimizer {name!r} in recipe (adamw | sgd)")
-
-
-def _scheduler(optimizer: torch.optim.Optimizer, name: str, lr: float, total_steps: int):
-    if name == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=total_steps)
-    if name == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
-    if name == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    raise ZooError(f"unknown schedule {name!r} in recipe (onecycle | cosine | constant)")

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from zoo.errors import InputError
 
@@ -57,6 +58,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
+        self.grad_checkpointing = False
         self.apply(_init_gpt)
         for block in self.blocks:
             for proj in (block.attn.proj, block.proj):
@@ -68,8 +70,17 @@ class GPT(nn.Module):
             raise InputError(f"{t} tokens exceed the context of {self.context}")
         x = self.wte(tokens) + self.wpe(torch.arange(t, device=tokens.device))
         for block in self.blocks:
-            x = block(x)
+            if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # tied: logits against the token embedding
+
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in backward instead of keeping them (timm's
+        API): activation memory drops from one set per block to one, for ~1/3 more compute."""
+        self.grad_checkpointing = enable
 
 
 def _init_gpt(module: nn.Module) -> None:

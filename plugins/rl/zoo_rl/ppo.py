@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-from zoo.errors import ZooError
+from zoo.checkpoint import Checkpoint
+from zoo.errors import UnsupportedError, ZooError
 from zoo.spec import ModelSpec
+from zoo.training import Run
+from zoo.training.state import TrainingState, capture_rng, restore_rng
 
 from .envs import Environment, mean_return
 from .policy import ActorCritic
@@ -155,25 +156,44 @@ def _update(module: ActorCritic, optimizer: torch.optim.Optimizer, batch: dict[s
     return {k: float(np.mean(v)) for k, v in stats.items()}
 
 
-def train(spec: ModelSpec, *, env: Environment, ppo: PPOConfig, seed: int, epochs: int, device: str = "cpu",
-          progress: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The `spec.trainer` of a PPO policy: `epochs` PPO iterations, then the greedy
+#: iterations between resume points (a resume point is a few kB; the atomic write's fsync dominates)
+SAVE_EVERY = 10
+
+
+def train(spec: ModelSpec, run: Run, *, env: Environment, ppo: PPOConfig) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The `spec.trainer` of a PPO policy: `run.epochs` PPO iterations, then the greedy
     `mean_return` over the evaluation episodes. Returns (state dict, metrics).
+
+    Uses the core's `Run` like the supervised loop: its device, progress bar, TensorBoard
+    scalars and resume points (`last/`, with --resume). A resumed run continues the
+    policy, optimizer, observation statistics and random generators exactly; the
+    environments restart from fresh episodes seeded by the iteration (their simulator
+    state is not part of the resume point), so it follows the same distribution rather
+    than the same episodes as an uninterrupted run.
 
     Runs PyTorch on one CPU thread: the networks are a few thousand parameters, so
     intra-op threads only add synchronization (and contention on a shared machine)."""
+    unsupported = {"--precision": run.options.precision != "fp32", "--compile": run.options.compile,
+                   "--accumulate": run.options.accumulate != 1, "--nproc": run.world.distributed,
+                   "--grad-checkpointing": run.options.grad_checkpointing, "--patience": run.options.patience is not None,
+                   "--max-steps": run.options.max_steps is not None, "--batch-size": run.options.batch_size is not None,
+                   "--clip-grad-norm (PPO clips at its own max_grad_norm)": run.options.clip_grad_norm is not None}
+    named = [k for k, v in unsupported.items() if v]
+    if named:
+        raise UnsupportedError(f"{spec.name}: the PPO trainer does not take {', '.join(named)} "
+                               f"(a few-thousand-parameter policy trains in fp32 in one process)")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(spec, env, ppo, seed, epochs, device, progress)
+        return _train(spec, run, env, ppo)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(spec: ModelSpec, env: Environment, ppo: PPOConfig, seed: int, epochs: int, device: str, progress: bool):
+def _train(spec: ModelSpec, run: Run, env: Environment, ppo: PPOConfig):
     from zoo.train import module_fn
 
-    recipe = spec.recipe
+    recipe, device, seed, epochs = spec.recipe, run.device, run.seed, run.epochs
     assert recipe is not None
     torch.manual_seed(seed)
     module = spec.build().to(device).train()
@@ -181,30 +201,56 @@ def _train(spec: ModelSpec, env: Environment, ppo: PPOConfig, seed: int, epochs:
         raise ZooError(f"{spec.name}: the PPO trainer uses adamw, not {recipe.optimizer!r}")
     optimizer = torch.optim.AdamW(module.parameters(), lr=recipe.lr, eps=1e-5, weight_decay=recipe.weight_decay)
     gen = torch.Generator(device).manual_seed(seed)
-    envs = env.make_vector(ppo.num_envs)
-    obs, _ = envs.reset(seed=seed)  # environment i is seeded with seed + i
     episodes: dict[str, Any] = {"running": np.zeros(ppo.num_envs), "returns": []}
     history: list[float | None] = []
-    start = time.perf_counter()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                  TimeElapsedColumn(), disable=not progress, transient=False) as bar:
-        task = bar.add_task(f"train {spec.name}", total=epochs, status="")
-        for iteration in range(epochs):
+    start_iteration, seconds = 0, 0.0
+    resumed = run.resume_state()
+    if resumed is not None:
+        module.load_state_dict(resumed.checkpoint.state)
+        optimizer.load_state_dict(resumed.optimizer)
+        restore_rng(resumed.rng, gen)
+        start_iteration = resumed.epoch
+        history, episodes["returns"], seconds = (resumed.run["history"], resumed.run["returns"],
+                                                 resumed.run["seconds"])
+    envs = env.make_vector(ppo.num_envs)
+    # environment i is seeded with seed + i (a resumed run: re-seeded by its iteration)
+    obs, _ = envs.reset(seed=seed + 1000 * start_iteration)
+    stats: dict[str, float] = {}
+    with run.progress(epochs) as update:
+        update(advance=start_iteration)
+        for iteration in range(start_iteration, epochs):
+            start = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = recipe.lr * _lr_factor(recipe.schedule, iteration / epochs)
             seen = len(episodes["returns"])
             batch, obs = _rollout(module, env, envs, obs, ppo, gen, device, episodes)
             stats = _update(module, optimizer, batch, ppo, recipe.batch_size, gen)
+            seconds += time.perf_counter() - start
             finished = episodes["returns"][seen:]  # episodes that ended in this rollout
             history.append(round(float(np.mean(finished)), 2) if finished else None)
             recent = np.mean(episodes["returns"][-10:]) if episodes["returns"] else float("nan")
-            bar.update(task, advance=1, status=f"iteration {iteration + 1}/{epochs} "
-                                               f"return {recent:.1f} (last 10 episodes) kl {stats['approx_kl']:.4f}")
+            env_steps = (iteration + 1) * ppo.num_envs * ppo.num_steps
+            run.log(env_steps, {"train/episode_return": history[-1], "train/lr": optimizer.param_groups[0]["lr"],
+                                **{f"train/{k}": v for k, v in stats.items()}})
+            update(status=f"iteration {iteration + 1}/{epochs} return {recent:.1f} (last 10 episodes) "
+                          f"kl {stats['approx_kl']:.4f}")
+            if (iteration + 1) % SAVE_EVERY == 0 or iteration + 1 == epochs:
+                run.save_last(TrainingState(
+                    Checkpoint(spec.name, dict(spec.config), _cpu_state(module), {"iteration": iteration + 1}),
+                    iteration + 1, iteration + 1, optimizer.state_dict(), None, None, capture_rng(gen),
+                    {"history": history, "returns": episodes["returns"], "seconds": seconds}))
+            if run.on_epoch_end is not None:
+                run.on_epoch_end(iteration + 1, {"train/episode_return": history[-1]})
     envs.close()
-    seconds = time.perf_counter() - start
     module.eval()
+    env_steps = epochs * ppo.num_envs * ppo.num_steps
     metrics = {"test_mean_return": mean_return(env, module_fn(module, spec, device)),
-               "train_seconds": round(seconds, 2), "iterations": epochs,
-               "env_steps": epochs * ppo.num_envs * ppo.num_steps, "episodes": len(episodes["returns"]),
-               "train_return_history": history, "last_update": stats, "env": env.id, "ppo": asdict(ppo)}
-    return {k: v.detach().cpu() for k, v in module.state_dict().items()}, metrics
+               "train_seconds": round(seconds, 2), "iterations": epochs, "env_steps": env_steps,
+               "samples_per_second": round(env_steps / seconds, 1) if seconds else None,
+               "episodes": len(episodes["returns"]), "train_return_history": history, "last_update": stats,
+               "env": env.id, "ppo": asdict(ppo)}
+    return _cpu_state(module), metrics
+
+
+def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class BasicBlock(nn.Module):
@@ -93,12 +94,23 @@ class ResNet(nn.Module):
                 cin = width * 2**i * block.expansion
         self.layers = nn.Sequential(*layers)
         self.head = nn.Linear(cin, num_classes)
+        self.grad_checkpointing = False
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         for m in self.layers:
             nn.init.zeros_(m.last_bn.weight)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each residual block's activations in backward (timm's API). As in
+        timm, BatchNorm running statistics are updated again by the recomputation."""
+        self.grad_checkpointing = enable
+
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(image))
+        x = self.stem(image)
+        for block in self.layers:
+            if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))

@@ -1,0 +1,232 @@
+"""The training engine: DDP under torchrun, resume, gradient accumulation and
+checkpointing, validation-based selection and early stopping, logs and traces.
+
+Most tests train `mlp.digits-test` (tests/train_plugin.py): an MLP on real digits with no
+dropout, BatchNorm or augmentation, so runs that must agree can be compared weight by
+weight; the rest use registered models at their tiny size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import CheckpointError, UnsupportedError, ZooError
+from zoo.training import TrainOptions
+from zoo.training.loop import holdout, validate
+
+TESTS = Path(__file__).parent
+PLUGIN = TESTS / "train_plugin.py"
+
+
+def _plugin():
+    spec = importlib.util.spec_from_file_location("train_plugin", PLUGIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MLP = _plugin().SPEC
+
+
+def _close(a: zoo.Checkpoint, b: zoo.Checkpoint, atol: float) -> float:
+    worst = max((a.state[k] - b.state[k]).abs().max().item() for k in a.state)
+    assert worst <= atol, f"weights differ by {worst}"
+    return worst
+
+
+def _zoo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_ddp_with_two_gloo_processes_agrees_with_one_process(tmp_path):
+    one = zoo.train(MLP, out=tmp_path / "one", progress=False, options=TrainOptions(threads=1))
+    done = _zoo("train", MLP.name, "--out", str(tmp_path / "two"), "--nproc", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    two = zoo.load_checkpoint(tmp_path / "two", MLP.name)
+    assert two.metrics["world_size"] == 2 and one.metrics["world_size"] == 1
+    # each process took half of every global batch; DDP averaged the gradients
+    _close(one, two, atol=1e-4)
+    assert abs(two.metrics["test_accuracy"] - one.metrics["test_accuracy"]) <= 0.01
+    # rank 0 alone wrote: one event file, one checkpoint
+    assert len(list((tmp_path / "two" / "tensorboard").iterdir())) == 1
+
+
+def test_a_global_batch_is_sharded_with_weights_that_keep_its_mean():
+    from zoo.training.distributed import World, check_batch_size
+    from zoo.training.loop import shard
+
+    batch = torch.arange(13)
+    parts = [shard(batch, World(rank, 2, rank)) for rank in (0, 1)]
+    assert sorted(torch.cat([p for p, _ in parts]).tolist()) == list(range(13))
+    assert [w for _, w in parts] == [7 * 2 / 13, 6 * 2 / 13]  # mean of weighted means = the batch mean
+    assert shard(torch.arange(1), World(1, 2, 1))[1] == 0.0  # no example left: a zero-weight one
+    with pytest.raises(ZooError, match="without examples"):
+        check_batch_size(1, World(0, 2, 0))
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet8.digits"])
+def test_resume_after_an_interruption_reaches_the_uninterrupted_weights(tmp_path, model):
+    spec = MLP if model == "mlp" else zoo.get_model(model).tiny()  # resnet8: BatchNorm, augmentation
+    straight = zoo.train(spec, out=tmp_path / "a", epochs=3, progress=False)
+
+    def interrupt(epoch, _):
+        if epoch == 2:
+            raise KeyboardInterrupt  # as Ctrl-C would, after epoch 2's resume point
+    with pytest.raises(KeyboardInterrupt):
+        zoo.train(spec, out=tmp_path / "b", epochs=3, progress=False, on_epoch_end=interrupt)
+    assert json.loads((tmp_path / "b" / "last" / "training.json").read_text())["epoch"] == 2
+    resumed = zoo.train(spec, out=tmp_path / "b", epochs=3, progress=False, options=TrainOptions(resume=True))
+    assert resumed.sha256 == straight.sha256
+    assert resumed.metrics["loss_history"] == straight.metrics["loss_history"]
+
+
+def test_a_failed_save_keeps_the_previous_resume_point(tmp_path, monkeypatch):
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    before = zoo.load_checkpoint(tmp_path / "last")
+    import zoo.training.state as state
+
+    def disk_full(tensors, path):
+        Path(path).write_bytes(b"\0" * 100)  # a torn write, then the failure
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(state, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    after = zoo.load_checkpoint(tmp_path / "last")
+    assert after.sha256 == before.sha256 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_resume_refuses_another_model_corruption_and_changed_settings(tmp_path):
+    zoo.train(MLP, out=tmp_path / "mlp", epochs=1, progress=False)
+    resume = TrainOptions(resume=True)
+    digits = zoo.get_model("resnet8.digits").tiny()
+    with pytest.raises(CheckpointError, match="not resnet8.digits"):
+        zoo.train(digits, out=tmp_path / "mlp", epochs=1, progress=False, options=resume)
+    with pytest.raises(CheckpointError, match="trained with epochs=1"):
+        zoo.train(MLP, out=tmp_path / "mlp", epochs=2, progress=False, options=resume)
+    with pytest.raises(CheckpointError, match="no resume point"):
+        zoo.train(MLP, out=tmp_path / "nothing", epochs=1, progress=False, options=resume)
+    state = tmp_path / "mlp" / "last" / "training.safetensors"
+    state.write_bytes(state.read_bytes()[:-16])
+    with pytest.raises(CheckpointError, match="corrupted"):
+        zoo.train(MLP, out=tmp_path / "mlp", epochs=1, progress=False, options=resume)
+
+
+def test_gradient_accumulation_takes_the_same_steps_as_the_large_batch(tmp_path):
+    big = zoo.train(MLP, out=tmp_path / "big", epochs=2, progress=False)
+    accumulated = zoo.train(MLP, out=tmp_path / "acc", epochs=2, progress=False,
+                            options=TrainOptions(batch_size=32, accumulate=2))
+    _close(big, accumulated, atol=1e-4)
+    halves = zoo.train(MLP, out=tmp_path / "half", epochs=2, progress=False, options=TrainOptions(batch_size=32))
+    assert (big.state["net.1.weight"] - halves.state["net.1.weight"]).abs().max() > 1e-3  # twice the steps
+
+
+def test_gradient_clipping_bounds_the_update(tmp_path):
+    sgd = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, optimizer="sgd", schedule="constant", lr=0.1))
+    torch.manual_seed(sgd.recipe.seed)  # the initialization training starts from
+    init = sgd.build().state_dict()
+    free = zoo.train(sgd, out=tmp_path / "free", epochs=1, progress=False, options=TrainOptions(val_fraction=0))
+    clipped = zoo.train(sgd, out=tmp_path / "clip", epochs=1, progress=False,
+                        options=TrainOptions(val_fraction=0, clip_grad_norm=1e-3))
+    moved = {name: sum((c.state[k] - init[k]).norm() ** 2 for k in init) ** 0.5 for name, c in
+             (("free", free), ("clipped", clipped))}
+    steps = -(-clipped.metrics["train_examples"] // 64)
+    # Nesterov SGD, momentum m: a step is lr * (g + m * buffer) with |buffer| <= |g| / (1 - m)
+    bound = steps * 0.1 * 1e-3 * (1 + 0.9 / (1 - 0.9))
+    assert moved["clipped"] <= bound < moved["free"]
+
+
+def test_gradient_checkpointing_gives_the_same_training(tmp_path):
+    spec = zoo.get_model("resnet8.digits").tiny()
+    plain = zoo.train(spec, out=tmp_path / "a", epochs=1, progress=False)
+    recomputed = zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False,
+                           options=TrainOptions(grad_checkpointing=True))
+    # the same parameters; BatchNorm running statistics differ (the recomputation updates them again)
+    params = {name for name, _ in spec.build().named_parameters()}
+    worst = max((plain.state[k] - recomputed.state[k]).abs().max().item() for k in params)
+    assert worst <= 1e-5
+    assert recomputed.metrics["options"]["grad_checkpointing"] is True
+    with pytest.raises(ZooError, match="does not support gradient checkpointing"):
+        zoo.train(MLP, out=tmp_path / "c", epochs=1, progress=False, options=TrainOptions(grad_checkpointing=True))
+    with pytest.raises(ZooError, match="no Conv2d"):
+        zoo.train(MLP, out=tmp_path / "c", epochs=1, progress=False, options=TrainOptions(channels_last=True))
+
+
+def test_the_selected_checkpoint_is_the_best_validation_epoch(tmp_path):
+    ckpt = zoo.train(MLP, out=tmp_path, epochs=4, progress=False)
+    history = ckpt.metrics["val_accuracy_history"]
+    best = max(range(len(history)), key=lambda i: (history[i], -i))
+    assert ckpt.metrics["best_epoch"] == best + 1
+    x, y = MLP.dataset.load("train")
+    _, val_idx = holdout(len(y), MLP.recipe.val_fraction, MLP.recipe.seed)
+    module = ckpt.module(MLP)
+    again = validate(MLP, module, {"image": torch.from_numpy(x["image"])}, torch.from_numpy(y), val_idx, "cpu")
+    assert again["accuracy"] == history[best]
+
+
+def test_early_stopping_stops_when_validation_stops_improving(tmp_path):
+    frozen = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=0.0, schedule="constant"))
+    ckpt = zoo.train(frozen, out=tmp_path, epochs=10, progress=False, options=TrainOptions(patience=2))
+    assert ckpt.metrics["stopped_early"] is True and ckpt.metrics["epochs_run"] == 3
+    assert ckpt.metrics["best_epoch"] == 1
+
+
+def test_tensorboard_events_profile_trace_and_metrics_json(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ckpt = zoo.train(MLP, out=tmp_path, epochs=2, progress=False, options=TrainOptions(profile=True))
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"train/loss", "train/lr", "val/accuracy", "val/loss", "train/samples_per_second"} <= set(tags)
+    steps_per_epoch = -(-ckpt.metrics["train_examples"] // 64)
+    assert len(events.Scalars("train/loss")) == 2 * steps_per_epoch
+    assert [e.value for e in events.Scalars("val/accuracy")] == pytest.approx(ckpt.metrics["val_accuracy_history"])
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert sum(e.get("name", "").startswith("ProfilerStep#") for e in trace["traceEvents"]) == 3
+    assert json.loads((tmp_path / "metrics.json").read_text())["test_accuracy"] == ckpt.metrics["test_accuracy"]
+
+
+def test_compiled_training_matches_eager(tmp_path):
+    eager = zoo.train(MLP, out=tmp_path / "eager", epochs=1, progress=False)
+    compiled = zoo.train(MLP, out=tmp_path / "compiled", epochs=1, progress=False, options=TrainOptions(compile=True))
+    _close(eager, compiled, atol=1e-4)
+
+
+def test_ppo_uses_the_same_run_directory_and_resume(tmp_path):
+    spec = zoo.get_model("ppo.cartpole").tiny()
+    straight = zoo.train(spec, out=tmp_path / "a", epochs=10, progress=False)
+    assert (tmp_path / "a" / "last" / "training.json").is_file() and (tmp_path / "a" / "metrics.json").is_file()
+    assert list((tmp_path / "a" / "tensorboard").glob("events.*"))
+    resumed = zoo.train(spec, out=tmp_path / "a", epochs=10, progress=False, options=TrainOptions(resume=True))
+    assert resumed.sha256 == straight.sha256  # resumed at the end: nothing left to train
+    with pytest.raises(UnsupportedError, match="does not take --precision"):
+        zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False, options=TrainOptions(precision="bf16"))
+
+
+def test_cli_options_and_errors(tmp_path):
+    done = _zoo("train", MLP.name, "--out", str(tmp_path), "--epochs", "1", "--accumulate", "2",
+                "--batch-size", "32", "--clip-grad-norm", "1.0", "--patience", "3", "--no-tensorboard", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["options"]["accumulate"] == 2 and metrics["batch_size"] == 32
+    assert not (tmp_path / "tensorboard").exists()
+    for args, message in (
+        (("--warp-speed",), "No such option"),
+        (("--precision", "fp16"), "fp16 training needs a CUDA device"),
+        (("--accumulate", "0"), "at least 1"),
+        (("--val-fraction", "1.5"), "--val-fraction must be in [0, 1)"),
+    ):
+        done = _zoo("train", MLP.name, "--out", str(tmp_path / "x"), *args, cwd=tmp_path)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-500:])

@@ -1,0 +1,108 @@
+"""Several processes, one run: DistributedDataParallel as launched by `torchrun`.
+
+`torchrun --nproc-per-node N -m zoo train MODEL ...` (or its shortcut `zoo train
+--nproc N`, which execs exactly that) starts N copies of the same command with RANK,
+WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT set; each joins the process group (gloo on
+CPU, NCCL on CUDA). Multi-host runs are the same command on every host with `--nnodes`
+and a rendezvous endpoint, torchrun's job.
+
+The recipe's batch size is the *global* batch: every process draws the same seeded
+permutation of the epoch, each of N processes takes every N-th example of each global
+batch (`loop.shard`, with its loss weighted so uneven last batches count right), and DDP
+averages the gradients, so N processes take the same steps as one process with the whole
+batch, up to float summation order (BatchNorm statistics and augmentation draws are per
+process). Rank 0 alone writes checkpoints, logs and the progress bar.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import ZooError
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def device(self, device: str) -> str:
+        """This process's device: `cuda` becomes `cuda:<local rank>` under torchrun."""
+        if self.distributed and device == "cuda":
+            return f"cuda:{self.local_rank}"
+        return device
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def all_reduce_sum(self, value: float) -> float:
+        """Sum a number over processes (for throughput and loss across ranks)."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item())
+
+
+def init(device: str) -> World:
+    """Join the process group torchrun describes in the environment; one process otherwise."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World()
+    world = World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(world.local_rank)
+        dist.init_process_group(backend)
+    return world
+
+
+def shutdown(world: World) -> None:
+    if world.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_batch_size(batch_size: int, world: World) -> None:
+    if batch_size < world.size:
+        raise ZooError(f"a global batch of {batch_size} leaves some of the {world.size} processes without "
+                       f"examples: pass --batch-size of at least {world.size}")
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """`zoo train --nproc N ...`: run the same command under torchrun on this host."""
+    if nproc < 1:
+        raise ZooError(f"--nproc must be at least 1, got {nproc}")
+    if "WORLD_SIZE" in os.environ:
+        raise ZooError("--nproc starts torchrun itself; under torchrun, leave it out")
+    if shutil.which("torchrun") is None and not _has_module("torch.distributed.run"):
+        raise ZooError("torchrun is not available in this environment")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "zoo", *argv]
+    env = dict(os.environ)
+    # torchrun sets one OpenMP thread per process; give each process its share of the cores instead
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    return subprocess.call(command, env=env)
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -1,0 +1,245 @@
+"""The supervised loop every trainable spec without its own trainer goes through.
+
+Deterministic on CPU for a fixed seed: initialization, the shuffle (one seeded
+permutation per epoch, as torch's DistributedSampler draws it), the augmentation generator and
+dropout all draw from seeded generators, and their states are part of the resume
+point, so an interrupted and resumed run reaches the same weights as one that was not.
+
+Validation: a fixed fraction of the training split (chosen with the recipe's seed, so
+runs with different seeds select on the same examples) is held out; after each epoch the
+task metric on it (or the loss, for models without one) selects the best weights and
+drives early stopping. The test split is used once, at the end, on the selected weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ..checkpoint import Checkpoint
+from ..errors import ZooError
+from ..spec import ModelSpec
+from ..tensors import call_module, to_torch
+from .distributed import check_batch_size
+from .run import Run, Throughput
+from .state import TrainingState, capture_rng, restore_rng
+
+
+def fit(spec: ModelSpec, run: Run) -> Checkpoint:
+    """Train `spec` by its recipe within `run`; returns the selected, evaluated checkpoint."""
+    assert spec.recipe is not None and spec.dataset is not None and spec.loss is not None
+    recipe, opts, world, device = spec.recipe, run.options, run.world, run.device
+    torch.manual_seed(run.seed)
+    x, y = spec.dataset.load("train")
+    inputs, targets = to_torch(x, spec), torch.from_numpy(np.asarray(y))
+    train_idx, val_idx = holdout(len(targets), run.facts["val_fraction"], recipe.seed)
+    batch_size = run.facts["batch_size"]
+    check_batch_size(batch_size, world)
+    micro_per_epoch = math.ceil(len(train_idx) / batch_size)
+    steps_per_epoch = math.ceil(micro_per_epoch / opts.accumulate)
+    run.facts.update(train_examples=len(train_idx), val_examples=len(val_idx))
+
+    module = spec.build().to(device)
+    if opts.grad_checkpointing:
+        if not hasattr(module, "set_grad_checkpointing"):
+            raise ZooError(f"model {spec.name} does not support gradient checkpointing "
+                           f"(its module has no set_grad_checkpointing)")
+        module.set_grad_checkpointing(True)
+    memory_format = torch.channels_last if opts.wants_channels_last(module) else None
+    if memory_format is not None:
+        module = module.to(memory_format=memory_format)
+    optimizer = _optimizer(module, recipe.optimizer, recipe.lr, recipe.weight_decay)
+    scheduler = _scheduler(optimizer, recipe.schedule, recipe.lr, run.epochs * steps_per_epoch)
+    scaler = opts.scaler(device)
+    data_gen = torch.Generator().manual_seed(run.seed + world.rank)  # augmentation
+
+    epoch, step = 0, 0
+    progress: dict[str, Any] = {"history": [], "val_history": [], "best": None, "best_epoch": None,
+                                "stale_epochs": 0, "stopped_early": False}
+    resumed = run.resume_state()
+    if resumed is not None:
+        module.load_state_dict(resumed.checkpoint.state)
+        optimizer.load_state_dict(resumed.optimizer)
+        if resumed.scheduler is not None:
+            scheduler.load_state_dict(resumed.scheduler)
+        if resumed.scaler:
+            scaler.load_state_dict(resumed.scaler)
+        restore_rng(resumed.rng, data_gen)
+        epoch, step, progress = resumed.epoch, resumed.step, resumed.run["progress"]
+
+    model: torch.nn.Module = DistributedDataParallel(module) if world.distributed else module
+    if opts.compile:
+        model = torch.compile(model)
+    monitor, higher = _monitor(spec)
+    throughput = Throughput()
+    with run.progress(run.epochs * micro_per_epoch) as update, run.profiler() as profiler_step:
+        update(advance=epoch * micro_per_epoch)
+        while epoch < run.epochs and not progress["stopped_early"]:
+            order = train_idx[epoch_order(len(train_idx), run.seed, epoch)]
+            model.train()
+            total, seen = 0.0, 0
+            throughput.start()
+            for group_start in range(0, micro_per_epoch, opts.accumulate):
+                group = range(group_start, min(group_start + opts.accumulate, micro_per_epoch))
+                for micro in group:
+                    idx, weight = shard(order[micro * batch_size:(micro + 1) * batch_size], world)
+                    batch = {k: v[idx] for k, v in inputs.items()}
+                    if spec.dataset.augment is not None:
+                        batch = spec.dataset.augment(batch, data_gen)
+                    batch = {k: _to(v, device, memory_format) for k, v in batch.items()}
+                    sync = micro == group[-1] or not world.distributed
+                    with contextlib.nullcontext() if sync else model.no_sync():
+                        with opts.autocast(device):
+                            loss = spec.loss(call_module(model, spec, batch), targets[idx].to(device))
+                        scaler.scale(loss * weight / len(group)).backward()
+                    value = loss.detach().float().item()
+                    total += value * len(idx) * (weight > 0)
+                    seen += len(idx) * (weight > 0)
+                    update(status=f"epoch {epoch + 1}/{run.epochs} loss {value:.4f}{_last(progress, monitor)}")
+                if opts.clip_grad_norm is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(module.parameters(), opts.clip_grad_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                step += 1
+                profiler_step()
+                run.log(step, {"train/loss": value, "train/lr": scheduler.get_last_lr()[0]})
+                if opts.max_steps is not None and step >= opts.max_steps:
+                    break
+            rate = throughput.stop(int(world.all_reduce_sum(seen)))  # every process's samples
+            train_loss = world.all_reduce_sum(total) / world.all_reduce_sum(seen)
+            epoch += 1
+            val = validate(spec, module, inputs, targets, val_idx, device) if len(val_idx) else {}
+            progress["history"].append(train_loss)
+            progress["val_history"].append(val.get(monitor))
+            improved = _improved(val.get(monitor), progress["best"], higher)
+            if improved:
+                progress.update(best=val[monitor], best_epoch=epoch, stale_epochs=0)
+                run.save_model(Checkpoint(spec.name, dict(spec.config), _cpu_state(module),
+                                          {"epoch": epoch, f"val_{monitor}": val[monitor]}))
+            elif val:
+                progress["stale_epochs"] += 1
+                progress["stopped_early"] = opts.patience is not None and progress["stale_epochs"] >= opts.patience
+            scalars = {"train/loss_epoch": train_loss, "train/samples_per_second": rate,
+                       **{f"val/{k}": v for k, v in val.items()}}
+            run.log(step, scalars)
+            update(status=f"epoch {epoch}/{run.epochs} loss {train_loss:.4f} {rate:,.0f} samples/s"
+                          f"{_last(progress, monitor)}")
+            run.save_last(TrainingState(
+                Checkpoint(spec.name, dict(spec.config), _cpu_state(module), {"epoch": epoch}), epoch, step,
+                optimizer.state_dict(), scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
+                capture_rng(data_gen), {"progress": progress}))
+            if run.on_epoch_end is not None:
+                run.on_epoch_end(epoch, scalars)
+            if opts.max_steps is not None and step >= opts.max_steps:
+                break
+
+    if progress["best_epoch"] is not None and progress["best_epoch"] != epoch:
+        module.load_state_dict(run.saved_model().state)  # the selected epoch's weights
+    module.eval()
+    metrics: dict[str, Any] = {
+        "train_loss": progress["history"][-1] if progress["history"] else None,
+        "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
+        "best_epoch": progress["best_epoch"] or epoch, "epochs_run": epoch, "steps": step, "stopped_early": progress["stopped_early"],
+        "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
+        "train_seconds": round(throughput.seconds, 2)}
+    return Checkpoint(spec.name, dict(spec.config), _cpu_state(module), metrics)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The epoch's shuffle: one permutation, the same in every process (as torch's
+    DistributedSampler draws it: a generator seeded with seed + epoch)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+
+
+def shard(batch: torch.Tensor, world) -> tuple[torch.Tensor, float]:
+    """This process's part of a global batch, and the weight of its mean loss.
+
+    Process r takes examples r, r + N, r + 2N ...; its mean loss is weighted by
+    len(part) * N / len(batch), so DDP's average of the processes' gradients is the
+    gradient of the global batch's mean loss even when the batch does not split evenly
+    (the last one of an epoch). A process left with no example runs one with weight 0,
+    because every process must take part in DDP's gradient all-reduce.
+    """
+    part = batch[world.rank::world.size]
+    if len(part) == 0:
+        return batch[:1], 0.0
+    return part, len(part) * world.size / len(batch)
+
+
+def holdout(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices (train, validation): a fixed random `fraction` of n held out."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    k = int(round(n * fraction))
+    return perm[k:].sort().values, perm[:k].sort().values
+
+
+@torch.inference_mode()
+def validate(spec: ModelSpec, module: torch.nn.Module, inputs, targets, idx: torch.Tensor, device: str) -> dict[str, float]:
+    """Loss and task metric (fp32, eval mode) on the held-out examples."""
+    module.eval()
+    step = spec.axes["batch"].max
+    parts: dict[str, list[torch.Tensor]] = {}
+    loss_sum = 0.0
+    for i in range(0, len(idx), step):
+        part = idx[i:i + step]
+        outputs = call_module(module, spec, {k: v[part].to(device) for k, v in inputs.items()})
+        loss_sum += spec.loss(outputs, targets[part].to(device)).item() * len(part)
+        for k, v in outputs.items():
+            parts.setdefault(k, []).append(v.float().cpu() if v.is_floating_point() else v.cpu())
+    result = {"loss": loss_sum / len(idx)}
+    if spec.metric is not None and spec.metric.compute is not None:
+        outputs_np = {k: torch.cat(v).numpy() for k, v in parts.items()}
+        result[spec.metric.name] = float(spec.metric.compute(outputs_np, targets[idx].numpy()))
+    return result
+
+
+def _monitor(spec: ModelSpec) -> tuple[str, bool]:
+    if spec.metric is not None and spec.metric.compute is not None:
+        return spec.metric.name, spec.metric.higher_is_better
+    return "loss", False
+
+
+def _improved(value: float | None, best: float | None, higher: bool) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    return best is None or (value > best if higher else value < best)
+
+
+def _last(progress: dict[str, Any], monitor: str) -> str:
+    values = [v for v in progress["val_history"] if v is not None]
+    return f" val {monitor} {values[-1]:.4f}" if values else ""
+
+
+def _to(v: torch.Tensor, device: str, memory_format) -> torch.Tensor:
+    v = v.to(device)
+    return v.contiguous(memory_format=memory_format) if memory_format is not None and v.dim() == 4 else v
+
+
+def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def _optimizer(module: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    raise ZooError(f"unknown optimizer {name!r} in recipe (adamw | sgd)")
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, name: str, lr: float, total_steps: int):
+    if name == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=total_steps)
+    if name == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+    if name == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    raise ZooError(f"unknown schedule {name!r} in recipe (onecycle | cosine | constant)")

@@ -1,0 +1,181 @@
+"""One training run's directory and everything it writes: the part every trainer shares.
+
+The supervised loop (`loop.py`) and a plugin's own trainer (the RL plugin's PPO) both
+get a `Run`: it knows the seed, epochs, device and options, and it owns the run
+directory — the resume point, the selected checkpoint, TensorBoard event files, the
+profiler trace, the progress bar and the final metrics JSON. Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..checkpoint import Checkpoint, load_checkpoint
+from ..errors import CheckpointError, ZooError
+from ..fsutil import atomic_write_text
+from ..spec import ModelSpec
+from .distributed import World
+from .options import TrainOptions, run_files
+from .state import TrainingState, load_state, save_state
+
+log = logging.getLogger("zoo")
+#: what must be equal for a resumed run to follow the interrupted one exactly
+RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction")
+PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
+
+
+@dataclass
+class Run:
+    spec: ModelSpec
+    out: Path
+    options: TrainOptions
+    world: World
+    seed: int
+    epochs: int
+    device: str
+    show_progress: bool = True
+    #: called by the trainer after each epoch with (epoch, scalars): a hook for callers
+    on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # what the run settled (batch, val size ...)
+    _writer: Any = None
+
+    @property
+    def files(self) -> dict[str, Path]:
+        return run_files(self.out)
+
+    # -- resume point -----------------------------------------------------------------
+
+    def resume_state(self) -> TrainingState | None:
+        """The resume point to continue from (with --resume), checked against this run."""
+        if not self.options.resume:
+            return None
+        state = load_state(self.files["last"], self.spec.name)
+        if state.checkpoint.config != dict(self.spec.config):
+            raise CheckpointError(f"resume point {self.files['last']} has config {state.checkpoint.config}, "
+                                  f"this run {dict(self.spec.config)}")
+        recorded = state.run.get("settings", {})
+        for key in RESUME_KEYS:
+            if key in recorded and key in self.facts and recorded[key] != self.facts[key]:
+                raise CheckpointError(f"resume point {self.files['last']} was trained with {key}={recorded[key]}, "
+                                      f"this run asks for {self.facts[key]}; resume with the same settings")
+        return state
+
+    def save_last(self, state: TrainingState) -> None:
+        if self.world.main:
+            state.run["settings"] = {k: self.facts[k] for k in RESUME_KEYS if k in self.facts}
+            save_state(self.files["last"], state)
+
+    def save_model(self, checkpoint: Checkpoint) -> None:
+        """The selected checkpoint (best validation metric so far), written atomically."""
+        if self.world.main:
+            checkpoint.save(self.files["model"])
+
+    def saved_model(self) -> Checkpoint:
+        return load_checkpoint(self.files["model"], self.spec.name)
+
+    def finish(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Write the final checkpoint and metrics.json; close the logs."""
+        if self.world.main:
+            checkpoint.save(self.files["model"])
+            atomic_write_text(self.files["metrics"], json.dumps(checkpoint.metrics, indent=2))
+        self.close()
+        return checkpoint
+
+    # -- logs -------------------------------------------------------------------------
+
+    def log(self, step: int, scalars: Mapping[str, float | None]) -> None:
+        """Scalars to TensorBoard (`train/loss`, `val/accuracy`, ...), rank 0 only."""
+        if not self.world.main or not self.options.tensorboard:
+            return
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.files["tensorboard"]))
+        for name, value in scalars.items():
+            if value is not None and math.isfinite(value):
+                self._writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    @contextlib.contextmanager
+    def progress(self, total: int, description: str | None = None) -> Iterator[Callable[..., None]]:
+        """A progress bar (rank 0); yields `update(advance=1, status="...")`."""
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                      TimeElapsedColumn(), disable=not (self.show_progress and self.world.main),
+                      transient=False) as bar:
+            task = bar.add_task(description or f"train {self.spec.name}", total=total, status="")
+
+            def update(advance: int = 1, status: str | None = None) -> None:
+                bar.update(task, advance=advance, **({"status": status} if status is not None else {}))
+
+            yield update
+
+    @contextlib.contextmanager
+    def profiler(self) -> Iterator[Callable[[], None]]:
+        """With --profile: a torch.profiler trace of steps 2-4 in Chrome trace format.
+        Yields the per-step callback (a no-op without --profile). Rank 0 writes it."""
+        if not self.options.profile:
+            yield lambda: None
+            return
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        path = self.files["trace"]
+        written: list[Path] = []
+
+        def ready(prof) -> None:
+            if self.world.main:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                prof.export_chrome_trace(str(path))
+                written.append(path)
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.startswith("cuda") else [])
+        steps = [0]
+        with profile(activities=activities, on_trace_ready=ready,
+                     schedule=schedule(wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=PROFILE_ACTIVE, repeat=1)) as p:
+
+            def step() -> None:
+                steps[0] += 1
+                p.step()
+
+            yield step
+        if written and steps[0] < PROFILE_WAIT + PROFILE_WARMUP + PROFILE_ACTIVE:
+            log.warning("--profile: the run took %d optimizer steps, fewer than the %d the trace is meant to cover",
+                        steps[0], PROFILE_WAIT + PROFILE_WARMUP + PROFILE_ACTIVE)
+        if written:
+            log.info("profiler trace: %s (open in chrome://tracing or Perfetto)", path)
+
+
+class Throughput:
+    """Samples per second over the timed parts of a run (validation excluded)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.seconds = 0.0
+        self._start: float | None = None
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def stop(self, samples: int) -> float:
+        assert self._start is not None
+        elapsed = time.perf_counter() - self._start
+        self.samples += samples
+        self.seconds += elapsed
+        return samples / elapsed if elapsed > 0 else float("nan")
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else float("nan")

@@ -1,0 +1,116 @@
+"""The resume point of a run: everything needed to continue bit-for-bit, and no pickle.
+
+    last/
+        model.safetensors, checkpoint.json   a complete checkpoint (exportable as is)
+        training.safetensors                 optimizer tensors, RNG states
+        training.json                        epoch, step, optimizer hyper-parameters,
+                                             scheduler and scaler state, run history
+
+PyTorch's own `torch.save(optimizer.state_dict())` would pickle; here tensors go to
+safetensors and everything else must be plain JSON (the scheduler and optimizer states
+of the recipes are; anything that is not raises instead of being pickled). The directory
+is replaced atomically, so a crash while saving leaves the previous resume point.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..checkpoint import Checkpoint, load_checkpoint
+from ..errors import CheckpointError
+from ..fsutil import atomic_directory
+
+TENSORS = "training.safetensors"
+STATE = "training.json"
+FORMAT = 1
+
+
+@dataclass
+class TrainingState:
+    """What `save_state` writes and `load_state` reads back."""
+
+    checkpoint: Checkpoint  # the model weights at the end of `epoch`
+    epoch: int  # epochs completed
+    step: int  # optimizer steps taken
+    optimizer: dict[str, Any]  # an optimizer state_dict, tensors included
+    scheduler: dict[str, Any] | None
+    scaler: dict[str, Any] | None
+    rng: dict[str, torch.Tensor]  # "torch", "cuda", "data": generator states
+    run: dict[str, Any]  # history, best metric, patience counter, options: JSON
+
+
+def save_state(path: Path, state: TrainingState) -> Path:
+    tensors: dict[str, torch.Tensor] = {f"rng.{k}": v.detach().cpu().contiguous() for k, v in state.rng.items()}
+    opt_scalars: dict[str, dict[str, Any]] = {}
+    for index, entry in state.optimizer["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{index}.{key}"] = value.detach().cpu().contiguous().clone()
+            else:
+                opt_scalars.setdefault(str(index), {})[key] = value
+    meta = {"format": FORMAT, "model": state.checkpoint.model, "epoch": state.epoch, "step": state.step,
+            "optimizer": {"param_groups": state.optimizer["param_groups"], "scalars": opt_scalars},
+            "scheduler": state.scheduler, "scaler": state.scaler, "run": state.run}
+    try:
+        text = json.dumps(meta, indent=1)
+    except TypeError as exc:
+        raise CheckpointError(f"training state is not plain JSON ({exc}); the zoo does not pickle it") from None
+    with atomic_directory(path) as tmp:
+        state.checkpoint.write_into(tmp)
+        save_file(tensors, str(tmp / TENSORS))
+        (tmp / STATE).write_text(text)
+    return path
+
+
+def load_state(path: Path, model: str) -> TrainingState:
+    """Read a resume point written for `model`; a clear error for anything else."""
+    if not (path / STATE).is_file() or not (path / TENSORS).is_file():
+        raise CheckpointError(f"no resume point at {path} (expected {STATE} and {TENSORS}): "
+                              f"start the run without --resume")
+    checkpoint = load_checkpoint(path, expect_model=model)
+    try:
+        meta = json.loads((path / STATE).read_text())
+        tensors = load_file(str(path / TENSORS))
+    except (json.JSONDecodeError, SafetensorError, OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"resume point {path} is corrupted: {exc}") from None
+    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT or meta.get("model") != model:
+        raise CheckpointError(f"resume point {path} was not written for {model} by this version of zoo")
+    try:
+        state: dict[int, dict[str, Any]] = {}
+        for name, value in tensors.items():
+            kind, _, rest = name.partition(".")
+            if kind == "optimizer":
+                index, _, key = rest.partition(".")
+                state.setdefault(int(index), {})[key] = value
+        for index, scalars in meta["optimizer"]["scalars"].items():
+            state.setdefault(int(index), {}).update(scalars)
+        rng = {name[len("rng."):]: value for name, value in tensors.items() if name.startswith("rng.")}
+        return TrainingState(checkpoint, int(meta["epoch"]), int(meta["step"]),
+                             {"state": state, "param_groups": meta["optimizer"]["param_groups"]},
+                             meta.get("scheduler"), meta.get("scaler"), rng, dict(meta["run"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"resume point {path} is corrupted: missing or malformed {exc}") from None
+
+
+def capture_rng(data: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    if data is not None:
+        rng["data"] = data.get_state()
+    return rng
+
+
+def restore_rng(rng: Mapping[str, torch.Tensor], data: torch.Generator | None = None) -> None:
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    if data is not None and "data" in rng:
+        data.set_state(rng["data"])
