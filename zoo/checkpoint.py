@@ -86,7 +86,7 @@ def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkp
     path = Path(path)
     if path.is_file() and path.name == WEIGHTS:
         path = path.parent
-    if not (path / META).is_file() and (path / RUN_MODEL / META).is_file():
+    if (path / RUN_MODEL / META).is_file():
         path = path / RUN_MODEL  # a run directory: its selected checkpoint
     if not (path / META).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (expected {META} and {WEIGHTS}); "
