@@ -100,20 +100,27 @@ def _measure_artifact(path: str, batch_sizes: Sequence[int], options: dict[str, 
 
 
 def benchmark(model: str, backends: Sequence[str] = ("torch", "onnxruntime"), batch_sizes: Sequence[int] = (1, 8, 32),
-              precision: str = "fp32", device: str = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
+              precision: str | Sequence[str] = "fp32", device: str = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
               checkpoint: str | Path | None = None, random_init: bool = False, threads: int | None = None,
               warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
               on_result=None) -> dict[str, Any]:
-    """Export (or reuse) one verified artifact per backend and time it at each batch size.
+    """Export (or reuse) one verified artifact per backend and precision, and time it at
+    each batch size.
 
-    A backend that fails to export or run is reported with its reason; the rest go on.
-    `on_result(row)` is called as each row is ready (the CLI's progress display).
+    `precision` is one precision or several (the matrix backends x precisions; a backend
+    that does not offer a precision, or a model that states no tolerance for it, is
+    reported as "unsupported"). A backend that fails to export or run is reported as
+    "failed" with its reason; the rest go on. `on_result(row)` is called as each row is
+    ready (the CLI's progress display).
     """
-    from .registry import plugin_files
+    from .errors import UnsupportedError
+    from .registry import get_backend, plugin_files
+
+    precisions = [precision] if isinstance(precision, str) else list(precision)
 
     spec = get_model(model)
-    if not backends or not batch_sizes:
-        raise ZooError("name at least one backend and one batch size to benchmark")
+    if not backends or not batch_sizes or not precisions:
+        raise ZooError("name at least one backend, precision and batch size to benchmark")
     limit = spec.axes["batch"].max
     bad = [b for b in batch_sizes if not 1 <= b <= limit]
     if bad:
@@ -122,12 +129,29 @@ def benchmark(model: str, backends: Sequence[str] = ("torch", "onnxruntime"), ba
                "max_iters": max_iters}
     rows: list[dict[str, Any]] = []
     ctx = multiprocessing.get_context("spawn")
-    for name in backends:
-        base = {"model": spec.name, "backend": name, "precision": precision, "device": device}
+    for name, prec in [(b, p) for p in precisions for b in backends]:
+        base = {"model": spec.name, "backend": name, "precision": prec, "device": device}
         try:
-            art = export(spec, name, precision, device, repository, checkpoint=checkpoint, random_init=random_init)
+            get_backend(name).check_supported(prec, device)
+            spec.tolerance(prec)
+        except UnsupportedError as exc:
+            row = {**base, "status": "unsupported", "error": str(exc)}
+            rows.append(row)
+            if on_result:
+                on_result(row)
+            continue
+        except ZooError as exc:
+            row = {**base, "status": "failed", "error": str(exc)}
+            rows.append(row)
+            if on_result:
+                on_result(row)
+            continue
+        try:
+            art = export(spec, name, prec, device, repository, checkpoint=checkpoint, random_init=random_init)
+            metric = art.manifest.get("metric") or {}
             facts = {"max_abs_error": art.manifest["parity"]["max_abs_error"],
-                     "metric": (art.manifest.get("metric") or {}).get("artifact"),
+                     "metric": metric.get("artifact"), "metric_delta": metric.get("delta"),
+                     "quantization": art.manifest.get("quantization"),
                      "export_seconds": art.manifest["export_seconds"]}
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
                 measured = pool.submit(_measure_artifact, str(art.path), list(batch_sizes), options,
