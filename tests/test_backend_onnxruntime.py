@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -179,6 +180,37 @@ def test_fp16_is_offered_on_cuda_only(exported):
     module, path, _ = exported
     with pytest.raises(zoo.errors.UnsupportedError, match="fp16 on cpu"):
         OnnxRuntimeBackend().export(module, SPEC, {"image": torch.zeros(4, 1, 8, 8)}, path, "fp16", "cpu")
+
+
+def test_int8_static_writes_qdq_around_a_float_signature(exported, tmp_path):
+    module, _, _ = exported
+    spec = replace(SPEC, quantization="static")
+    path = tmp_path / "model.onnx"
+    info = OnnxRuntimeBackend().export(module, spec, {"image": torch.zeros(4, 1, 8, 8)}, path, "int8", "cpu")
+    assert info["exporter"] == "dynamo" and info["quantization"]["method"] == "static"
+    assert list(tmp_path.iterdir()) == [path]  # the fp32 intermediate stays out of the artifact
+    model = onnx.load(str(path))
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert onnx.TensorProto.INT8 in {i.data_type for i in model.graph.initializer}
+    runner = OnnxRuntimeBackend().load(path, spec, "int8", "cpu")
+    inputs = _sample(5, np.random.default_rng(5))
+    want = _reference(module, inputs)
+    got = runner(inputs)["logits"]
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()  # int8: a few percent of the range
+    assert not np.array_equal(got, want)
+
+
+def test_int8_needs_a_quantization_method_and_the_cpu(exported, tmp_path):
+    module, _, _ = exported
+    example = {"image": torch.zeros(4, 1, 8, 8)}
+    with pytest.raises(zoo.errors.UnsupportedError, match="names no int8 method.*--quantization static or dynamic"):
+        OnnxRuntimeBackend().export(module, SPEC, example, tmp_path / "model.onnx", "int8", "cpu")
+    with pytest.raises(zoo.errors.UnsupportedError, match="int8 on cuda"):
+        OnnxRuntimeBackend().export(module, replace(SPEC, quantization="static"), example,
+                                    tmp_path / "model.onnx", "int8", "cuda")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")

@@ -58,7 +58,7 @@ def _follows_cycle(fn) -> float:
 CHECKS = []
 
 
-def _domain_check(reference, runner):
+def _domain_check(reference, runner, precision="fp32"):
     tokens = np.arange(16, dtype=np.int64)[None]
     agree = float(np.mean(reference({"tokens": tokens})["logits"].argmax(-1)
                           == runner({"tokens": tokens})["logits"].argmax(-1)))
@@ -117,7 +117,7 @@ def test_run_metric_and_domain_check_go_into_the_manifest_and_verify(bigram, tmp
 
 def test_a_failing_domain_check_leaves_no_artifact(bigram, tmp_path):
     # random-init weights pass parity, but the check's agreement bound is not met
-    def strict(reference, runner):
+    def strict(reference, runner, precision="fp32"):
         raise ToleranceError("returns through the artifact differ")
 
     spec = replace(SPEC, domain_check=strict)

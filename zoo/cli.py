@@ -189,17 +189,32 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
            precision: str = "fp32", device: str = "cpu", repository: Path = REPOSITORY,
            checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
            random_init: bool = typer.Option(False, help="Export untrained weights (for benchmarking)."),
-           force: bool = typer.Option(False, help="Rebuild even if an identical artifact exists.")):
-    """Export MODEL through BACKEND, verify it against PyTorch, write the artifact."""
+           force: bool = typer.Option(False, help="Rebuild even if an identical artifact exists."),
+           quantization: Optional[str] = typer.Option(
+               None, help="int8 method, overriding the model's: static (calibrated Q/DQ, for CNNs) or dynamic "
+                          "(int8 MatMul weights, for transformers, RNNs, MLPs).")):
+    """Export MODEL through BACKEND, verify it against PyTorch, write the artifact.
+
+    An int8 artifact is refused when its task metric (or domain check) falls further
+    below PyTorch fp32's than the model's int8 tolerance allows."""
     from .export import export as run
 
-    art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init, force=force)
+    art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
+              force=force, quantization=quantization)
     parity = art.manifest["parity"]
-    out.print(f"{art.path}: max |error| vs PyTorch fp32 {parity['max_abs_error']:.3g} "
-              f"(tolerance atol {parity['tolerance']['atol']:g}, rtol {parity['tolerance']['rtol']:g})")
+    method = art.manifest.get("quantization")
+    out.print(f"{art.path}{f' ({method} int8)' if method else ''}: max |error| vs PyTorch fp32 "
+              f"{parity['max_abs_error']:.3g} (tolerance atol {parity['tolerance']['atol']:g}, "
+              f"rtol {parity['tolerance']['rtol']:g})")
     if art.manifest.get("metric"):
         m = art.manifest["metric"]
-        out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
+        allowed = f", allowed worsening {m['allowed_drop']:g}" if m.get("allowed_drop") is not None else ""
+        out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch fp32 {m['reference']:.4f}, "
+                  f"change {m['delta']:+.4f}{allowed})")
+    if art.manifest.get("domain"):
+        facts = {k: v for k, v in art.manifest["domain"].items() if isinstance(v, (int, float, str))}
+        out.print("domain check: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in facts.items()))
 
 
 def _artifact_path(artifact: str, repository: Path) -> Path:

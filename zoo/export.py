@@ -3,7 +3,9 @@
 The artifact is built in a temporary directory and renamed into place only after the
 backend's runner has reproduced the PyTorch fp32 reference within the spec's tolerance
 (and, where the spec has a dataset, after the task metric was measured through it), so
-a failed or interrupted export never leaves a directory that loads.
+a failed or interrupted export never leaves a directory that loads. An int8 artifact is
+also refused when its task metric falls further below fp32's than the spec allows
+(`zoo.verify.metric_report`).
 
 An artifact is reused when its provenance (weights sha256, model config, backend and
 library versions, precision, device) matches the request; otherwise it is rebuilt.
@@ -15,6 +17,7 @@ import json
 import logging
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,14 +27,14 @@ from safetensors.torch import save_file
 from . import __version__
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .checkpoint import Checkpoint, default_path, load_checkpoint
-from .errors import ArtifactError, BackendUnavailableError, CheckpointError
+from .errors import ArtifactError, BackendUnavailableError, CheckpointError, UnsupportedError
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
-from .spec import ModelSpec
+from .spec import QUANTIZATIONS, ModelSpec
 from .tensors import example_inputs, state_dict_sha256
 from .train import module_fn
 from .triton import model_config
-from .verify import metric_report, parity
+from .verify import domain_report, metric_report, parity
 
 log = logging.getLogger("zoo")
 DEFAULT_REPOSITORY = Path("exports")
@@ -67,9 +70,14 @@ def device_facts(device: str) -> dict[str, Any]:
 
 def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str = "fp32", device: str = "cpu",
            repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
-           random_init: bool = False, force: bool = False, threads: int | None = None) -> Artifact:
-    """Export `model` through `backend` and write a verified artifact into `repository`."""
-    spec = get_model(model)
+           random_init: bool = False, force: bool = False, threads: int | None = None,
+           quantization: str | None = None) -> Artifact:
+    """Export `model` through `backend` and write a verified artifact into `repository`.
+
+    `quantization` ("static" | "dynamic") overrides the spec's int8 method for this
+    export; backends read it as `spec.quantization`, so their interface does not change.
+    """
+    spec = _quantized(get_model(model), precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
     spec.tolerance(precision)
@@ -82,7 +90,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
     provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
                   "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
-                  **device_facts(device)}
+                  "quantization": spec.quantization if precision == "int8" else None, **device_facts(device)}
     final = Path(repository) / artifact_name(spec.name, be.name, precision)
     if final.exists() and not force:
         reused = _reusable(final, provenance)
@@ -101,8 +109,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         runner = be.load(model_file, spec, precision, device, threads, info)
         reference = module_fn(module, spec, device)
         report = parity(spec, reference, runner, precision)
-        domain = spec.domain_check(reference, runner) if spec.domain_check is not None else None
-        metric = metric_report(spec, reference, runner)
+        domain = domain_report(spec, reference, runner, precision)
+        metric = metric_report(spec, reference, runner, precision)
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
         (tmp / "config.pbtxt").write_text(model_config(name, spec, be.triton, be.filename, device))
@@ -113,7 +121,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
                       "domain": spec.domain, "task": spec.task},
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
-            "precision": precision, "device": device,
+            "precision": precision, "quantization": provenance["quantization"], "device": device,
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
             "signature": {"inputs": [t.to_json() for t in spec.inputs], "outputs": [t.to_json() for t in spec.outputs],
                           "axes": {k: [r.min, r.opt, r.max] for k, r in spec.axes.items()}},
@@ -126,6 +134,17 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     return Artifact(final, manifest)
 
 
+def _quantized(spec: ModelSpec, precision: str, quantization: str | None) -> ModelSpec:
+    """`spec` with the int8 method this export uses."""
+    if quantization is None:
+        return spec
+    if precision != "int8":
+        raise UnsupportedError(f"--quantization {quantization} applies to int8 exports, not {precision}")
+    if quantization not in QUANTIZATIONS:
+        raise UnsupportedError(f"unknown quantization {quantization!r}; choose {' or '.join(QUANTIZATIONS)}")
+    return replace(spec, quantization=quantization)
+
+
 def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
     """The existing artifact if it was built from exactly this provenance, else None."""
     try:
@@ -136,7 +155,8 @@ def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
     m = art.manifest
     recorded = {"weights_sha256": m["weights"]["sha256"], "config": m["model"].get("config"),
                 "backend": m["backend"]["name"], "versions": m["backend"].get("versions"),
-                "precision": m["precision"], "device": m["device"], "device_name": m.get("device_name"),
+                "precision": m["precision"], "device": m["device"], "quantization": m.get("quantization"),
+                "device_name": m.get("device_name"),
                 "compute_capability": m.get("compute_capability")}
     return art if recorded == dict(provenance) else None
 

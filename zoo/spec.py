@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ZooError
+from .errors import UnsupportedError, ZooError
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +27,11 @@ RAW_KINDS = ("text", "smiles", "image", "observation")
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "string")
 #: precisions a backend may build an artifact in.
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+#: how a model is quantized to int8 (`ModelSpec.quantization`): "static" fixes activation
+#: scales from calibration data and runs convolutions on int8 kernels end to end (Q/DQ);
+#: "dynamic" quantizes weights ahead of time and activations per call, which keeps
+#: transformers, recurrent nets and MLPs accurate but makes CNNs slower than fp32.
+QUANTIZATIONS = ("static", "dynamic")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*(\.[a-z0-9][a-z0-9_\-]*)?$")
 
 
@@ -65,10 +70,40 @@ class AxisRange:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Largest allowed |backend - reference| per element: atol + rtol * |reference|."""
+    """How close an artifact at one precision must stay to the PyTorch fp32 reference.
+
+    `atol`/`rtol` bound every output element: |artifact - reference| <= atol + rtol * |reference|.
+    At fp32, fp16 and bf16 that is the check that matters. At int8 every weight and
+    activation is rounded to one of 256 levels, so outputs move by a few percent of their
+    range, more where errors add up through depth: an elementwise bound tight enough to
+    mean something would refuse good artifacts. There the elementwise bound is stated
+    loose, per model, to catch a broken graph (a wrong scale, a lost node), and what
+    users care about is gated instead: `metric_drop` bounds how much worse the task
+    metric may be through the artifact than through PyTorch, and the plugin's domain
+    check (action agreement, embedding cosine) holds its int8 threshold.
+    """
 
     atol: float
     rtol: float = 0.0
+    #: largest allowed worsening of the task metric against the fp32 reference, in the
+    #: metric's units (0.01: one accuracy point; 0.1 of RMSE; 0.5 of perplexity), the
+    #: direction from `Metric.higher_is_better`. None: the change is reported, not gated.
+    metric_drop: float | None = None
+    #: the outputs held to atol/rtol (None: all). Decoded outputs whose slots re-order
+    #: when near-tied scores swap (a detector's top-k boxes) are left to the metric,
+    #: while the raw maps they are decoded from are still compared.
+    compare: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.atol < 0 or self.rtol < 0 or (self.metric_drop is not None and self.metric_drop < 0):
+            raise ZooError(f"tolerances are bounds and cannot be negative: {self}")
+
+    def compares(self, output: str) -> bool:
+        return self.compare is None or output in self.compare
+
+    def to_json(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "metric_drop": self.metric_drop,
+                "compare": list(self.compare) if self.compare is not None else None}
 
 
 @dataclass(frozen=True)
@@ -146,7 +181,12 @@ class ModelSpec:
     loss: Callable[[Mapping[str, "torch.Tensor"], "torch.Tensor"], "torch.Tensor"] | None = None
     metric: Metric | None = None
     recipe: Recipe | None = None  # None: not trained here (random init or pretrained)
+    #: per precision; a precision with no entry is not offered for this model (int8 only
+    #: where the plugin measured what quantization costs and bounds it).
     tolerances: Mapping[str, Tolerance] = field(default_factory=_default_tolerances)
+    #: the int8 method that fits this architecture (one of QUANTIZATIONS), required with an
+    #: "int8" tolerance; `zoo export --quantization` overrides it for one export.
+    quantization: str | None = None
     #: returns a state dict of real pretrained weights shipped by a package; None: none.
     pretrained: Callable[[], Mapping[str, "torch.Tensor"]] | None = None
     #: a training loop of the plugin's own (reinforcement learning) instead of the core's
@@ -155,9 +195,10 @@ class ModelSpec:
     #: resume points; the core writes the checkpoint, so every model checkpoints the same way.
     trainer: Callable[..., tuple[Mapping[str, "torch.Tensor"], dict[str, Any]]] | None = None
     #: a domain check run after parity on every export and `zoo verify`:
-    #: (reference, runner) -> JSON-able report; raises `ToleranceError` when it fails
-    #: (e.g. a policy's actions must agree with PyTorch's on recorded observations).
-    domain_check: Callable[[Callable, Callable], dict[str, Any]] | None = None
+    #: (reference, runner, precision="fp32") -> JSON-able report; raises `ToleranceError`
+    #: when it fails (e.g. a policy's actions must agree with PyTorch's on recorded
+    #: observations). `precision` (keyword) picks its threshold: int8 is held to a looser one.
+    domain_check: Callable[..., dict[str, Any]] | None = None
     #: domain-native inputs (`zoo predict`, the server's BYTES tensors): the kind of item
     #: (one of RAW_KINDS), items (bytes) -> model inputs, and outputs -> one JSON-able
     #: result per item. `preprocess` raises `InputError` naming a bad item.
@@ -177,6 +218,18 @@ class ModelSpec:
             raise ZooError(f"model {self.name}: `preprocess` and `raw_kind` go together")
         if self.raw_kind is not None and self.raw_kind not in RAW_KINDS:
             raise ZooError(f"model {self.name}: raw_kind {self.raw_kind!r} is not one of {', '.join(RAW_KINDS)}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ZooError(f"model {self.name}: quantization {self.quantization!r} is not one of "
+                           f"{', '.join(QUANTIZATIONS)}")
+        if "int8" in self.tolerances and self.quantization is None:
+            raise ZooError(f"model {self.name} states an int8 tolerance but no `quantization` method "
+                           f"({' or '.join(QUANTIZATIONS)})")
+        outputs = {t.name for t in self.outputs}
+        for precision, tol in self.tolerances.items():
+            unknown = sorted(set(tol.compare or ()) - outputs)
+            if unknown or tol.compare == ():
+                raise ZooError(f"model {self.name}: the {precision} tolerance compares outputs {unknown or '()'}; "
+                               f"name at least one of its outputs {sorted(outputs)}")
         for t in self.inputs:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:
@@ -205,7 +258,11 @@ class ModelSpec:
 
     def tolerance(self, precision: str) -> Tolerance:
         if precision not in self.tolerances:
-            raise ZooError(f"model {self.name} states no tolerance for precision {precision}")
+            why = (": int8 is offered only where the model's plugin has measured what quantization costs it "
+                   "and states how much may be lost" if precision == "int8" else "")
+            raise UnsupportedError(f"model {self.name} states no tolerance for precision {precision}, so it "
+                                   f"cannot be exported in {precision}{why}; its precisions: "
+                                   f"{', '.join(self.tolerances)}")
         return self.tolerances[precision]
 
     def batch_sizes(self) -> tuple[int, ...]:
@@ -231,7 +288,8 @@ class ModelSpec:
             "dataset": self.dataset.name if self.dataset else None,
             "metric": {"name": self.metric.name, "higher_is_better": self.metric.higher_is_better} if self.metric else None,
             "recipe": self.recipe.to_json() if self.recipe else None,
-            "tolerances": {p: {"atol": t.atol, "rtol": t.rtol} for p, t in self.tolerances.items()},
+            "tolerances": {p: t.to_json() for p, t in self.tolerances.items()},
+            "quantization": self.quantization,
             "pretrained": self.pretrained is not None,
             "raw_input": self.raw_kind,
         }

@@ -10,6 +10,7 @@ work, and say what is missing, on a machine without it.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
@@ -31,7 +32,9 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     description = "ONNX (torch.onnx dynamo exporter) run by ONNX Runtime's CPU or CUDA execution provider"
     # fp16 only on CUDA: ONNX Runtime's CPU kernels compute most fp16 ops by casting to fp32.
-    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cpu": ("fp32",), "cuda": ("fp32", "fp16")}
+    # int8 only on CPU: its int8 kernels (VNNI/AVX2) are CPU kernels; on CUDA int8 is
+    # TensorRT's business.
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cpu": ("fp32", "int8"), "cuda": ("fp32", "fp16")}
     filename = "model.onnx"
     triton: ClassVar[Mapping[str, str]] = {"platform": "onnxruntime_onnx"}
     #: the execution provider that must run the graph, per device type.
@@ -74,7 +77,16 @@ class OnnxRuntimeBackend(Backend):
         from .export import export_onnx
 
         self.check_supported(precision, _kind(device))
-        return export_onnx(module, spec, example, path, precision=precision)
+        if precision != "int8":
+            return export_onnx(module, spec, example, path, precision=precision)
+        from .quantize import quantize_onnx
+
+        # The fp32 graph is an intermediate: only the quantized file enters the artifact.
+        with tempfile.TemporaryDirectory(prefix="zoo-onnx-fp32-") as tmp:
+            fp32 = Path(tmp) / path.name
+            info = export_onnx(module, spec, example, fp32, precision="fp32")
+            info["quantization"] = quantize_onnx(fp32, path, spec, spec.quantization)
+        return info
 
     def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
              threads: int | None = None, info: Mapping[str, Any] | None = None) -> "OnnxRuntimeRunner":

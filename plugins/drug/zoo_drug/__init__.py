@@ -38,7 +38,10 @@ INPUTS = (
 )
 OUTPUTS = (TensorSpec("prediction", "float32", ("batch",)),)
 #: predictions are a few to tens of units; fp32 backends agree to ~1e-5 on them.
-TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(5e-2, 1e-2), "bf16": Tolerance(2.5e-1, 2e-2)}
+#: int8 (dynamic) moves predictions by ~0.1 and RMSE by ~0.003 (static: ~0.01); at most
+#: 0.05 more RMSE in the property's unit is accepted, well inside seed-to-seed spread.
+TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(5e-2, 1e-2), "bf16": Tolerance(2.5e-1, 2e-2),
+              "int8": Tolerance(0.5, 0.05, metric_drop=0.05)}
 TINY = {"hidden": 16, "depth": 2, "ffn_hidden": 16}
 
 
@@ -85,6 +88,7 @@ def property_spec(name: str, data: Callable[[], datasets.PropertyData], *, prop:
         config=config, tiny_config=TINY, variant=variant,
         dataset=Dataset(dataset, lambda part: data().load(part), trim_padding),
         loss=loss, metric=Metric("rmse", rmse, higher_is_better=False), recipe=recipe, tolerances=TOLERANCES,
+        quantization="dynamic",  # message-passing MLPs over a varying number of atoms
         domain_check=invariance_check(data, MAX_ATOMS, TOLERANCES["fp32"]),
         raw_kind="smiles", preprocess=lambda items: preprocess_smiles(items, MAX_ATOMS),
         postprocess=postprocessor(prop, unit),

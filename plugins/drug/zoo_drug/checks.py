@@ -57,7 +57,7 @@ def invariance_check(data: Callable[[], PropertyData], max_atoms: int,
     runner's own disagreement with PyTorch on the unpadded molecules, so an fp16 artifact
     is held to its own precision, while a padding leak still shows."""
 
-    def check(reference: Fn, runner: Fn) -> dict[str, Any]:
+    def check(reference: Fn, runner: Fn, precision: str = "fp32") -> dict[str, Any]:
         got = invariance_report(runner, data(), max_atoms)
         ref_alone = np.array([predictions(reference, [g])[0] for g in got["graphs"]])
         noise = float(np.abs(got["alone"] - ref_alone).max())

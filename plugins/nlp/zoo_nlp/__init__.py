@@ -22,7 +22,10 @@ from .minilm import minilm_spec
 from .text import VOCAB, byte_tokens, detokenize
 
 #: next-byte logits of a few units (up to ~15 once trained): fp32 runtimes agree to ~1e-5.
-LM_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-3), "fp16": Tolerance(5e-2, 2e-2), "bf16": Tolerance(2.5e-1, 5e-2)}
+#: int8 (dynamic, MatMul weights) moves logits by ~0.1-0.4 and perplexity by ~0.001 on
+#: the trained models; at most 0.1 more perplexity (~1-2%) is accepted.
+LM_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-3), "fp16": Tolerance(5e-2, 2e-2), "bf16": Tolerance(2.5e-1, 5e-2),
+                 "int8": Tolerance(1.0, 0.1, metric_drop=0.1)}
 PYDOC = Dataset(f"Python {sys.version_info[0]}.{sys.version_info[1]}'s pydoc_data topics as bytes, windows of 128; "
                 "every tenth topic (sorted) held out for validation", pydoc_text.load)
 
@@ -48,6 +51,7 @@ def _language_model(name: str, description: str, build, config: dict, tiny: dict
         metric=Metric("perplexity", pydoc_text.perplexity, higher_is_better=False),
         recipe=recipe,
         tolerances=LM_TOLERANCES,
+        quantization="dynamic",  # activations vary per token: no fixed scales
         raw_kind="text",
         preprocess=partial(byte_tokens, window=pydoc_text.WINDOW),
         detokenize=detokenize,

@@ -31,6 +31,11 @@ CONFIG = {"vocab_size": 30522, "hidden": 384, "layers": 6, "heads": 12, "interme
 #: the test suite's random-init variant; the vocabulary stays, as it belongs to the tokenizer.
 TINY = {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64}
 
+#: the least cosine an embedding may have with PyTorch fp32's, per precision. Dynamic
+#: int8 (per-channel, MatMul weights only) keeps ~0.99, enough that retrieval ranks
+#: hardly change; issue 6 measured 0.94 with the quantizer's defaults, which is refused.
+MIN_COSINE = {"fp32": 0.999, "fp16": 0.999, "bf16": 0.999, "int8": 0.99}
+
 #: realistic inputs for `sample` and the domain check: lengths from 3 to ~90 word pieces.
 SENTENCES = (
     "A man is playing a guitar.",
@@ -147,9 +152,11 @@ def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return tokenize([SENTENCES[i] for i in rng.integers(0, len(SENTENCES), size=batch)])
 
 
-def domain_check(reference, runner, min_cosine: float = 0.999) -> dict[str, Any]:
+def domain_check(reference, runner, precision: str = "fp32") -> dict[str, Any]:
     """Embeddings must point where PyTorch's do: the cosine of every sentence's
-    embedding through the artifact with the reference's (what retrieval depends on)."""
+    embedding through the artifact with the reference's (what retrieval depends on)
+    must reach `MIN_COSINE` for the artifact's precision."""
+    min_cosine = MIN_COSINE.get(precision, MIN_COSINE["fp32"])
     inputs = tokenize(SENTENCES)
     want = np.asarray(reference(inputs)["embedding"], dtype=np.float64)
     got = np.asarray(runner(inputs)["embedding"], dtype=np.float64)
@@ -186,7 +193,10 @@ def minilm_spec(vocab_size: int = 30522, hidden: int = 384, layers: int = 6, hea
         tiny_config=TINY,
         variant=minilm_spec,
         # unit vectors with components of ~0.05: fp32 runtimes agree to ~1e-6
-        tolerances={"fp32": Tolerance(2e-5, 1e-4), "fp16": Tolerance(5e-3, 2e-2), "bf16": Tolerance(2e-2, 5e-2)},
+        # int8 (dynamic) moves components by ~0.02; the domain check's cosine (MIN_COSINE) holds it.
+        tolerances={"fp32": Tolerance(2e-5, 1e-4), "fp16": Tolerance(5e-3, 2e-2), "bf16": Tolerance(2e-2, 5e-2),
+                    "int8": Tolerance(5e-2, 0.1)},
+        quantization="dynamic",  # a transformer: per-channel int8 MatMul weights only (see MIN_COSINE)
         pretrained=pretrained_weights if real else None,
         domain_check=domain_check,
         raw_kind="text",

@@ -31,6 +31,20 @@ ACTION_TOLERANCE = 0.005
 #: an episode's return through the export may differ from the reference's by this much
 #: (relative to the reference's, plus one unit): a rare near-tie can change a late action.
 RETURN_RTOL, RETURN_ATOL = 0.01, 1.0
+#: int8 moves logits by ~1-5% of their range, so where two actions are near-tied (CartPole
+#: spends much of an episode balanced) the choice flips: dynamic int8 agreed on 96% of the
+#: recorded observations and kept CartPole's greedy return at 500. At int8 the actions
+#: are held to these looser bounds, and the returns (here and the spec's metric_drop) to
+#: what a controller needs.
+INT8 = {"min_agreement": 0.9, "action_tolerance": 0.05, "return_rtol": 0.05, "return_atol": 5.0}
+
+
+def thresholds(precision: str) -> dict[str, float]:
+    """The bounds the check holds an artifact of `precision` to."""
+    if precision == "int8":
+        return dict(INT8)
+    return {"min_agreement": MIN_AGREEMENT, "action_tolerance": ACTION_TOLERANCE,
+            "return_rtol": RETURN_RTOL, "return_atol": RETURN_ATOL}
 
 
 def _batched(fn: ArrayFn, observations: np.ndarray, env: Environment, batch: int) -> np.ndarray:
@@ -38,31 +52,37 @@ def _batched(fn: ArrayFn, observations: np.ndarray, env: Environment, batch: int
     return np.concatenate([env.greedy_actions(o) for o in outputs])
 
 
-def domain_check(env: Environment, batch: int, reference: ArrayFn, runner: ArrayFn) -> dict[str, Any]:
+def domain_check(env: Environment, batch: int, reference: ArrayFn, runner: ArrayFn,
+                 precision: str = "fp32") -> dict[str, Any]:
     """Actions agree on >= 99.9% of recorded observations, and seeded episodes through the
-    runner reach the reference's return; raises `ToleranceError` otherwise."""
+    runner reach the reference's return (int8: the looser `INT8` bounds); raises
+    `ToleranceError` otherwise."""
+    bounds = thresholds(precision)
+    min_agreement = bounds["min_agreement"]
     observations = record_observations(env, reference, RECORDED, RECORD_SEED)
     want, got = _batched(reference, observations, env, batch), _batched(runner, observations, env, batch)
     report: dict[str, Any] = {"environment": env.id, "observations": len(observations)}
     if env.discrete:
         agree = want == got
     else:
-        bound = ACTION_TOLERANCE * (env.action_high - env.action_low)
+        bound = bounds["action_tolerance"] * (env.action_high - env.action_low)
         difference = np.abs(want.astype(np.float64) - got.astype(np.float64)).reshape(len(want), -1).max(1)
         agree = difference <= bound
         report.update(action_tolerance=bound, max_action_difference=float(difference.max()))
     agreement = float(agree.mean())
-    report.update(action_agreement=agreement, required_agreement=MIN_AGREEMENT)
-    if agreement < MIN_AGREEMENT:
+    report.update(action_agreement=agreement, required_agreement=min_agreement)
+    if agreement < min_agreement:
         raise ToleranceError(f"{env.id} policy: the export's actions agree with PyTorch's on {agreement:.2%} of "
-                             f"{len(observations)} recorded observations, below the required {MIN_AGREEMENT:.1%}")
+                             f"{len(observations)} recorded observations, below the required {min_agreement:.1%} "
+                             f"at {precision}")
     ref_returns = episode_returns(env, reference, CHECK_SEEDS)
     run_returns = episode_returns(env, runner, CHECK_SEEDS)
     report["episodes"] = {"seeds": list(CHECK_SEEDS), "reference_returns": ref_returns, "runner_returns": run_returns}
     for seed, a, b in zip(CHECK_SEEDS, ref_returns, run_returns):
-        if abs(a - b) > RETURN_RTOL * abs(a) + RETURN_ATOL:
+        if abs(a - b) > bounds["return_rtol"] * abs(a) + bounds["return_atol"]:
             raise ToleranceError(f"{env.id} policy: the export's episode (seed {seed}) returned {b:.2f}, "
-                                 f"PyTorch's {a:.2f}: beyond {RETURN_RTOL:.0%} + {RETURN_ATOL:g}")
+                                 f"PyTorch's {a:.2f}: beyond {bounds['return_rtol']:.0%} + "
+                                 f"{bounds['return_atol']:g} at {precision}")
     report["passed"] = True
     return report
 

@@ -22,7 +22,11 @@ SCORE_THRESHOLD = 0.3
 
 #: boxes are in pixels (up to the image size) and scores in [0, 1]: fp32 backends agree to
 #: ~1e-5 pixels. At fp16 a box moves by ~0.1 pixel and two near-tied peaks may swap.
-DETECTOR_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(2e-1, 2e-2), "bf16": Tolerance(1.0, 5e-2)}
+#: At int8 (static Q/DQ) the head maps move by ~1 (of ~25) and near-tied peaks swap slots,
+#: so the decoded boxes, scores and classes are held by mAP@0.5 (measured -0.002), not
+#: elementwise; the raw head maps are still compared, loosely.
+DETECTOR_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(2e-1, 2e-2), "bf16": Tolerance(1.0, 5e-2),
+                       "int8": Tolerance(2.0, 0.1, metric_drop=0.02, compare=("heads",))}
 
 
 def map50(outputs, targets) -> float:
@@ -75,6 +79,7 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
         recipe=Recipe(epochs=20, batch_size=32, lr=4e-3, weight_decay=1e-4, optimizer="adamw",
                       schedule="onecycle", seed=0, target=0.9),
         tolerances=DETECTOR_TOLERANCES,
+        quantization="static",  # a CNN: int8 convolutions end to end
         raw_kind="image",
         preprocess=partial(images.rgb_batch, size=image_size),
         postprocess=partial(images.detections, classes=shapes.CLASSES, image_size=image_size,

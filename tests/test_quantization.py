@@ -1,0 +1,281 @@
+"""int8: calibration from the training split, export through every backend that offers
+int8 on the CPU, the task-metric change reported and gated, and the refusals.
+
+The refusal is planted honestly: a model whose test targets are its own fp32 outputs,
+so PyTorch fp32 scores a perfect 0 error and any int8 rounding makes it worse; a tight
+`metric_drop` then must refuse the artifact. Nothing in onnxruntime is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo import AxisRange, Dataset, Metric, ModelSpec, TensorSpec, Tolerance
+from zoo.calibration import calibration_batches
+from zoo.errors import ExportError, ToleranceError, UnsupportedError, ZooError
+from zoo.registry import backends
+from zoo.spec import _default_tolerances
+
+INT8_MODELS = [name for name in zoo.list_models() if "int8" in zoo.get_model(name).tolerances]
+INT8_BACKENDS = [name for name, be in backends().items()
+                 if "int8" in be.precisions.get("cpu", ()) and be.probe("cpu").ok]
+
+
+def test_every_model_states_int8_with_a_method_and_a_gate():
+    """int8 is offered with a method; with a task metric, its drop is bounded."""
+    assert {"resnet8.digits", "mobilenetv2.digits", "minilm-l6.all-v2", "mpnn.freesolv", "ppo.cartpole",
+            "gpt.pydoc"} <= set(INT8_MODELS)
+    for name in INT8_MODELS:
+        spec = zoo.get_model(name)
+        assert spec.quantization in ("static", "dynamic"), name
+        gated = spec.tolerances["int8"].metric_drop is not None or spec.domain_check is not None
+        assert gated or spec.metric is None, f"{name} has a metric but no int8 gate"
+
+
+# -- calibration ------------------------------------------------------------------------
+
+def test_calibration_draws_a_seeded_subset_of_the_training_split():
+    spec = zoo.get_model("resnet8.digits").tiny()
+    batches = calibration_batches(spec, samples=40, batch_size=16)
+    assert [len(b["image"]) for b in batches] == [16, 16, 8]
+    assert all(b["image"].dtype == np.float32 and b["image"].flags.c_contiguous for b in batches)
+    again = calibration_batches(spec, samples=40, batch_size=16)
+    assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(batches, again))
+    other = calibration_batches(spec, samples=40, batch_size=16, seed=1)
+    assert not np.array_equal(batches[0]["image"], other[0]["image"])
+
+    rows = lambda images: {x.tobytes() for x in images}  # noqa: E731
+    train, test = spec.dataset.load("train")[0]["image"], spec.dataset.load("test")[0]["image"]
+    drawn = rows(np.concatenate([b["image"] for b in batches]))
+    assert len(drawn) == 40 and drawn <= rows(train) and not drawn & (rows(test) - rows(train))
+
+
+def test_calibration_is_capped_by_the_split_and_the_batch_range():
+    spec = zoo.get_model("resnet8.digits").tiny()
+    available = len(spec.dataset.load("train")[1])
+    batches = calibration_batches(spec, samples=10 * available, batch_size=10_000)
+    assert max(len(b["image"]) for b in batches) == spec.axes["batch"].max
+    assert sum(len(b["image"]) for b in batches) == available
+    with pytest.raises(ZooError, match="at least one sample"):
+        calibration_batches(spec, samples=0)
+
+
+def test_calibration_without_a_dataset_uses_the_plugins_samples():
+    spec = zoo.get_model("resnet18").tiny()
+    assert spec.dataset is None
+    batches = calibration_batches(spec, samples=5, batch_size=2)
+    assert [b["image"].shape for b in batches] == [(2, 3, 32, 32), (2, 3, 32, 32), (1, 3, 32, 32)]
+    assert np.array_equal(batches[0]["image"], calibration_batches(spec, samples=5, batch_size=2)[0]["image"])
+
+
+# -- export through the registry --------------------------------------------------------
+
+@pytest.mark.parametrize("backend", INT8_BACKENDS)
+@pytest.mark.parametrize("name", INT8_MODELS)
+def test_int8_export_is_gated_and_verifies(name, backend, repository):
+    spec = zoo.get_model(name).tiny()
+    art = zoo.export(spec, backend, precision="int8", repository=repository, random_init=True)
+    m = art.manifest
+    assert art.path.name == f"{name}.{backend}.int8" and m["precision"] == "int8"
+    assert m["quantization"] == spec.quantization
+    assert m["parity"]["tolerance"] == spec.tolerances["int8"].to_json()
+    if spec.metric is not None:  # the change against fp32 is reported with the bound it met
+        assert m["metric"]["delta"] == pytest.approx(m["metric"]["artifact"] - m["metric"]["reference"])
+        if spec.tolerances["int8"].metric_drop is not None:
+            assert m["metric"]["allowed_drop"] == spec.tolerances["int8"].metric_drop and m["metric"]["passed"]
+    report = zoo.verify(art.path)
+    assert report["precision"] == "int8" and report["parity"]["passed"]
+
+
+def test_onnxruntime_records_the_method_and_what_it_quantized(repository):
+    spec = zoo.get_model("resnet8.digits").tiny()
+    art = zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True)
+    q = art.manifest["backend"]["info"]["quantization"]
+    assert q["method"] == "static" and q["format"] == "QDQ" and q["per_channel"]
+    assert q["calibration_samples"] > 0 and q["quantized_ops"]["QuantizeLinear"] > 0
+    assert set(art.manifest["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"}  # no fp32 leftovers
+
+    dynamic = zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True,
+                         quantization="dynamic")  # the override rebuilds: the method is provenance
+    q = dynamic.manifest["backend"]["info"]["quantization"]
+    assert dynamic.manifest["quantization"] == q["method"] == "dynamic" and q["op_types"] == ["MatMul"]
+    assert "MatMulInteger" in q["quantized_ops"] and "QuantizeLinear" not in q["quantized_ops"]
+    assert dynamic.manifest["created"] != art.manifest["created"]
+
+
+# -- the metric gate, planted -----------------------------------------------------------
+
+class Conv(torch.nn.Module):
+    """A small CNN whose int8 rounding certainly changes its outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+                                        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 3))
+
+    def forward(self, image):
+        return self.body(image)
+
+
+def _images(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 1, 8, 8)).astype(np.float32)
+
+
+def _own_outputs(split: str):
+    """Inputs, and as targets what the seed-0 weights say about them in fp32."""
+    images = _images(64, seed=0 if split == "train" else 1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        targets = Conv().eval()(torch.from_numpy(images)).numpy()
+    return {"image": images}, targets
+
+
+def _mse(outputs, targets) -> float:
+    return float(np.mean((outputs["logits"].astype(np.float64) - targets) ** 2))
+
+
+def _spec(metric_drop: float, higher_is_better: bool = False) -> ModelSpec:
+    compute = _mse if not higher_is_better else (lambda o, t: -_mse(o, t))
+    return ModelSpec(
+        name="selfmatch.test", domain="test", task="regression",
+        inputs=(TensorSpec("image", "float32", ("batch", 1, 8, 8)),),
+        outputs=(TensorSpec("logits", "float32", ("batch", 3)),),
+        axes={"batch": AxisRange(1, 4, 16)}, build=Conv,
+        sample=lambda batch, rng: {"image": rng.standard_normal((batch, 1, 8, 8)).astype(np.float32)},
+        dataset=Dataset("its own fp32 outputs", _own_outputs),
+        metric=Metric("mse" if not higher_is_better else "negative_mse", compute, higher_is_better=higher_is_better),
+        tolerances={**_default_tolerances(), "int8": Tolerance(1.0, 0.1, metric_drop=metric_drop)},
+        quantization="static")
+
+
+@pytest.mark.parametrize("higher_is_better", [False, True], ids=["lower-is-better", "higher-is-better"])
+def test_a_metric_drop_beyond_the_tolerance_is_refused_and_leaves_nothing(repository, higher_is_better):
+    with pytest.raises(ToleranceError, match=r"PyTorch fp32's .*allows at most 1e-12 at int8"):
+        zoo.export(_spec(1e-12, higher_is_better), "onnxruntime", precision="int8", repository=repository,
+                   random_init=True)
+    assert not repository.exists() or list(repository.iterdir()) == []
+
+
+def test_the_metric_change_is_reported_when_within_the_tolerance(repository):
+    art = zoo.export(_spec(1.0), "onnxruntime", precision="int8", repository=repository, random_init=True)
+    m = art.manifest["metric"]
+    assert m["reference"] == pytest.approx(0, abs=1e-10) and m["artifact"] > 0
+    assert m["delta"] == m["artifact"] - m["reference"] and m["allowed_drop"] == 1.0
+
+
+def test_cli_export_prints_the_change_against_fp32_and_refuses_with_a_reason(tmp_path):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    args = ["export", "resnet8.digits", "-b", "onnxruntime", "--precision", "int8", "--random-init",
+            "-r", str(tmp_path / "repo"), "--quantization", "static"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "(static int8)" in result.output and "PyTorch fp32" in result.output
+    assert "allowed worsening 0.01" in result.output
+    manifest = json.loads((tmp_path / "repo" / "resnet8.digits.onnxruntime.int8" / "zoo.json").read_text())
+    assert manifest["metric"]["allowed_drop"] == 0.01
+
+    refused = CliRunner().invoke(app, ["export", "mobilenetv2", "-b", "onnxruntime", "--precision", "int8",
+                                       "--random-init", "-r", str(tmp_path / "repo")])
+    assert refused.exit_code != 0 and "no tolerance for precision int8" in str(refused.exception)
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["resnet8.digits.onnxruntime.int8"]
+
+
+# -- domain checks learn the precision --------------------------------------------------
+
+def test_the_domain_check_is_told_the_precision(repository):
+    seen = []
+
+    def check(reference, runner, precision="fp32"):
+        seen.append(precision)
+        return {"precision": precision}
+
+    spec = replace(_spec(1.0), domain_check=check)
+    art = zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True)
+    assert seen == ["int8"] and art.manifest["domain"] == {"precision": "int8"}
+
+
+@pytest.mark.parametrize("name", ["ppo.cartpole", "minilm-l6.all-v2"])
+def test_int8_domain_thresholds_still_refuse_a_wrong_runner(name):
+    from zoo.train import module_fn
+
+    spec = zoo.get_model(name).tiny()
+    torch.manual_seed(0)
+    reference = module_fn(spec.build().eval(), spec, "cpu")
+    key = spec.outputs[0].name
+
+    def noisy(inputs):
+        out = {k: np.asarray(v).copy() for k, v in reference(inputs).items()}
+        out[key] += 10 * np.random.default_rng(0).standard_normal(out[key].shape).astype(np.float32)
+        return out
+
+    assert spec.domain_check(reference, reference, precision="int8")
+    with pytest.raises(ToleranceError, match="int8" if name == "ppo.cartpole" else "below 0.99"):
+        spec.domain_check(reference, noisy, precision="int8")
+
+
+def test_int8_domain_thresholds_are_the_looser_ones():
+    from zoo_nlp.minilm import MIN_COSINE
+    from zoo_rl.domain import thresholds
+
+    assert MIN_COSINE["int8"] < MIN_COSINE["fp32"]
+    assert all(thresholds("int8")[k] < thresholds("fp32")[k] for k in ("min_agreement",))
+    assert all(thresholds("int8")[k] > thresholds("fp32")[k] for k in ("action_tolerance", "return_rtol"))
+
+
+# -- bad requests -----------------------------------------------------------------------
+
+def test_int8_on_a_model_without_an_int8_tolerance_says_why(repository):
+    spec = replace(_spec(1.0), tolerances=_default_tolerances())
+    with pytest.raises(UnsupportedError, match="no tolerance for precision int8.*measured what quantization costs"):
+        zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True)
+
+
+def test_int8_where_the_backend_lacks_it(repository):
+    with pytest.raises(UnsupportedError, match="does not support int8 on cuda"):
+        zoo.export(_spec(1.0), "onnxruntime", precision="int8", device="cuda", repository=repository, random_init=True)
+
+
+@pytest.mark.parametrize("precision, method, message", [
+    ("fp32", "static", "applies to int8 exports, not fp32"),
+    ("int8", "float", "unknown quantization 'float'"),
+])
+def test_bad_quantization_requests(repository, precision, method, message):
+    with pytest.raises(UnsupportedError, match=message):
+        zoo.export(_spec(1.0), "onnxruntime", precision=precision, repository=repository, random_init=True,
+                   quantization=method)
+
+
+def test_a_method_that_quantizes_nothing_is_an_error(repository):
+    """Dynamic quantization covers MatMul only: a pure conv net would come out fp32."""
+    only_conv = ModelSpec(**{**_fields(_spec(1.0)), "outputs": (TensorSpec("logits", "float32", ("batch", 8, 8, 8)),),
+                             "build": lambda: torch.nn.Conv2d(1, 8, 3, padding=1), "dataset": None, "metric": None})
+    with pytest.raises(ExportError, match="without a single int8 op.*--quantization static"):
+        zoo.export(only_conv, "onnxruntime", precision="int8", repository=repository, random_init=True,
+                   quantization="dynamic")
+
+
+def test_spec_contracts_for_int8():
+    with pytest.raises(ZooError, match="int8 tolerance but no `quantization`"):
+        replace(_spec(1.0), quantization=None)
+    with pytest.raises(ZooError, match="quantization 'fp8' is not one of"):
+        replace(_spec(1.0), quantization="fp8")
+    with pytest.raises(ZooError, match="compares outputs \\['boxes'\\]"):
+        replace(_spec(1.0), tolerances={"int8": Tolerance(1.0, compare=("boxes",))})
+    with pytest.raises(ZooError, match="cannot be negative"):
+        Tolerance(1.0, metric_drop=-0.1)
+    assert _spec(0.5).to_json()["tolerances"]["int8"] == {"atol": 1.0, "rtol": 0.1, "metric_drop": 0.5,
+                                                          "compare": None}
+
+
+def _fields(spec):
+    return {k: getattr(spec, k) for k in spec.__dataclass_fields__ if k != "plugin"}
