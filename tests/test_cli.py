@@ -91,7 +91,7 @@ def test_backends_json_lists_every_backend_and_says_why_not(zoo_cli):
     rows = json.loads(succeeds(zoo_cli("backends", "--json")))
     assert {r["backend"] for r in rows} == set(zoo.registry.backends())
     onnxruntime_cpu = next(r for r in rows if (r["backend"], r["device"]) == ("onnxruntime", "cpu"))
-    assert onnxruntime_cpu["available"] and onnxruntime_cpu["precisions"] == ["fp32"]
+    assert onnxruntime_cpu["available"] and onnxruntime_cpu["precisions"] == ["fp32", "int8"]
     for row in rows:
         assert row["available"] or row["reason"], f"{row['backend']} on {row['device']} is unavailable without a reason"
     tensorrt = [r for r in rows if r["backend"] == "tensorrt"]

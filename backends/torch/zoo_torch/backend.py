@@ -4,6 +4,9 @@ The artifact is the exported program (graph + weights), not the plugin's Python 
 so it loads without the model's source. `torch.export.load` falls back to unpickling for
 tensor subclasses and custom objects; `check_no_pickle` refuses any archive that would
 take that path, so loading reads only JSON and raw tensor bytes.
+
+`export_program` and `TorchRunner` are shared with the compiled variants
+(`torch-compile`, `torch-aoti`), which start from the same program.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import copy
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from zoo import Availability, Backend, ModelSpec
-from zoo.errors import ArtifactError
+from zoo.errors import ArtifactError, ExportError, ZooError
 from zoo.tensors import PRECISION_DTYPES, dynamic_shapes, to_torch
+
+from .shapes import check_shapes, row_major
 
 
 def check_no_pickle(path: Path) -> None:
@@ -41,11 +46,38 @@ def check_no_pickle(path: Path) -> None:
         raise ArtifactError(f"{path.name} is not a valid .pt2 archive") from None
 
 
-class TorchRunner:
-    """Runs an exported program; casts inputs to the artifact's precision, outputs to fp32."""
+def first_line(exc: BaseException) -> str:
+    """The gist of a library error: its first non-empty line, without the traceback."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
-    def __init__(self, module: torch.nn.Module, spec: ModelSpec, precision: str, device: str) -> None:
-        self.module, self.spec, self.device = module, spec, device
+
+def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor],
+                   precision: str) -> torch.export.ExportedProgram:
+    """`module` in `precision` captured by `torch.export` with the spec's dynamic axes."""
+    dtype = PRECISION_DTYPES[precision]
+    # a copy: the program keeps references to the module's parameters, and the
+    # caller's reference must stay fp32
+    module = copy.deepcopy(module).to(dtype)
+    args = tuple(v.to(dtype) if v.is_floating_point() else v for v in example.values())
+    try:
+        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes(spec))
+    except ZooError:
+        raise
+    except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
+        raise ExportError(f"torch.export could not capture {spec.name}: {first_line(exc)}") from exc
+    return program
+
+
+class TorchRunner:
+    """Runs a torch callable in spec order; casts inputs to the artifact's precision,
+    outputs to fp32, and checks shapes against the exported ranges first (a compiled
+    package does not check them itself)."""
+
+    def __init__(self, fn: Callable[..., Any], spec: ModelSpec, precision: str, device: str,
+                 compiled: bool = False) -> None:
+        self.fn, self.spec, self.device = fn, spec, device
+        self.compiled = compiled  # compiled code: give it row-major inputs (see `shapes.row_major`)
         self.dtype = PRECISION_DTYPES[precision]
         self.input_names = tuple(t.name for t in spec.inputs)
         self.output_names = tuple(t.name for t in spec.outputs)
@@ -53,14 +85,36 @@ class TorchRunner:
     @torch.inference_mode()
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         on_device = any(isinstance(v, torch.Tensor) and v.is_cuda for v in inputs.values())
-        tensors = to_torch(inputs, self.spec, self.device)
-        args = [t.to(self.dtype) if t.is_floating_point() else t for t in tensors.values()]
-        result = self.module(*args)
-        result = (result,) if isinstance(result, torch.Tensor) else tuple(result)
-        out = {name: r.float() if r.is_floating_point() else r for name, r in zip(self.output_names, result)}
+        out = self.outputs(self.run(self.prepare(inputs)))
         if self.device.startswith("cuda") and on_device:
             return out  # keep device tensors on the device
         return {k: v.cpu().numpy() for k, v in out.items()}
+
+    def prepare(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
+        tensors = to_torch(inputs, self.spec, self.device)
+        check_shapes(tensors, self.spec)
+        args = [t.to(self.dtype) if t.is_floating_point() else t for t in tensors.values()]
+        return [row_major(a) for a in args] if self.compiled else args
+
+    def run(self, args: Sequence[torch.Tensor]) -> Any:
+        return self.fn(*args)
+
+    def outputs(self, result: Any) -> dict[str, torch.Tensor]:
+        if isinstance(result, Mapping):
+            result = tuple(result[name] for name in self.output_names)
+        result = (result,) if isinstance(result, torch.Tensor) else tuple(result)
+        return {name: r.float() if r.is_floating_point() else r for name, r in zip(self.output_names, result)}
+
+
+def probe_torch(device: str) -> Availability:
+    """Whether PyTorch itself can run on `device` here."""
+    if device == "cpu":
+        return Availability(True)
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return Availability(False, f"no CUDA device (torch {torch.__version__} sees none)")
+        return Availability(True)
+    return Availability(False, f"unknown device {device!r}")
 
 
 class TorchBackend(Backend):
@@ -75,28 +129,20 @@ class TorchBackend(Backend):
         return {"torch": torch.__version__}
 
     def probe(self, device: str) -> Availability:
-        if device == "cpu":
-            return Availability(True)
-        if device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                return Availability(False, f"no CUDA device (torch {torch.__version__} sees none)")
-            return Availability(True)
-        return Availability(False, f"unknown device {device!r}")
+        return probe_torch(device)
 
     def export(self, module, spec, example, path, precision, device):
-        dtype = PRECISION_DTYPES[precision]
-        # a copy: the program keeps references to the module's parameters, and the
-        # caller's reference must stay fp32
-        module = copy.deepcopy(module).to(dtype)
-        args = tuple(v.to(dtype) if v.is_floating_point() else v for v in example.values())
-        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes(spec))
+        program = export_program(module, spec, example, precision)
         program.example_inputs = None  # else saved with torch.save, i.e. as a pickle
         torch.export.save(program, str(path))
-        return {"exporter": "torch.export", "dtype": str(dtype)}
+        return {"exporter": "torch.export", "dtype": str(PRECISION_DTYPES[precision])}
 
     def load(self, path, spec, precision, device, threads=None, info=None):
+        return TorchRunner(self.load_module(path, device, threads), spec, precision, device)
+
+    def load_module(self, path: Path, device: str, threads: int | None) -> torch.nn.Module:
+        """The exported program as a module on `device`, after the no-pickle check."""
         check_no_pickle(path)
         if threads:
             torch.set_num_threads(threads)
-        program = torch.export.load(str(path))
-        return TorchRunner(program.module().to(device), spec, precision, device)
+        return torch.export.load(str(path)).module().to(device)

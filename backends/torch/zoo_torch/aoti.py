@@ -1,0 +1,137 @@
+"""The `torch-aoti` backend: an AOTInductor package (`model.pt2`), compiled ahead of time.
+
+`export` captures the same `torch.export` program as the `torch` backend (the spec's
+dynamic axes become the program's symbolic sizes, min and max from `spec.axes`) and
+compiles it with `torch._inductor.aoti_compile_and_package` into a PT2 archive holding
+the generated C++ (or CUDA) kernels as a shared library with the weights inside
+(https://docs.pytorch.org/docs/stable/torch.compiler_aot_inductor.html). `load` calls
+`torch._inductor.aoti_load_package`: no Python model code and no compiler at run time,
+no compile on the first call, but no guards either, so the runner checks shapes against
+the exported ranges before every call (`shapes.check_shapes`).
+
+A package is native code for one machine: loading it runs its library, so the artifact's
+sha256 check is what stands between a modified file and the process. The C++ kernels
+use the CPU's vector ISA at build time; `load` refuses a package built for a wider ISA
+than this CPU has (e.g. AVX512 on an AVX2 machine), which would crash on an illegal
+instruction. Kernels are built with `cpp.dynamic_threads`, so the thread count is the
+loader's (`threads`, or PyTorch's intra-op setting) rather than the builder's.
+
+Triton: its PyTorch backend loads AOTInductor packages with `platform: "torch_aoti"`
+(Triton 26.03 and later, beta). As of its 26.05 README it names tensors by position
+(`INPUT__0`, `OUTPUT__0`, or `ARGS[0]`/`RESULT[0]`) rather than by the spec's names, and
+serves batch size 1 only; the `config.pbtxt` written here uses the spec's names and
+dynamic batching, so it documents the runtime but does not load on Triton as is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any
+
+import torch
+
+from zoo import Availability, Backend
+from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError
+from zoo.tensors import PRECISION_DTYPES
+
+from .backend import TorchRunner, check_no_pickle, export_program, first_line, probe_torch
+from .compiled import probe_inductor
+
+#: x86 vector ISAs as `torch.backends.cpu.get_cpu_capability()` names them, narrowest first
+X86_ISAS = ("DEFAULT", "AVX2", "AVX512")
+
+
+def inductor_configs(device: str) -> dict[str, Any]:
+    """Inductor settings for the package: frozen weights (constant-folded and pre-packed
+    for oneDNN on CPU), kernels that follow the loader's thread count; max-autotune on CUDA."""
+    configs: dict[str, Any] = {"freezing": True}
+    if device.startswith("cuda"):
+        configs.update({"max_autotune": True, "coordinate_descent_tuning": True})
+    else:
+        configs["cpp.dynamic_threads"] = True
+    return configs
+
+
+def check_isa(recorded: str | None, artifact: str) -> None:
+    """Refuse a CPU package whose kernels use a wider vector ISA than this CPU's."""
+    current = torch.backends.cpu.get_cpu_capability()
+    if recorded is None or recorded == current:
+        return
+    if recorded in X86_ISAS and current in X86_ISAS and X86_ISAS.index(recorded) <= X86_ISAS.index(current):
+        return
+    raise StaleArtifactError(f"artifact {artifact} was compiled for {recorded} CPUs and this CPU supports "
+                             f"{current}; re-export it here with `zoo export --force`")
+
+
+class TorchAotiBackend(Backend):
+    name = "torch-aoti"
+    description = "AOTInductor: the torch.export program compiled ahead of time into a native package (.pt2)"
+    precisions = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
+    filename = "model.pt2"
+    # Triton's PyTorch backend runtime for AOTInductor packages (see the module docstring).
+    triton = {"backend": "pytorch", "platform": "torch_aoti"}
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    def probe(self, device: str) -> Availability:
+        # running a package needs only libtorch; building one needs Inductor's compiler (see export)
+        return probe_torch(device)
+
+    def export(self, module, spec, example, path, precision, device):
+        available = probe_inductor(device)
+        if not available.ok:
+            raise BackendUnavailableError(f"backend {self.name} cannot build a package here: {available.reason}")
+        program = export_program(module, spec, example, precision)
+        configs = inductor_configs(device)
+        start = time.perf_counter()
+        try:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+        except Exception as exc:  # Inductor lowering or the C++ compiler failing
+            raise ExportError(f"AOTInductor could not compile {spec.name}: {first_line(exc)}"
+                              f"{_known_cause(program)}; the `torch` and `torch-compile` backends run it") from exc
+        info: dict[str, Any] = {"exporter": "torch.export", "compiler": "aotinductor",
+                                "dtype": str(PRECISION_DTYPES[precision]), "inductor_configs": configs,
+                                "build_seconds": round(time.perf_counter() - start, 3)}
+        if device == "cpu":
+            info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+            info["cxx"] = _compiler_version()
+        return info
+
+    def load(self, path, spec, precision, device, threads=None, info=None):
+        available = self.probe(device)
+        if not available.ok:
+            raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {available.reason}")
+        if device == "cpu":
+            check_isa((info or {}).get("cpu_capability"), path.parent.parent.name)
+        check_no_pickle(path)
+        if threads:
+            torch.set_num_threads(threads)
+        index = torch.device(device).index  # "cuda:1" -> 1; None: the current device
+        try:
+            package = torch._inductor.aoti_load_package(str(path), device_index=-1 if index is None else index)
+        except Exception as exc:  # a file that hashed fine but that this libtorch cannot load
+            raise ArtifactError(f"{path.name} is not a loadable AOTInductor package: {first_line(exc)}") from exc
+        return TorchRunner(package, spec, precision, device, compiled=True)
+
+
+def _known_cause(program: torch.export.ExportedProgram) -> str:
+    """What is known to make AOTInductor fail on a graph, to say alongside its error."""
+    if any(node.target is torch.ops.higher_order.scan for node in program.graph.nodes):
+        # torch 2.13: Inductor's decompose_scan_to_while_loop pass cannot resolve the loop's
+        # symbolic output sizes in AOT mode (a KeyError on a size symbol); torch.compile copes
+        return (" (its graph has a `scan` loop, e.g. a recurrent layer, which AOTInductor "
+                f"in torch {torch.__version__} fails to lower with dynamic shapes)")
+    return ""
+
+
+def _compiler_version() -> str:
+    """The first line of `$CXX --version` (Inductor's compiler), for the manifest."""
+    cxx = os.environ.get("CXX", "g++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return cxx
+    return out.splitlines()[0] if out else cxx

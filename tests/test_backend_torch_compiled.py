@@ -1,0 +1,223 @@
+"""The compiled PyTorch backends, `torch-compile` and `torch-aoti`: the core's export ->
+parity -> verify at tiny size, dynamic shapes without recompiling, and their refusals.
+
+Compiling is what these tests pay for: torch.compile takes seconds per graph and an
+AOTInductor package ~15 s of g++ on two cores, so every model in the registry through
+both backends would take several minutes. They run one model per domain instead, each a
+different kind of graph: a CNN (resnet8.digits), a transformer encoder with two inputs
+sharing two dynamic axes (minilm-l6.all-v2), a policy MLP with two outputs
+(ppo.cartpole) and a message-passing network over a dynamic atom axis (mpnn.freesolv).
+(By hand, at tiny size: all 13 models verify through torch-compile; 12 through torch-aoti,
+and gru.pydoc is refused with an ExportError naming its `scan` loop.) GPU tests carry
+`needs_cuda` and skip cleanly without one.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo.errors import BackendUnavailableError, ExportError, InputError, StaleArtifactError, ZooError
+from zoo_torch import TorchAotiBackend, TorchCompileBackend, zoo_register_backends
+from zoo_torch.aoti import check_isa
+from zoo_torch.backend import export_program
+from zoo_torch.shapes import check_shapes, row_major
+
+BACKENDS = ("torch-compile", "torch-aoti")
+ONE_PER_DOMAIN = ("resnet8.digits", "minilm-l6.all-v2", "ppo.cartpole", "mpnn.freesolv")
+
+
+@pytest.fixture(scope="module", params=[(b, m) for b in BACKENDS for m in ONE_PER_DOMAIN], ids="-".join)
+def exported(request, tmp_path_factory):
+    """One verified artifact per backend and model and a runner loaded from it, shared by
+    the tests below, with the compiles the runner made while loading."""
+    backend, name = request.param
+    spec = zoo.get_model(name).tiny()
+    art = zoo.export(spec, backend, repository=tmp_path_factory.mktemp("exports"), random_init=True)
+    runner = zoo.load(art.path)
+    return spec, art, runner, list(getattr(runner, "compiles", []))
+
+
+def _axis_sizes(spec, inputs):
+    return {axis: inputs[t.name].shape[i] for t in spec.inputs for i, axis in t.dynamic_axes.items()}
+
+
+def test_registered_with_the_torch_backend_without_importing_inductor():
+    found = []
+    zoo_register_backends(register=found.append)
+    assert [b.name for b in found] == ["torch", "torch-compile", "torch-aoti"]
+    assert "zoo_torch" in {ep.value for ep in importlib.metadata.entry_points(group="zoo")}
+    code = "import sys, zoo_torch; sys.exit('torch._inductor' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_export_parity_verify(exported):
+    spec, art, _, _ = exported
+    manifest = art.manifest
+    assert manifest["parity"]["passed"]
+    assert {c["batch"] for c in manifest["parity"]["checks"]} == set(spec.batch_sizes())
+    assert manifest["files"].keys() == {"1/model.pt2", "config.pbtxt", "weights.safetensors"}
+    info = manifest["backend"]["info"]
+    options = info["compile_options"] if art.backend == "torch-compile" else info["inductor_configs"]
+    assert info["exporter"] == "torch.export" and options["freezing"] is True
+    report = zoo.verify(art.path)
+    assert report["parity"]["passed"] and report["backend"] == art.backend
+
+
+def test_a_new_batch_size_runs_without_recompiling(exported):
+    spec, _, runner, compiled = exported
+    for batch in (spec.axes["batch"].max - 1, 3):  # sizes never traced, warmed up or checked
+        inputs = spec.sample(batch, np.random.default_rng(batch))
+        out = runner(inputs)
+        for t in spec.outputs:
+            sizes = _axis_sizes(spec, inputs)
+            assert out[t.name].shape == tuple(sizes[d] if isinstance(d, str) else d for d in t.shape)
+    assert getattr(runner, "compiles", []) == compiled
+
+
+def test_inputs_in_any_memory_layout_give_the_same_outputs(exported):
+    """Compiled code indexes inputs by the strides it was built for; the runner copies
+    others to row-major. Without that, an AOTInductor package of resnet8.digits returned
+    wrong logits for channels-last images (the strides of a (N, 1, 8, 8) numpy slice)."""
+    spec, _, runner, compiled = exported
+    inputs = spec.sample(4, np.random.default_rng(4))
+    want = runner(inputs)
+
+    def relaid(value: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(value)
+        if tensor.dim() == 4:
+            return tensor.to(memory_format=torch.channels_last)
+        return torch.from_numpy(np.asfortranarray(value))  # column-major
+
+    got = runner({k: relaid(v) for k, v in inputs.items()})
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-6, rtol=1e-6)
+    assert getattr(runner, "compiles", []) == compiled
+
+
+def test_the_compile_cost_is_recorded(exported):
+    _, art, runner, compiled = exported
+    if art.backend == "torch-compile":  # compiled when loaded, each graph with its inputs and seconds
+        assert 1 <= len(compiled) <= 3  # size 1, a dynamic graph, perhaps a second batch range
+        assert all(c["seconds"] > 0 and set(c["shapes"]) == set(runner.input_names) for c in compiled)
+        assert runner.warmup_seconds >= sum(c["seconds"] for c in compiled)
+    else:  # built once at export, recorded in the manifest with the CPU it was built for
+        info = art.manifest["backend"]["info"]
+        assert info["build_seconds"] > 0 and info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert info["inductor_configs"]["cpp.dynamic_threads"] is True
+
+
+def test_bad_inputs_are_refused_by_name(exported):
+    spec, _, runner, _ = exported
+    good = spec.sample(2, np.random.default_rng(0))
+    first = spec.inputs[0]
+    limit = spec.axes["batch"].max
+    too_many = {k: np.concatenate([v] * (limit // 2 + 1)) for k, v in good.items()}
+    with pytest.raises(InputError, match=rf"axis batch is {2 * (limit // 2 + 1)}, outside the exported range"):
+        runner(too_many)
+    with pytest.raises(InputError, match=rf"input {first.name} .* has shape .*, expected \["):
+        runner({**good, first.name: good[first.name][None]})
+    with pytest.raises(ZooError, match=rf"missing \['{first.name}'\]"):
+        runner({k: v for k, v in good.items() if k != first.name})
+    last = spec.inputs[-1]
+    earlier = {axis for t in spec.inputs[:-1] for axis in t.dynamic_axes.values()}
+    for index, axis in last.dynamic_axes.items():
+        if axis != "batch" and axis in earlier:  # one more along an axis an earlier input also has
+            value = good[last.name]
+            longer = np.concatenate([value, np.take(value, [0], axis=index)], axis=index)
+            assert longer.shape[index] <= spec.axes[axis].max
+            with pytest.raises(InputError, match=rf"axis {axis} is {longer.shape[index]}, but .* in "):
+                runner({**good, last.name: longer})
+
+
+def test_check_shapes_reports_fixed_sizes():
+    spec = zoo.get_model("resnet8.digits").tiny()
+    image = torch.zeros(2, 1, 8, 8)
+    assert check_shapes({"image": image}, spec) == {"batch": 2}
+    with pytest.raises(InputError, match=r"shape \[2, 3, 8, 8\], expected \[batch, 1, 8, 8\]"):
+        check_shapes({"image": torch.zeros(2, 3, 8, 8)}, spec)
+
+
+def test_row_major_copies_only_other_strides():
+    image = torch.empty_strided((4, 1, 8, 8), (64, 1, 8, 1))  # as sliced from a (N, 1, 8, 8) numpy array
+    assert image.is_contiguous() and image.contiguous().stride() == (64, 1, 8, 1)
+    assert row_major(image).stride() == (64, 64, 8, 1)
+    dense = torch.zeros(4, 1, 8, 8)
+    assert row_major(dense) is dense
+
+
+def test_a_model_torch_export_cannot_capture_is_a_typed_error():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x  # control flow on values: not one graph
+
+    spec = zoo.ModelSpec(
+        name="branchy.test", domain="test", task="test",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", 4)),),
+        build=DataDependent, sample=lambda n, rng: {"x": rng.standard_normal((n, 4)).astype(np.float32)})
+    with pytest.raises(ExportError, match="torch.export could not capture branchy.test"):
+        export_program(DataDependent(), spec, {"x": torch.ones(3, 4)}, "fp32")
+
+
+def test_without_a_compiler_torch_compile_is_unavailable_and_aoti_cannot_build(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    available = TorchCompileBackend().probe("cpu")
+    assert not available.ok and "'no-such-c++-compiler' is not on PATH" in available.reason
+    assert TorchAotiBackend().probe("cpu").ok  # a built package needs no compiler to run
+    spec = zoo.get_model("ppo.cartpole").tiny()
+    with pytest.raises(BackendUnavailableError, match="cannot build a package here"):
+        TorchAotiBackend().export(spec.build().eval(), spec, {"observation": torch.zeros(3, 4)},
+                                  tmp_path / "model.pt2", "fp32", "cpu")
+    assert not (tmp_path / "model.pt2").exists()
+
+
+def test_a_package_for_a_wider_isa_is_refused(monkeypatch):
+    check_isa(torch.backends.cpu.get_cpu_capability(), "m.torch-aoti.fp32")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    check_isa("DEFAULT", "m.torch-aoti.fp32")
+    check_isa("AVX2", "m.torch-aoti.fp32")
+    with pytest.raises(StaleArtifactError, match="compiled for AVX512 CPUs and this CPU supports AVX2"):
+        check_isa("AVX512", "m.torch-aoti.fp32")
+    with pytest.raises(StaleArtifactError, match="re-export it here"):
+        check_isa("NEON", "m.torch-aoti.fp32")
+
+
+def test_probe_names_the_device():
+    for backend in (TorchCompileBackend(), TorchAotiBackend()):
+        assert "unknown device 'tpu'" in backend.probe("tpu").reason
+
+
+def _mlp_spec() -> zoo.ModelSpec:
+    def build():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+    return zoo.ModelSpec(
+        name="mlp.test", domain="test", task="test",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", 2)),),
+        build=build, sample=lambda n, rng: {"x": rng.standard_normal((n, 4)).astype(np.float32)},
+        axes={"batch": zoo.AxisRange(1, 4, 16)})
+
+
+@pytest.mark.needs_cuda
+@pytest.mark.parametrize("backend", [TorchCompileBackend(), TorchAotiBackend()], ids=lambda b: b.name)
+def test_cuda_keeps_tensors_on_the_device_and_outputs_survive_the_next_call(backend, tmp_path):
+    spec = _mlp_spec()
+    module = spec.build().eval().cuda()
+    path = tmp_path / backend.filename
+    backend.export(module, spec, {"x": torch.randn(4, 4, device="cuda")}, path, "fp32", "cuda")
+    runner = backend.load(path, spec, "fp32", "cuda")
+    first_in, second_in = torch.randn(3, 4, device="cuda"), torch.randn(3, 4, device="cuda")
+    first = runner({"x": first_in})["y"]
+    runner({"x": second_in})  # a CUDA graph replay must not overwrite the first result
+    assert first.device.type == "cuda"
+    with torch.no_grad():
+        torch.testing.assert_close(first, module(first_in), atol=1e-4, rtol=1e-4)
