@@ -1,0 +1,56 @@
+"""Export a zoo module to OpenVINO IR (`model.xml` + `model.bin` beside it).
+
+The IR is read from the ONNX file that zoo-onnxruntime's exporter writes, not converted
+from the torch module directly. That exporter already gives every model in the registry
+its spec's input/output names and each symbolic axis (batch, seq, atoms) as a dynamic
+dimension, with fixed dimensions kept fixed; `openvino.convert_model` on a
+`torch.export` program instead names tensors after graph nodes (`inputs_0`,
+`linear:0`), leaves every dimension dynamic, and cannot convert the GRU model.
+
+`Core.read_model` runs the same ONNX frontend as `openvino.convert_model` but without
+the model-conversion tool's usage telemetry, so exporting contacts no network.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from zoo.errors import ExportError
+from zoo.spec import ModelSpec
+
+
+def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor], path: Path,
+              precision: str) -> dict[str, Any]:
+    """Write `module` as IR at `path` (the weights go to `path` with suffix .bin).
+
+    `precision` "int8" quantizes the graph with NNCF (see `.quantize`); "fp32" and
+    "bf16" write the same float32 IR, bf16 being an inference hint applied at load.
+    Returns the ONNX exporter's facts, plus the quantization's for int8.
+    """
+    import openvino as ov
+    from zoo_onnxruntime.export import export_onnx
+
+    with tempfile.TemporaryDirectory(prefix="zoo-openvino-") as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        info: dict[str, Any] = {"onnx": export_onnx(module, spec, example, onnx_path)}
+        try:
+            model = ov.Core().read_model(onnx_path)
+        except RuntimeError as exc:  # OpenVINO reports unsupported ops as RuntimeError
+            raise ExportError(f"OpenVINO cannot read the ONNX export of {spec.name}: {_first_line(exc)}") from exc
+        if precision == "int8":
+            from .quantize import quantize
+
+            model, info["quantization"] = quantize(model, spec)
+        # compress_to_fp16 defaults to True and would store the weights as float16,
+        # so an "fp32" artifact would not hold the fp32 weights it was verified against.
+        ov.save_model(model, str(path), compress_to_fp16=False)
+    return info
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
