@@ -31,7 +31,7 @@ from .errors import ArtifactError, BackendUnavailableError, CheckpointError, Uns
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
-from .tensors import example_inputs, state_dict_sha256
+from .tensors import cpu_state_dict, example_inputs, state_dict_sha256
 from .train import module_fn
 from .triton import model_config
 from .verify import domain_report, metric_report, parity
@@ -87,7 +87,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
 
     module, source = reference_module(spec, checkpoint, random_init)
     module = module.to(device)
-    state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
+    state = cpu_state_dict(module)
     provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
                   "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
                   "quantization": spec.quantization if precision == "int8" else None, **device_facts(device)}

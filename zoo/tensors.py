@@ -88,6 +88,12 @@ def call_module(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, t
     return {t.name: r for t, r in zip(spec.outputs, result)}
 
 
+def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A snapshot of the module's weights: detached contiguous CPU copies (what
+    safetensors stores, unaffected by later training steps)."""
+    return {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
+
+
 def state_dict_sha256(state: Mapping[str, torch.Tensor]) -> str:
     """A hash of the weights' names, dtypes, shapes and bytes, independent of file layout."""
     h = hashlib.sha256()

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..checkpoint import Checkpoint
 from ..errors import ZooError
 from ..spec import ModelSpec
-from ..tensors import call_module, to_torch
+from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
 from .run import Run, Throughput
 from .state import TrainingState, capture_rng, restore_rng
@@ -122,7 +122,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             improved = _improved(val.get(monitor), progress["best"], higher)
             if improved:
                 progress.update(best=val[monitor], best_epoch=epoch, stale_epochs=0)
-                run.save_model(Checkpoint(spec.name, dict(spec.config), _cpu_state(module),
+                run.save_model(Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
                                           {"epoch": epoch, f"val_{monitor}": val[monitor]}))
             elif val:
                 progress["stale_epochs"] += 1
@@ -133,7 +133,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             update(status=f"epoch {epoch}/{run.epochs} loss {train_loss:.4f} {rate:,.0f} samples/s"
                           f"{_last(progress, monitor)}")
             run.save_last(TrainingState(
-                Checkpoint(spec.name, dict(spec.config), _cpu_state(module), {"epoch": epoch}), epoch, step,
+                Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module), {"epoch": epoch}), epoch, step,
                 optimizer.state_dict(), scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
                 capture_rng(data_gen), {"progress": progress}))
             if run.on_epoch_end is not None:
@@ -150,7 +150,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
         "best_epoch": progress["best_epoch"] or epoch, "epochs_run": epoch, "steps": step, "stopped_early": progress["stopped_early"],
         "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
         "train_seconds": round(throughput.seconds, 2)}
-    return Checkpoint(spec.name, dict(spec.config), _cpu_state(module), metrics)
+    return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module), metrics)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -221,10 +221,6 @@ def _last(progress: dict[str, Any], monitor: str) -> str:
 def _to(v: torch.Tensor, device: str, memory_format) -> torch.Tensor:
     v = v.to(device)
     return v.contiguous(memory_format=memory_format) if memory_format is not None and v.dim() == 4 else v
-
-
-def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
 
 
 def _optimizer(module: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:

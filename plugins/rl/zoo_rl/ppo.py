@@ -26,6 +26,7 @@ import torch
 from zoo.checkpoint import Checkpoint
 from zoo.errors import UnsupportedError, ZooError
 from zoo.spec import ModelSpec
+from zoo.tensors import cpu_state_dict
 from zoo.training import Run
 from zoo.training.state import TrainingState, capture_rng, restore_rng
 
@@ -236,7 +237,7 @@ def _train(spec: ModelSpec, run: Run, env: Environment, ppo: PPOConfig):
                           f"kl {stats['approx_kl']:.4f}")
             if (iteration + 1) % SAVE_EVERY == 0 or iteration + 1 == epochs:
                 run.save_last(TrainingState(
-                    Checkpoint(spec.name, dict(spec.config), _cpu_state(module), {"iteration": iteration + 1}),
+                    Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module), {"iteration": iteration + 1}),
                     iteration + 1, iteration + 1, optimizer.state_dict(), None, None, capture_rng(gen),
                     {"history": history, "returns": episodes["returns"], "seconds": seconds}))
             if run.on_epoch_end is not None:
@@ -249,8 +250,4 @@ def _train(spec: ModelSpec, run: Run, env: Environment, ppo: PPOConfig):
                "samples_per_second": round(env_steps / seconds, 1) if seconds else None,
                "episodes": len(episodes["returns"]), "train_return_history": history, "last_update": stats,
                "env": env.id, "ppo": asdict(ppo)}
-    return _cpu_state(module), metrics
-
-
-def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    return cpu_state_dict(module), metrics
