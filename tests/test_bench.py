@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+import numpy as np
 import pytest
-from zoo_torch import TorchBackend
 
 import zoo
 from zoo import registry
+from zoo.bench.measure import at_length, lengths_of
 from zoo.errors import ZooError
 
 SPEC = zoo.get_model("resnet8.digits").tiny()
-FAST = dict(warmup=1, min_time=0.05, min_iters=5)
+FAST = {"warmup": 1, "min_time": 0.05, "min_iters": 5}
 
 
 def test_benchmark_reports_percentiles_per_backend_and_batch(repository):
@@ -25,39 +27,75 @@ def test_benchmark_reports_percentiles_per_backend_and_batch(repository):
         assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
         assert r["iterations"] >= 5 and r["throughput"] > 0
         assert r["max_abs_error"] < 1e-3
+    for r in rows:  # memory, cold start, size and accuracy facts on every row
+        assert r["peak_host_mb"] >= r["baseline_host_mb"] > 0 and r["peak_cuda_mb"] is None
+        assert r["export_seconds"] > 0 and r["load_seconds"] > 0 and r["artifact_bytes"] > 1000
+        assert r["metric_name"] == "accuracy" and r["metric_delta"] == pytest.approx(r["metric"] - r["metric_reference"])
+        assert r["lengths"] == {} and 0 <= r["noise"] < 1
     env = report["environment"]
-    assert env["cores"] and env["torch"] and env["onnxruntime"] and env["threads"]
+    assert env["cores"] and env["torch"] and env["onnxruntime"] and env["threads"] and env["command"]
+    assert report["models"] == [SPEC.name] and report["options"]["batch_sizes"] == [1, 4]
 
 
-class BrokenExport(TorchBackend):
-    """A backend whose exporter hits a library error, as a real one might."""
+def test_sequence_lengths_are_a_dimension_of_the_matrix(repository):
+    spec = zoo.get_model("minilm-l6.all-v2").tiny()
+    report = zoo.benchmark(spec, ["onnxruntime"], [2], repository=repository, random_init=True, lengths=[8, 24],
+                           **FAST)
+    assert [(r["batch"], r["lengths"]) for r in report["results"]] == [(2, {"seq": 8}), (2, {"seq": 24})]
+    assert all(r["status"] == "ok" for r in report["results"])
+    with pytest.raises(ZooError, match="seq lengths \\[1000\\] are outside"):
+        zoo.benchmark(spec, ["onnxruntime"], [2], repository=repository, random_init=True, lengths=[1000], **FAST)
 
-    name = "broken-test"
 
-    def export(self, module, spec, example, path, precision, device):
-        raise RuntimeError("the exporter met an operator it cannot lower")
+@pytest.mark.parametrize("name", ["minilm-l6.all-v2", "mpnn.freesolv", "gpt.pydoc"])
+@pytest.mark.parametrize("length", [3, 40])
+def test_inputs_at_a_length_keep_real_content(name, length):
+    """Cut or repeated along every dimension named by the axis (atoms: features, both
+    sides of the bond matrix, the mask), other dimensions untouched."""
+    spec = zoo.get_model(name).tiny()
+    axis = next(a for a in spec.axes if a != "batch")
+    inputs = spec.sample(2, np.random.default_rng(0))
+    shaped = at_length(spec, inputs, axis, length)
+    assert lengths_of(spec, shaped) == {axis: length}
+    for t in spec.inputs:
+        have, got = inputs[t.name], shaped[t.name]
+        assert got.dtype == have.dtype and got.shape[0] == 2
+        n = min(length, lengths_of(spec, inputs)[axis])
+        index = tuple(slice(0, n) if name == axis else slice(None) for name in
+                      [t.dynamic_axes.get(i, "") for i in range(have.ndim)])
+        np.testing.assert_array_equal(got[index], have[index])
+
+
+def test_models_by_pattern(repository):
+    report = zoo.benchmark("ppo.*", ["nosuch"], [1], repository=repository)
+    assert report["models"] == ["ppo.cartpole", "ppo.pendulum"]
+    assert [r["status"] for r in report["results"]] == ["failed", "failed"]
+    with pytest.raises(ZooError, match="no model matches"):
+        zoo.benchmark("nosuch*", ["onnxruntime"], [1], repository=repository)
 
 
 @pytest.fixture
-def broken_backend():
-    class Plugin:
-        @zoo.hookimpl
-        def zoo_register_backends(self, register):
-            register(BrokenExport())
-
-    plugin = Plugin()
-    registry.register_plugin(plugin)
+def failing_backends():
+    plugin = Path(__file__).with_name("bench_plugin.py")
+    registry.load_plugin_file(plugin)
     yield
-    registry.unregister_plugin(plugin)
+    registry.unload_plugin_file(plugin)
 
 
-def test_a_failing_backend_is_reported_and_the_rest_go_on(repository, broken_backend):
-    report = zoo.benchmark(SPEC, ["broken-test", "tensorrt", "onnxruntime"], [1], repository=repository,
-                           random_init=True, **FAST)
-    failed, unsupported, ok = report["results"]
-    assert failed["status"] == "failed" and "cannot lower" in failed["error"]
+def test_a_failing_combination_is_reported_and_the_rest_go_on(repository, failing_backends):
+    """An exporter error, a segfault while loading, a builder that never returns, a backend
+    that cannot run here: each is one row with its reason, and the last backend still runs."""
+    seen = []
+    report = zoo.benchmark(SPEC, ["broken-test", "crash-test", "hang-test", "tensorrt", "onnxruntime"], [1],
+                           repository=repository, random_init=True, timeout=15, **FAST,
+                           on_combination=lambda done, total, label: seen.append((done, total)))
+    broken, crashed, hung, unsupported, ok = report["results"]
+    assert broken["status"] == "failed" and "cannot lower" in broken["error"]
+    assert crashed["status"] == "failed" and "crashed" in crashed["error"] and "-11" in crashed["error"]
+    assert hung["status"] == "failed" and "timed out after 15 s" in hung["error"]
     assert unsupported["status"] == "unsupported" and "does not run on cpu" in unsupported["error"]
-    assert ok["status"] == "ok"
+    assert ok["status"] == "ok" and ok["p50_ms"] > 0
+    assert seen == [(i, 5) for i in range(1, 6)]
 
 
 def test_the_matrix_spans_precisions_and_marks_the_holes(repository):

@@ -316,63 +316,6 @@ def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
     print(prompt + run(spec, fn, prompt, max_new_tokens, temperature, seed))
 
 
-def print_bench(report: dict[str, Any]) -> None:
-    rows = []
-    for r in report["results"]:
-        if r["status"] != "ok":
-            rows.append([r["backend"], r["precision"], r["device"], "-", f"{r['status']}: {r['error']}"] + [""] * 6)
-            continue
-        metric = r.get("metric")
-        rows.append([r["backend"], r["precision"], r["device"], r["batch"], f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}",
-                     f"{r['p99_ms']:.3f}", f"{r['throughput']:.1f}", f"{r['max_abs_error']:.2g}",
-                     "" if metric is None else f"{metric:.4f}", r["iterations"]])
-    _table(["backend", "precision", "device", "batch", "p50 ms", "p90 ms", "p99 ms", "samples/s",
-            "max |err|", "metric", "runs"], rows, title=f"{report['model']} on {report['environment']['cpu']}")
-
-
-@app.command()
-def bench(model: str, backends_: str = typer.Option("torch,onnxruntime", "--backends"),
-          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
-                                                    "with --url, rows per request, default 1)."),
-          precision: str = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
-                                        "backend at each (combinations a backend lacks are listed as unsupported)."),
-          device: str = "cpu", repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
-          random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
-          threads: Optional[int] = None, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
-          url: Optional[str] = typer.Option(None, help="Load-test a running server at this URL instead "
-                                            "(requests/s and latency per concurrency)."),
-          concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
-          model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
-                                                   "(default MODEL)."),
-          json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
-          output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
-    """Latency percentiles and throughput per backend and batch size, each backend in its own process.
-
-    With --url: requests/s and latency percentiles of a running `zoo serve` (or Triton) at each concurrency."""
-    if url is not None:
-        from .serve.perf import print_sweep, sweep
-
-        report = sweep(url, model_name or model, model, _csv(concurrency, int), _csv(batch_sizes or "1", int),
-                       duration=min_time, binary=not json_data)
-        if output:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(report, indent=2))
-        _emit_json(report) if as_json else print_sweep(report, out)
-        if any(r["errors"] for r in report["results"]):
-            raise typer.Exit(1)
-        return
-    from .bench import benchmark
-
-    report = benchmark(model, _csv(backends_), _csv(batch_sizes or "1,8,32", int), _csv(precision), device, repository,
-                       checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time)
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2))
-    _emit_json(report) if as_json else print_bench(report)
-    if any(r["status"] == "failed" for r in report["results"]):
-        raise typer.Exit(1)
-
-
 @app.command()
 def serve(repository: Path = typer.Argument(Path("exports"), help="The model repository that `zoo export` writes."),
           host: str = typer.Option("127.0.0.1", help="Interface to bind; the default answers this machine only."),
@@ -425,7 +368,12 @@ def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help
     """Train resnet8.digits, export it to every backend available here, verify and benchmark them."""
     from .demo import run
 
+    from .cli_bench import print_bench
+
     print_bench(run(repository, min_time=min_time, console=out))
+
+
+from . import cli_bench  # noqa: E402,F401  (registers `zoo bench` and `zoo optimize`)
 
 
 def main() -> None:

@@ -68,17 +68,22 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write a file through a temporary sibling and rename: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a text file atomically (see `atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode())

@@ -39,8 +39,7 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
         raise PluginError(f"plugin file {path} does not exist or is not a .py file")
     if str(file) in plugin_files:
         return
-    # the path's hash keeps two files named models.py in different folders apart
-    name = f"zoo_local_plugin_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
+    name = _plugin_name(file)
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -51,6 +50,21 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
     sys.modules[name] = module
     register_plugin(module, name=name)
     plugin_files.append(str(file))
+
+
+def _plugin_name(file: Path) -> str:
+    # the path's hash keeps two files named models.py in different folders apart
+    return f"zoo_local_plugin_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
+
+
+def unload_plugin_file(path: str | os.PathLike[str]) -> None:
+    """Unregister a plugin file loaded with `load_plugin_file` (nothing if it was not)."""
+    file = Path(path).expanduser().resolve()
+    if str(file) in plugin_files:
+        plugin_files.remove(str(file))
+        plugin = pm.get_plugin(_plugin_name(file))
+        if plugin is not None:
+            unregister_plugin(plugin)
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:

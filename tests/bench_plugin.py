@@ -1,0 +1,43 @@
+"""Backends that fail the way real ones can, for the benchmark's isolation tests. A file
+plugin (not an object registered in the test process) so the benchmark's worker
+processes load it too."""
+
+import ctypes
+import time
+
+from zoo_torch import TorchBackend
+
+import zoo
+
+
+class BrokenExport(TorchBackend):
+    """The exporter hits a library error."""
+
+    name = "broken-test"
+
+    def export(self, module, spec, example, path, precision, device):
+        raise RuntimeError("the exporter met an operator it cannot lower")
+
+
+class CrashingLoad(TorchBackend):
+    """The engine segfaults while loading, taking its process down."""
+
+    name = "crash-test"
+
+    def load(self, path, spec, precision, device, threads=None, info=None):
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+class HangingExport(TorchBackend):
+    """The builder never returns."""
+
+    name = "hang-test"
+
+    def export(self, module, spec, example, path, precision, device):
+        time.sleep(3600)
+
+
+@zoo.hookimpl
+def zoo_register_backends(register):
+    for backend in (BrokenExport(), CrashingLoad(), HangingExport()):
+        register(backend)

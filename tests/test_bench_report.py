@@ -1,0 +1,268 @@
+"""Benchmark reports and the regression gate, on reports built from known timings: the
+statistics of a run, `compare` against a baseline, and every file `write_report` writes."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo.bench.compare import compare, failed, print_comparison
+from zoo.bench.report import load_report, markdown, to_csv, write_report
+from zoo.bench.stats import noise, row_key, summarize
+from zoo.errors import ZooError
+
+# (model, backend, precision, quantization, ms at batch 1, lengths, metric)
+SERIES = [
+    ("resnet8.digits", "torch", "fp32", None, 0.50, {}, 0.9694),
+    ("resnet8.digits", "onnxruntime", "fp32", None, 0.20, {}, 0.9694),
+    ("resnet8.digits", "onnxruntime", "int8", "static", 0.12, {}, 0.9667),
+    ("minilm-l6.all-v2", "torch", "fp32", None, 8.0, {"seq": 128}, None),
+    ("minilm-l6.all-v2", "openvino", "fp32", None, 4.0, {"seq": 128}, None),
+]
+BATCHES = (1, 8, 32)
+JITTER = 0.02  # lognormal sigma of single calls: a steady machine
+
+
+def timings(ms: float, batch: int, rng: np.random.Generator, n: int = 200) -> np.ndarray:
+    """Seconds per call around a base latency that grows sublinearly with the batch."""
+    return ms * batch**0.7 / 1e3 * rng.lognormal(0.0, JITTER, n)
+
+
+def measured_row(model, backend, precision, quantization, ms, lengths, metric, batch, rng, slowdown=1.0) -> dict:
+    row = {"model": model, "backend": backend, "precision": precision, "device": "cpu", "batch": batch,
+           "lengths": lengths, "status": "ok", **summarize(timings(ms * slowdown, batch, rng), batch),
+           "max_abs_error": 0.0 if backend == "torch" else 2e-7, "metric_name": "accuracy" if metric else None,
+           "metric": metric, "metric_reference": 0.9694 if metric else None,
+           "metric_delta": None if metric is None else metric - 0.9694, "higher_is_better": True if metric else None,
+           "quantization": quantization, "export_seconds": 1.5, "load_seconds": 0.2, "artifact_bytes": 320_000,
+           "peak_host_mb": 410.0, "peak_cuda_mb": None}
+    return row
+
+
+def build_report(seed: int, slow: dict | None = None) -> dict:
+    """A run of the matrix; `slow` maps row keys to a planted slowdown factor."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for model, backend, precision, quant, ms, lengths, metric in SERIES:
+        for batch in BATCHES[:2] if lengths else BATCHES:
+            row = measured_row(model, backend, precision, quant, ms, lengths, metric, batch, rng)
+            factor = (slow or {}).get(row_key(row), 1.0)
+            if factor != 1.0:
+                row = measured_row(model, backend, precision, quant, ms, lengths, metric, batch, rng, factor)
+            rows.append(row)
+    rows.append({"model": "resnet8.digits", "backend": "torch", "precision": "int8", "device": "cpu",
+                 "status": "unsupported", "error": "backend torch does not support int8 on cpu"})
+    rows.append({"model": "resnet8.digits", "backend": "tensorrt", "precision": "fp32", "device": "cpu",
+                 "status": "failed", "error": "tensorrt needs an NVIDIA GPU\nand the tensorrt package"})
+    return {"models": ["resnet8.digits", "minilm-l6.all-v2"],
+            "environment": {"cpu": "AMD EPYC", "cores": 2, "torch": "2.13.0+cpu", "threads": 2,
+                            "command": "zoo bench resnet8.digits minilm-l6.all-v2"},
+            "options": {"min_time": 1.0}, "results": rows}
+
+
+def key(model, backend, precision, batch, lengths=None) -> tuple:
+    return row_key({"model": model, "backend": backend, "precision": precision, "device": "cpu", "batch": batch,
+                    "lengths": lengths or {}})
+
+
+def keys(entries) -> set[tuple]:
+    return {row_key(e) for e in entries}
+
+
+# --- statistics of one run ---------------------------------------------------------------
+
+def test_summarize_percentiles_and_throughput_of_known_timings():
+    times = np.arange(1, 101) / 1e3  # 1..100 ms
+    s = summarize(times, batch=4)
+    # linear interpolation between order statistics: p = 1 + q * 99 ms
+    assert s["p50_ms"] == pytest.approx(50.5)
+    assert s["p90_ms"] == pytest.approx(90.1)
+    assert s["p99_ms"] == pytest.approx(99.01)
+    assert s["mean_ms"] == pytest.approx(50.5)
+    assert s["throughput"] == pytest.approx(4 / 0.0505)
+    assert s["iterations"] == 100
+
+
+def test_noise_is_zero_when_steady_and_large_after_a_step():
+    assert noise(np.full(100, 0.002)) == 0.0
+    step = np.r_[np.full(50, 0.001), np.full(50, 0.002)]  # block medians 1, 1, 1.5, 2, 2 ms
+    assert noise(step) == pytest.approx(np.std([1, 1, 1.5, 2, 2], ddof=1) / 1.5)
+    jitter = np.random.default_rng(0).lognormal(0, JITTER, 200)
+    assert noise(jitter) < JITTER < noise(step)
+
+
+# --- the regression gate ------------------------------------------------------------------
+
+def test_a_planted_2x_slowdown_is_flagged_on_exactly_its_rows():
+    planted = {key("resnet8.digits", "onnxruntime", "fp32", 8): 2.0,
+               key("minilm-l6.all-v2", "openvino", "fp32", 1, {"seq": 128}): 2.0}
+    result = compare(build_report(seed=1), build_report(seed=2, slow=planted))
+    assert keys(result["regressions"]) == set(planted)
+    for e in result["regressions"]:
+        assert e["ratio"] == pytest.approx(2.0, rel=0.05) and e["reasons"] == ["slower"]
+        assert e["threshold"] == pytest.approx(0.05)  # a steady run: the floor, not the noise, decides
+    assert not result["improvements"] and not result["missing"] and not result["new"]
+    assert not result["environment"]
+    assert failed(result)
+
+
+def test_a_remeasurement_with_noise_sized_jitter_passes():
+    result = compare(build_report(seed=1), build_report(seed=2))
+    assert not result["regressions"] and not result["improvements"]
+    assert len(result["unchanged"]) == len(build_report(seed=1)["results"])
+    assert not failed(result)
+
+
+def test_a_2x_speedup_is_an_improvement_not_a_regression():
+    planted = {key("resnet8.digits", "torch", "fp32", 32): 0.5}
+    result = compare(build_report(seed=1), build_report(seed=2, slow=planted))
+    assert not result["regressions"]
+    assert keys(result["improvements"]) == set(planted)
+
+
+def test_the_threshold_grows_with_the_measured_noise():
+    base, cur = build_report(seed=1), build_report(seed=2, slow={key("resnet8.digits", "torch", "fp32", 1): 1.3})
+    assert len(compare(base, cur)["regressions"]) == 1
+    for row in base["results"] + cur["results"]:
+        if row.get("noise") is not None:
+            row["noise"] = 0.1  # a run whose block medians moved by 10 %: 30 % is within 3 sigma
+    result = compare(base, cur)
+    assert not result["regressions"]
+    assert result["unchanged"][0]["threshold"] == pytest.approx(3 * np.hypot(0.1, 0.1))
+
+
+def test_a_row_that_fails_now_is_a_regression_and_one_that_works_now_an_improvement():
+    base, cur = build_report(seed=1), build_report(seed=2)
+    cur["results"] = [r for r in cur["results"] if (r["backend"], r["precision"]) != ("onnxruntime", "int8")]
+    cur["results"].append({"model": "resnet8.digits", "backend": "onnxruntime", "precision": "int8",
+                           "device": "cpu", "status": "failed", "error": "the benchmark process crashed"})
+    result = compare(base, cur)
+    assert keys(result["regressions"]) == {key("resnet8.digits", "onnxruntime", "int8", b) for b in BATCHES}
+    assert all("crashed" in e["reasons"][0] for e in result["regressions"])
+    assert not result["missing"] and not result["new"]
+    back = compare(cur, base)
+    assert not back["regressions"]
+    assert keys(back["improvements"]) == {key("resnet8.digits", "onnxruntime", "int8", b) for b in BATCHES}
+
+
+def test_rows_in_one_report_only_are_listed_but_pass():
+    base, cur = build_report(seed=1), build_report(seed=2)
+    dropped = cur["results"].pop(0)
+    cur["results"].append({**cur["results"][0], "batch": 64})
+    result = compare(base, cur)
+    assert keys(result["missing"]) == {row_key(dropped)}
+    assert keys(result["new"]) == {row_key(cur["results"][-1])}
+    assert not failed(result)
+
+
+def test_a_worse_task_metric_is_a_regression():
+    base, cur = build_report(seed=1), build_report(seed=2)
+    for row in cur["results"]:
+        if row["precision"] == "int8" and row["status"] == "ok":
+            row["metric"] = 0.90  # 7 % below the baseline's 0.9667
+    result = compare(base, cur)
+    assert keys(result["regressions"]) == {key("resnet8.digits", "onnxruntime", "int8", b) for b in BATCHES}
+    assert all(e["reasons"] == ["metric"] for e in result["regressions"])
+
+
+def test_print_comparison_names_the_regression():
+    from rich.console import Console
+
+    planted = {key("resnet8.digits", "onnxruntime", "fp32", 8): 2.0}
+    current = build_report(seed=2, slow=planted)
+    current["environment"]["threads"] = 16
+    result = compare(build_report(seed=1), current)
+    assert result["environment"] == {"threads": [2, 16]}
+    console = Console(file=io.StringIO(), width=250)
+    print_comparison(result, console)
+    text = console.file.getvalue()
+    assert "regression" in text and "onnxruntime" in text and "2.0" in text and "regressions: 1" in text
+    assert "threads differs: baseline 2, now 16" in text
+
+
+# --- reading and writing reports ----------------------------------------------------------
+
+def test_load_report_round_trips_and_explains_what_is_wrong(tmp_path):
+    report = build_report(seed=1)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert load_report(path) == report
+    with pytest.raises(ZooError, match="no benchmark report at"):
+        load_report(tmp_path / "absent.json")
+    path.write_text("{not json")
+    with pytest.raises(ZooError, match="is not JSON"):
+        load_report(path)
+    path.write_text(json.dumps({"model": "x"}))
+    with pytest.raises(ZooError, match="no \"results\" list"):
+        load_report(path)
+    bad = copy.deepcopy(report)
+    del bad["results"][3]["backend"]
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ZooError, match=r"results\[3\] lacks backend"):
+        load_report(path)
+    bad = copy.deepcopy(report)
+    bad["results"][0]["p50_ms"] = None
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ZooError, match=r"results\[0\] is ok but has no .* p50_ms"):
+        load_report(path)
+
+
+def test_write_report_writes_every_format(tmp_path):
+    report = build_report(seed=1)
+    report["loadgen"] = [{"scenario": "SingleStream", "valid": True, "p90_ms": 0.61, "samples_per_s": 1650.2},
+                         {"scenario": "Offline", "valid": False, "samples_per_s": 9000.0}]
+    out = write_report(report, tmp_path / "bench")
+    assert set(out) == {"json", "csv", "markdown", "latency_plot", "throughput_plot", "accuracy_plot"}
+    assert load_report(out["json"]) == report
+    assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == sorted(p.name for p in out.values())
+
+    rows = list(csv.DictReader(io.StringIO(out["csv"].read_text())))
+    assert len(out["csv"].read_text().splitlines()) == len(report["results"]) + 1
+    assert [(r["model"], r["backend"], r["precision"], r["batch"]) for r in rows] == [
+        (r["model"], r["backend"], r["precision"], str(r.get("batch", ""))) for r in report["results"]]
+    assert {r["lengths"] for r in rows if r["model"] == "minilm-l6.all-v2"} == {"seq=128"}
+    assert float(rows[0]["p50_ms"]) == pytest.approx(report["results"][0]["p50_ms"])
+
+    md = out["markdown"].read_text()
+    for backend in {r["backend"] for r in report["results"]}:
+        assert backend in md
+    assert "AMD EPYC" in md and "seq=128" in md and "SingleStream" in md and "Offline" in md
+    assert "**failed**: tensorrt needs an NVIDIA GPU and the tensorrt package" in md
+    assert "**unsupported**" in md
+
+    for kind in ("latency_plot", "throughput_plot", "accuracy_plot"):
+        with Image.open(out[kind]) as image:
+            image.verify()
+        with Image.open(out[kind]) as image:
+            assert image.format == "PNG" and 400 <= image.width <= 3000 and 300 <= image.height <= 3000
+
+
+def test_markdown_speedups_are_against_torch_fp32_at_the_same_batch():
+    report = build_report(seed=1)
+    table = {(r["backend"], r["precision"], r["batch"]): r for r in report["results"]
+             if r["status"] == "ok" and r["model"] == "resnet8.digits"}
+    md = markdown(report)
+    line = next(l for l in md.splitlines() if l.startswith("| onnxruntime | fp32 | cpu | 8 |"))
+    expected = table[("torch", "fp32", 8)]["p50_ms"] / table[("onnxruntime", "fp32", 8)]["p50_ms"]
+    assert f"| {expected:.2f}x |" in line
+    assert "| 1.00x |" in next(l for l in md.splitlines() if l.startswith("| torch | fp32 | cpu | 1 |"))
+    assert "int8 (static)" in md
+
+
+def test_small_and_odd_reports_still_write(tmp_path):
+    one = build_report(seed=1)
+    one["results"] = one["results"][3:4]
+    one["results"][0] |= {"metric": None, "metric_name": None}
+    out = write_report(one, tmp_path / "one")
+    assert {"latency_plot", "throughput_plot"} <= set(out) and "accuracy_plot" not in out  # no metric to plot
+    none_ok = build_report(seed=1)
+    none_ok["results"] = [r for r in none_ok["results"] if r["status"] != "ok"]
+    out = write_report(none_ok, tmp_path / "none")
+    assert set(out) == {"json", "csv", "markdown"}
+    assert "tensorrt" in to_csv(none_ok)

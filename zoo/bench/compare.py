@@ -1,0 +1,183 @@
+"""The regression gate of `zoo bench --compare BASELINE.json`: which rows got slower (or
+worse at their task) by more than the runs' own noise, for use in CI.
+
+A latency change counts only when it is larger than both a floor (`min_change`, 5 %:
+what moves between two runs on the same machine even when each run looks steady) and
+`sigmas` standard deviations of the noise the two runs measured themselves (stats.py:
+the relative spread of block medians). The two noises are independent, so they add in
+quadrature. Changes are judged on the ratio's log scale, so "2x slower" and "2x faster"
+are equally far from "unchanged": a row is an improvement when baseline / current
+exceeds 1 + threshold, just as it is a regression when current / baseline does.
+
+A row that was "ok" in the baseline and is not now is a regression. The task metric of
+an artifact is computed on a fixed split, so it should not move at all between runs of
+the same code; a metric worse than the baseline's by more than `metric_tolerance`
+(relative) is a regression too. Rows present in only one report are listed as
+"missing" or "new" and do not fail the gate: the two runs measured different matrices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ZooError
+from .stats import row_key
+
+KEY_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths")
+#: environment fields that make two runs' timings incomparable when they differ
+ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "torch", "onnxruntime", "openvino", "tensorrt")
+
+
+def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], sigmas: float = 3.0, min_change: float = 0.05,
+            metric_tolerance: float = 0.01) -> dict[str, Any]:
+    """Pair the rows of two reports by `row_key` and sort each pair into regressions,
+    improvements or unchanged; rows in one report only go to "missing" or "new".
+
+    Every entry has the key fields, both statuses, both p50s, ratio (current / baseline
+    p50), threshold, the measured noises and `reasons` ("slower", "failed now: ...",
+    "metric", "faster", "ok now"). `threshold` in the result records the gate's settings;
+    `environment` names what differs between the two machines (numbers from different
+    machines or thread counts are not comparable, and the reader should know).
+    """
+    if sigmas < 0 or min_change < 0 or metric_tolerance < 0:
+        raise ZooError("sigmas, min_change and metric_tolerance must not be negative")
+    result: dict[str, Any] = {"regressions": [], "improvements": [], "unchanged": [], "missing": [], "new": [],
+                              "threshold": {"sigmas": sigmas, "min_change": min_change,
+                                            "metric_tolerance": metric_tolerance}}
+    pairs, missing, new = _pair(baseline["results"], current["results"])
+    for base, cur in pairs:
+        entry = _judge(base, cur, sigmas, min_change, metric_tolerance)
+        verdict = entry.pop("verdict")
+        result[verdict].append(entry)
+    result["missing"] = [_identity(r) | {"baseline_status": r.get("status")} for r in missing]
+    result["new"] = [_identity(r) | {"current_status": r.get("status")} for r in new]
+    envs = baseline.get("environment") or {}, current.get("environment") or {}
+    result["environment"] = {k: [envs[0].get(k), envs[1].get(k)] for k in ENVIRONMENT
+                             if envs[0].get(k) != envs[1].get(k)}
+    return result
+
+
+def _coarse(row: Mapping[str, Any]) -> tuple:
+    return (row["model"], row["backend"], row["precision"], row["device"])
+
+
+def _pair(base_rows: list, cur_rows: list) -> tuple[list[tuple[dict, dict]], list[dict], list[dict]]:
+    """Match rows by their full key. A row that is not ok may carry no batch (the backend
+    failed before any batch was measured); it then stands for every batch of its
+    model/backend/precision/device on the other side."""
+    for name, rows in (("baseline", base_rows), ("current", cur_rows)):
+        dup = next((k for k, n in Counter(map(row_key, rows)).items() if n > 1), None)
+        if dup is not None:
+            raise ZooError(f"the {name} report measures {dup} twice; compare reports of one run each")
+    cur_by_key = {row_key(r): r for r in cur_rows}
+    pairs, left_base = [], []
+    for b in base_rows:
+        c = cur_by_key.pop(row_key(b), None)
+        if c is None:
+            left_base.append(b)
+        else:
+            pairs.append((b, c))
+    left_cur = list(cur_by_key.values())
+    for rows, others, is_base in ((left_base, left_cur, True), (left_cur, left_base, False)):
+        for wild in [r for r in rows if r.get("batch") is None and r.get("status") != "ok"]:
+            matches = [r for r in others if r.get("batch") is not None and _coarse(r) == _coarse(wild)]
+            if matches:
+                rows.remove(wild)
+            for m in matches:
+                others.remove(m)
+                pairs.append((wild, m) if is_base else (m, wild))
+    return pairs, left_base, left_cur
+
+
+def _identity(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in KEY_FIELDS}
+
+
+def _judge(base: Mapping[str, Any], cur: Mapping[str, Any], sigmas: float, min_change: float,
+           metric_tolerance: float) -> dict[str, Any]:
+    ok_base, ok_cur = base.get("status") == "ok", cur.get("status") == "ok"
+    entry = _identity(base if base.get("batch") is not None else cur) | {
+        "baseline_status": base.get("status"), "current_status": cur.get("status"),
+        "baseline_p50_ms": base.get("p50_ms"), "current_p50_ms": cur.get("p50_ms"), "ratio": None, "threshold": None,
+        "baseline_noise": base.get("noise"), "current_noise": cur.get("noise"), "reasons": []}
+    if not ok_base:  # nothing to hold the current row against
+        entry["verdict"] = "improvements" if ok_cur else "unchanged"
+        if ok_cur:
+            entry["reasons"].append("ok now")
+        return entry
+    if not ok_cur:
+        entry["reasons"].append(f"{cur.get('status')} now: {cur.get('error') or 'no reason given'}")
+        entry["verdict"] = "regressions"
+        return entry
+    noise = math.hypot(base.get("noise") or 0.0, cur.get("noise") or 0.0)
+    threshold = max(min_change, sigmas * noise)
+    ratio = cur["p50_ms"] / base["p50_ms"]
+    entry |= {"ratio": ratio, "threshold": threshold}
+    if ratio > 1 + threshold:
+        entry["reasons"].append("slower")
+    metric = _metric_change(base, cur)
+    if metric is not None:
+        entry |= {"baseline_metric": base["metric"], "current_metric": cur["metric"]}
+        if metric < -metric_tolerance:
+            entry["reasons"].append("metric")
+    if entry["reasons"]:
+        entry["verdict"] = "regressions"
+    elif 1 / ratio > 1 + threshold:
+        entry["reasons"].append("faster")
+        entry["verdict"] = "improvements"
+    else:
+        entry["verdict"] = "unchanged"
+    return entry
+
+
+def _metric_change(base: Mapping[str, Any], cur: Mapping[str, Any]) -> float | None:
+    """Relative change of the task metric, positive when better; None when either side
+    has no metric or the direction is unknown."""
+    b, c = base.get("metric"), cur.get("metric")
+    higher = next((r["higher_is_better"] for r in (cur, base) if r.get("higher_is_better") is not None), None)
+    if b is None or c is None or higher is None:
+        return None
+    change = (c - b) / max(abs(b), 1e-12)
+    return change if higher else -change
+
+
+def failed(result: Mapping[str, Any]) -> bool:
+    """Whether the gate fails: any regression (the CLI exits non-zero)."""
+    return bool(result["regressions"])
+
+
+def print_comparison(result: Mapping[str, Any], console) -> None:
+    """A rich table of every row that changed (regressions first), and a summary line."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    counts = {k: len(result[k]) for k in ("regressions", "improvements", "unchanged", "missing", "new")}
+    t = result["threshold"]
+    table = Table("verdict", "model", "backend", "precision", "device", "batch", "lengths", "baseline p50 ms",
+                  "current p50 ms", "ratio", "threshold", "why",
+                  title=f"against the baseline (change > max({t['min_change']:.0%}, {t['sigmas']:g} x noise))")
+    styles = {"regressions": "red", "improvements": "green", "missing": "yellow", "new": "cyan"}
+    for kind, style in styles.items():
+        for e in result[kind]:
+            threshold = "" if e.get("threshold") is None else f"±{e['threshold']:.1%}"
+            cells = [kind.rstrip("s"), e["model"], e["backend"], e["precision"], e["device"], e.get("batch"),
+                     _lengths(e.get("lengths")), _ms(e.get("baseline_p50_ms")), _ms(e.get("current_p50_ms")),
+                     "" if e.get("ratio") is None else f"{e['ratio']:.2f}x", threshold, "; ".join(e.get("reasons", []))]
+            table.add_row(*(f"[{style}]{escape(str(cells[0]))}[/]",
+                            *("" if v is None else escape(str(v)) for v in cells[1:])))
+    if table.row_count:
+        console.print(table)
+    for key, (base, cur) in result.get("environment", {}).items():
+        console.print(f"[yellow]note:[/] {escape(key)} differs: baseline {escape(str(base))}, now {escape(str(cur))}")
+    console.print(", ".join(f"{k}: {n}" for k, n in counts.items()))
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _lengths(lengths: Mapping[str, int] | None) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted((lengths or {}).items()))

@@ -1,0 +1,175 @@
+"""`zoo bench`: the matrix models x backends x precisions x devices x batch sizes (x the
+lengths of a sequence or atom axis), every combination in its own processes.
+
+A combination is exported (or its verified artifact reused) in one fresh process and
+measured in another, so one backend's thread pools, allocator, memory or crash cannot
+touch another's numbers, and the measuring process's peak memory is the engine's. Every
+measurement warms up, then times single calls (synchronizing the GPU on CUDA) until both
+a minimum time and a minimum count are reached. A combination that a backend or model
+does not offer is "unsupported", one that fails (export, verification, crash, time-out)
+is "failed" with its reason, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnsupportedError, ZooError
+from ..export import DEFAULT_REPOSITORY
+from ..spec import ModelSpec
+from .env import environment
+from .measure import export_job, measure_job, run_in_child
+
+__all__ = ["benchmark", "combinations", "environment"]
+
+
+class _Failed(Exception):
+    def __init__(self, status: str, error: str):
+        super().__init__(error)
+        self.status, self.error = status, error
+
+
+def _in_own_process(fn, job: dict[str, Any], timeout: float | None):
+    """`fn(job)` in a freshly spawned process; its result, or `_Failed` with the reason."""
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=run_in_child, args=(send, fn, job), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            proc.kill()
+            raise _Failed("failed", f"timed out after {timeout:g} s")
+        try:
+            status, payload = receive.recv()
+        except EOFError:
+            proc.join()
+            raise _Failed("failed", f"the benchmark process crashed (exit code {proc.exitcode})") from None
+    finally:
+        receive.close()
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+    if status != "ok":
+        raise _Failed(status, payload)
+    return payload
+
+
+def _models(model) -> list[ModelSpec]:
+    from ..registry import get_model, list_models
+
+    if isinstance(model, ModelSpec):
+        return [model]
+    names = [model] if isinstance(model, str) else list(model)
+    specs = []
+    for name in names:
+        if isinstance(name, ModelSpec):
+            specs.append(name)
+        elif any(c in name for c in "*?[") or name == "all":
+            matched = [n for n in list_models() if name == "all" or get_model(n).matches(name)]
+            if not matched:
+                raise ZooError(f"no model matches {name!r}; `zoo list` shows the models")
+            specs += [get_model(n) for n in matched]
+        else:
+            specs.append(get_model(name))
+    return specs
+
+
+def combinations(specs: Sequence[ModelSpec], backends: Sequence[str], precisions: Sequence[str],
+                 devices: Sequence[str]) -> list[tuple[ModelSpec, str, str, str]]:
+    return [(s, b, p, d) for s in specs for d in devices for p in precisions for b in backends]
+
+
+def _hole(spec: ModelSpec, backend: str, precision: str, device: str, batch_sizes, lengths) -> ZooError | None:
+    """Why this combination cannot run, before any process is started; None when it can."""
+    from ..registry import get_backend
+
+    try:
+        get_backend(backend).check_supported(precision, device)
+        spec.tolerance(precision)
+    except ZooError as exc:
+        return exc
+    limit = spec.axes["batch"]
+    bad = [b for b in batch_sizes if not limit.min <= b <= limit.max]
+    if bad:
+        return ZooError(f"batch sizes {bad} are outside {spec.name}'s exported range {limit.min}..{limit.max}")
+    axis = next((a for a in spec.axes if a != "batch"), None)
+    if lengths and axis is not None:
+        r = spec.axes[axis]
+        bad = [n for n in lengths if not r.min <= n <= r.max]
+        if bad:
+            return ZooError(f"{axis} lengths {bad} are outside {spec.name}'s exported range {r.min}..{r.max}")
+    return None
+
+
+def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequence[str] = ("torch", "onnxruntime"),
+              batch_sizes: Sequence[int] = (1, 8, 32), precision: str | Sequence[str] = "fp32",
+              device: str | Sequence[str] = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
+              checkpoint: str | Path | None = None, random_init: bool = False, threads: int | None = None,
+              warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
+              lengths: Sequence[int] | None = None, timeout: float | None = 1800.0,
+              on_result: Callable[[dict[str, Any]], Any] | None = None,
+              on_combination: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
+    """Measure every combination; a JSON-able report (see docs/benchmarks.md).
+
+    `model` is a name, a glob ("resnet*"), "all", a spec, or a list of them; a spec is
+    rebuilt in the worker processes from its registered name and config. `lengths` are
+    lengths of the model's non-batch dynamic axis (sequence, atoms) to measure at; models
+    without one ignore them. `timeout` bounds each process of a combination.
+    `on_result(row)` is called as each row is ready, `on_combination(done, total, label)`
+    after each combination (the CLI's progress bar).
+    """
+    from ..registry import plugin_files
+
+    specs = _models(model)
+    precisions = [precision] if isinstance(precision, str) else list(precision)
+    devices = [device] if isinstance(device, str) else list(device)
+    if not backends or not batch_sizes or not precisions or not devices:
+        raise ZooError("name at least one backend, precision, device and batch size to benchmark")
+    if checkpoint is not None and len(specs) > 1:
+        raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
+    if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
+        hole = _hole(specs[0], backends[0], precisions[0], devices[0], batch_sizes, lengths)
+        if hole is not None and not isinstance(hole, UnsupportedError) and "outside" in str(hole):
+            raise hole
+    options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
+               "max_iters": max_iters}
+    rows: list[dict[str, Any]] = []
+    combos = combinations(specs, backends, precisions, devices)
+    for done, (spec, name, prec, dev) in enumerate(combos, 1):
+        base = {"model": spec.name, "backend": name, "precision": prec, "device": dev}
+        hole = _hole(spec, name, prec, dev, batch_sizes, lengths)
+        if hole is not None:
+            new = [{**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",
+                    "error": str(hole)}]
+        else:
+            axis = next((a for a in spec.axes if a != "batch"), None)
+            job = {"model": spec.name, "config": dict(spec.config), "backend": name, "precision": prec,
+                   "device": dev, "repository": str(repository), "checkpoint": None if checkpoint is None
+                   else str(checkpoint), "random_init": random_init, "plugin_files": list(plugin_files),
+                   "batch_sizes": list(batch_sizes), "lengths": list(lengths) if lengths and axis else None,
+                   **options}
+            try:
+                facts = _in_own_process(export_job, job, timeout)
+                measured = _in_own_process(measure_job, {**job, "path": facts.pop("path")}, timeout)
+                new = [{**base, **m, **facts, "status": "ok"} for m in measured]
+            except _Failed as exc:
+                new = [{**base, "status": exc.status, "error": exc.error}]
+        for row in new:
+            rows.append(row)
+            if on_result:
+                on_result(row)
+        if on_combination:
+            on_combination(done, len(combos), f"{spec.name} {name} {prec} {dev}")
+    report: dict[str, Any] = {"models": [s.name for s in specs], "environment": environment(threads),
+                              "options": {"backends": list(backends), "precisions": precisions, "devices": devices,
+                                          "batch_sizes": list(batch_sizes), "lengths": list(lengths or []),
+                                          "random_init": random_init, **options},
+                              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}
+    if len(specs) == 1:
+        report["model"] = specs[0].name
+    return report

@@ -1,0 +1,184 @@
+"""What runs inside a combination's own processes: the export, then the measurement.
+
+The export (which verifies parity and the task metric, or refuses) and the measurement
+run in two separate processes, so the measuring process's peak memory is the engine's
+and the inference's, not the exporter's, and a crash in either is one failed row.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .stats import summarize
+
+
+def _setup(job: Mapping[str, Any]):
+    import torch
+
+    from ..registry import get_model, load_plugin_file
+
+    for file in job["plugin_files"]:
+        load_plugin_file(file)
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    return get_model(job["model"], **job["config"])
+
+
+def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Export (or reuse) the verified artifact; its path and the facts its manifest holds."""
+    from ..export import export
+
+    spec = _setup(job)
+    start = time.perf_counter()
+    art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
+                 checkpoint=job["checkpoint"], random_init=job["random_init"])
+    seconds = time.perf_counter() - start
+    metric = art.manifest.get("metric") or {}
+    files = [p for p in (art.path / "1").rglob("*") if p.is_file()]
+    return {"path": str(art.path), "max_abs_error": art.manifest["parity"]["max_abs_error"],
+            "metric_name": metric.get("name"), "metric": metric.get("artifact"),
+            "metric_reference": metric.get("reference"), "metric_delta": metric.get("delta"),
+            "higher_is_better": spec.metric.higher_is_better if spec.metric else None,
+            "quantization": art.manifest.get("quantization"),
+            "export_seconds": art.manifest["export_seconds"],
+            "reused": seconds < 0.5 * art.manifest["export_seconds"],
+            "artifact_bytes": sum(p.stat().st_size for p in files)}
+
+
+def at_length(spec, inputs: dict[str, np.ndarray], axis: str, length: int) -> dict[str, np.ndarray]:
+    """The inputs with every dimension named `axis` cut or repeated to `length`: real
+    sampled content (tokens, atoms and their bonds, masks) at the length being measured."""
+    out = {}
+    for t in spec.inputs:
+        array = inputs[t.name]
+        for dim, name in t.dynamic_axes.items():
+            if name != axis:
+                continue
+            have = array.shape[dim]
+            if have >= length:
+                array = np.take(array, np.arange(length), axis=dim)
+            else:
+                array = np.take(array, np.arange(length) % have, axis=dim)
+        out[t.name] = np.ascontiguousarray(array)
+    return out
+
+
+def lengths_of(spec, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """The length of each dynamic axis other than batch, as sampled."""
+    found = {}
+    for t in spec.inputs:
+        for dim, name in t.dynamic_axes.items():
+            if name != "batch":
+                found.setdefault(name, int(inputs[t.name].shape[dim]))
+    return found
+
+
+def time_calls(fn: Callable, inputs, sync: Callable[[], Any], warmup: int, min_time: float, min_iters: int,
+               max_iters: int) -> np.ndarray:
+    """Seconds per call: `warmup` untimed calls, then timed ones until both minimums are met."""
+    for _ in range(warmup):
+        fn(inputs)
+    sync()
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_iters and (len(times) < min_iters or time.perf_counter() - start < min_time):
+        t0 = time.perf_counter()
+        fn(inputs)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return np.asarray(times)
+
+
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _cuda_process_mb() -> float | None:
+    """GPU memory NVML sees this process use: engines that bypass torch's allocator
+    (ONNX Runtime, TensorRT) show here and not in torch.cuda.max_memory_allocated."""
+    import os
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                    if p.pid == os.getpid() and p.usedGpuMemory]
+            return used[0] / 2**20 if used else None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML unavailable (containers often hide per-process figures)
+        return None
+
+
+def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Load the artifact once, then time every (batch, length) point."""
+    import torch
+
+    from ..artifact import Artifact
+
+    _setup(job)
+    baseline = _rss_mb()
+    art = Artifact.open(job["path"])
+    spec = art.spec()
+    cuda = art.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    runner = art.load(threads=job["threads"])
+    load_seconds = time.perf_counter() - start
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    axis = next((a for a in spec.axes if a != "batch"), None)
+    rows = []
+    for batch in job["batch_sizes"]:
+        for length in job["lengths"] or [None]:
+            inputs: dict[str, Any] = spec.sample(batch, np.random.default_rng(0))
+            if length is not None and axis is not None:
+                inputs = at_length(spec, inputs, axis, length)
+            lengths = lengths_of(spec, inputs)
+            if cuda:  # device-resident inputs: time the engine, not host-to-device copies
+                inputs = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
+            times = time_calls(runner, inputs, sync, job["warmup"], job["min_time"], job["min_iters"],
+                               job["max_iters"])
+            rows.append({"batch": batch, "lengths": lengths, "load_seconds": round(load_seconds, 4),
+                         **summarize(times, batch)})
+    peak_cuda = None
+    if cuda:
+        peak_cuda = max(torch.cuda.max_memory_allocated() / 2**20, _cuda_process_mb() or 0.0)
+    for row in rows:
+        row.update({"peak_host_mb": round(_peak_rss_mb(), 1),
+                    "baseline_host_mb": None if baseline is None else round(baseline, 1),
+                    "peak_cuda_mb": None if peak_cuda is None else round(peak_cuda, 1)})
+    return rows
+
+
+def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str, Any]) -> None:
+    """A child process's entry: run `fn(job)` and send back ("ok", result) or the error."""
+    from ..errors import UnsupportedError, ZooError
+
+    try:
+        conn.send(("ok", fn(job)))
+    except UnsupportedError as exc:
+        conn.send(("unsupported", str(exc)))
+    except ZooError as exc:
+        conn.send(("failed", str(exc)))
+    except BaseException as exc:  # a library error inside one backend is this row's failure
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+

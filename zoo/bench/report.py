@@ -1,0 +1,214 @@
+"""Benchmark reports on disk: the full JSON, a flat CSV, a markdown summary and PNG plots
+in one directory, and the reader that checks a report before anything compares with it.
+
+Each file is written through a temporary sibling and renamed (zoo.fsutil), so a CI job
+killed mid-write never leaves a half-written baseline. Only the report's own files are
+replaced: the directory may hold other things (`--report-dir .`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ZooError
+from ..fsutil import atomic_write_bytes, atomic_write_text
+
+Row = Mapping[str, Any]
+IDENTITY = ("model", "backend", "precision", "device", "status")
+STATUSES = ("ok", "failed", "unsupported")
+#: CSV columns in this order; fields a row has beyond these follow, sorted, then `error`.
+CSV_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths", "status", "p50_ms", "p90_ms", "p99_ms",
+              "mean_ms", "std_ms", "throughput", "iterations", "noise", "max_abs_error", "metric_name", "metric",
+              "metric_reference", "metric_delta", "higher_is_better", "quantization", "export_seconds",
+              "load_seconds", "artifact_bytes", "peak_host_mb", "peak_cuda_mb")
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a `zoo bench` JSON report and check that it has rows to compare."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ZooError(f"no benchmark report at {path}: write one with `zoo bench ... --report-dir DIR` "
+                       "and pass DIR/report.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ZooError(f"cannot read the benchmark report {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ZooError(f"{path} is not JSON ({exc}); pass the report.json that `zoo bench` wrote") from None
+    if not isinstance(report, dict) or not isinstance(report.get("results"), list):
+        raise ZooError(f"{path} is not a benchmark report: it has no \"results\" list")
+    for i, row in enumerate(report["results"]):
+        if not isinstance(row, dict):
+            raise ZooError(f"{path}: results[{i}] is not an object")
+        missing = [k for k in IDENTITY if not isinstance(row.get(k), str)]
+        if missing:
+            raise ZooError(f"{path}: results[{i}] lacks {', '.join(missing)}; it is not a `zoo bench` row")
+        if row["status"] not in STATUSES:
+            raise ZooError(f"{path}: results[{i}] has status {row['status']!r}, not one of {', '.join(STATUSES)}")
+        if row["status"] == "ok" and not (isinstance(row.get("batch"), int)
+                                          and isinstance(row.get("p50_ms"), (int, float)) and row["p50_ms"] > 0):
+            raise ZooError(f"{path}: results[{i}] is ok but has no batch size or positive p50_ms")
+        if not isinstance(row.get("lengths") or {}, dict):
+            raise ZooError(f"{path}: results[{i}] has lengths {row['lengths']!r}; expected e.g. {{\"seq\": 128}}")
+    return report
+
+
+def write_report(report: Mapping[str, Any], directory: str | Path) -> dict[str, Path]:
+    """Write report.json, results.csv, report.md and the PNG plots into `directory`;
+    return {kind: path} for every file written (a plot with no data is left out)."""
+    try:
+        from . import plots
+    except ImportError as exc:  # matplotlib is what draws the plots
+        raise ZooError(f"the PNG plots need matplotlib ({exc}); install it with `pip install matplotlib`") from None
+    directory = Path(directory)
+    texts = {"json": ("report.json", json.dumps(report, indent=2, default=_json_default) + "\n"),
+             "csv": ("results.csv", to_csv(report)), "markdown": ("report.md", markdown(report))}
+    written = {}
+    for kind, (name, text) in texts.items():
+        atomic_write_text(directory / name, text)
+        written[kind] = directory / name
+    for kind, (name, png) in plots.render(report).items():
+        atomic_write_bytes(directory / name, png)
+        written[kind] = directory / name
+    return written
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"a benchmark report holds a {type(value).__name__}, which JSON cannot represent")
+
+
+def _lengths(lengths: Mapping[str, Any] | None) -> str:
+    return ";".join(f"{k}={v}" for k, v in sorted((lengths or {}).items()))
+
+
+def _csv_cell(key: str, value: Any) -> Any:
+    if key == "lengths":
+        return _lengths(value)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, str):
+        return " ".join(value.split())  # one line per row, even for multi-line errors
+    return value
+
+
+def to_csv(report: Mapping[str, Any]) -> str:
+    """One line per row, every field, in a stable column order."""
+    rows = report["results"]
+    present = {k for r in rows for k in r}
+    extra = sorted(present - set(CSV_FIELDS) - {"error"})
+    columns = [*CSV_FIELDS, *extra, "error"]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, columns, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: _csv_cell(k, r.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    """`digits` significant figures, never in exponent form: 0.0123, 4.56, 789, 12345."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if value == 0 or isinstance(value, int):
+        return str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def _err(value: float | None) -> str:
+    return "" if value is None else f"{value:.2g}"  # 1.9e-07: the exponent is what matters
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else _num(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _md_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+
+
+def _models(report: Mapping[str, Any]) -> list[str]:
+    names = list(report.get("models") or ([report["model"]] if report.get("model") else []))
+    return names + [m for m in dict.fromkeys(r["model"] for r in report["results"]) if m not in names]
+
+
+def _speedups(rows: list[Row]) -> dict[tuple, float]:
+    """p50 of eager PyTorch fp32 at each device, batch and lengths: what speed-ups are against."""
+    return {(r["device"], r.get("batch"), _lengths(r.get("lengths"))): r["p50_ms"] for r in rows
+            if r["status"] == "ok" and r["backend"] == "torch" and r["precision"] == "fp32"}
+
+
+def _model_section(model: str, rows: list[Row]) -> list[str]:
+    ok = [r for r in rows if r["status"] == "ok"]
+    lines = [f"## {model}", ""]
+    if ok:
+        base = _speedups(ok)
+        show_lengths = any(r.get("lengths") for r in ok)
+        show_cuda = any(r.get("peak_cuda_mb") is not None for r in ok)
+        metric = next((r["metric_name"] for r in ok if r.get("metric_name")), "metric")
+        columns = ["backend", "precision", "device", "batch", *(["lengths"] if show_lengths else []),
+                   "p50 ms", "p90 ms", "p99 ms", "samples/s", "vs torch fp32", "host MB",
+                   *(["GPU MB"] if show_cuda else []), "export s", "load s", "size MB", "max \\|err\\|",
+                   metric, "change"]
+        table = []
+        for r in ok:
+            ref = base.get((r["device"], r.get("batch"), _lengths(r.get("lengths"))))
+            precision = r["precision"] + (f" ({r['quantization']})" if r.get("quantization") else "")
+            size = None if r.get("artifact_bytes") is None else r["artifact_bytes"] / 1e6
+            delta = r.get("metric_delta")
+            table.append([r["backend"], precision, r["device"], r["batch"],
+                          *([_lengths(r.get("lengths")).replace(";", " ")] if show_lengths else []),
+                          r["p50_ms"], r.get("p90_ms"), r.get("p99_ms"), r.get("throughput"),
+                          "" if ref is None else f"{ref / r['p50_ms']:.2f}x", r.get("peak_host_mb"),
+                          *([r.get("peak_cuda_mb")] if show_cuda else []), r.get("export_seconds"),
+                          r.get("load_seconds"), size, _err(r.get("max_abs_error")), _num(r.get("metric"), 4),
+                          "" if delta is None else f"{delta:+.4f}"])
+        lines += _md_table(columns, table) + [""]
+    for r in rows:
+        if r["status"] != "ok":
+            where = " ".join(str(v) for v in (r["backend"], r["precision"], r["device"]))
+            batch = "" if r.get("batch") is None else f" batch {r['batch']}"
+            lines.append(f"- {where}{batch}: **{r['status']}**: {' '.join(str(r.get('error', '')).split())}")
+    if any(r["status"] != "ok" for r in rows):
+        lines.append("")
+    return lines
+
+
+def _loadgen_section(results: list[Row]) -> list[str]:
+    """MLPerf LoadGen scenario results, one row each, columns as the results have them."""
+    columns = list(dict.fromkeys(k for r in results for k in r))
+    cells = [[json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k) for k in columns] for r in results]
+    return ["## LoadGen scenarios", "", *_md_table(columns, cells), ""]
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The environment, one table per model (speed-ups against eager PyTorch fp32 in the
+    same run), the rows that were not measured with their reasons, and LoadGen results."""
+    lines = ["# Benchmark report", "", "## Environment", ""]
+    for key, value in (report.get("environment") or {}).items():
+        text = json.dumps(value) if isinstance(value, (dict, list)) else value
+        lines.append(f"- {key}: `{text}`" if key == "command" else f"- {key}: {text}")
+    if report.get("options"):
+        lines += ["", "Options: " + ", ".join(f"{k}={v}" for k, v in report["options"].items())]
+    lines.append("")
+    for model in _models(report):
+        lines += _model_section(model, [r for r in report["results"] if r["model"] == model])
+    if report.get("loadgen"):
+        lines += _loadgen_section(report["loadgen"])
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""`zoo bench` and `zoo optimize`: the benchmark suite's commands (registered on `zoo.cli.app`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .cli import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
+from .errors import ZooError
+
+
+def _f(value: Any, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def print_bench(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or out
+    rows, holes = [], []
+    for r in report["results"]:
+        if r["status"] != "ok":
+            holes.append(f"{r['model']} {r['backend']} {r['precision']} {r['device']}: {r['status']}: {r['error']}")
+            continue
+        lengths = ",".join(f"{k}={v}" for k, v in (r.get("lengths") or {}).items())
+        rows.append([r["model"], r["backend"], r["precision"], r["device"], r["batch"], lengths,
+                     _f(r["p50_ms"], ".3f"), _f(r["p90_ms"], ".3f"), _f(r["p99_ms"], ".3f"),
+                     _f(r["throughput"], ".1f"), _f(r.get("peak_host_mb"), ".0f"),
+                     _f(r.get("export_seconds"), ".1f"), _f((r.get("artifact_bytes") or 0) / 2**20, ".2f"),
+                     _f(r.get("max_abs_error"), ".2g"), _f(r.get("metric_delta"), "+.4f")])
+    env = report["environment"]
+    title = f"{', '.join(report.get('models') or [report.get('model', '')])} on {env['cpu']}" + (
+        f" + {env['gpu']}" if env.get("gpu") else "")
+    _table(["model", "backend", "precision", "device", "batch", "lengths", "p50 ms", "p90 ms", "p99 ms",
+            "samples/s", "peak MB", "export s", "size MB", "max |err|", "metric Δ"], rows, title=title)
+    for line in holes:
+        console.print(f"[yellow]{escape(line)}[/]", highlight=False)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=True)
+
+
+def _row_line(r: dict[str, Any]) -> str:
+    who = f"{r['model']} {r['backend']} {r['precision']} {r['device']}"
+    if r["status"] != "ok":
+        return f"[yellow]{escape(who)}: {r['status']}[/] {escape(r['error'])}"
+    lengths = "".join(f" {k}={v}" for k, v in (r.get("lengths") or {}).items())
+    return (f"{escape(who)} batch {r['batch']}{lengths}: p50 {r['p50_ms']:.3f} ms, "
+            f"{r['throughput']:.1f} samples/s")
+
+
+@app.command()
+def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
+          backends_: str = typer.Option("torch,onnxruntime", "--backends"),
+          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
+                                                    "with --url, rows per request, default 1)."),
+          precision: str = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
+                                        "backend at each (combinations a backend lacks are listed as unsupported)."),
+          device: str = typer.Option("cpu", help="Device(s), comma-separated: cpu,cuda."),
+          lengths: Optional[str] = typer.Option(None, help="Lengths of the sequence or atom axis to measure at, "
+                                                "comma-separated (default: as sampled)."),
+          repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
+          random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
+          threads: Optional[int] = None, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+          timeout: float = typer.Option(1800.0, help="Seconds each process of a combination may take."),
+          report_dir: Optional[Path] = typer.Option(None, help="Write JSON, CSV, markdown and PNG plots here "
+                                                    "(default reports/bench-TIME)."),
+          compare: Optional[Path] = typer.Option(None, "--compare", help="A baseline report.json: exit 1 on a "
+                                                 "regression beyond the noise measured in both runs."),
+          sigmas: float = typer.Option(3.0, help="With --compare: noise multiples a change must exceed."),
+          min_change: float = typer.Option(0.05, help="With --compare: smallest relative change flagged."),
+          scenario: Optional[str] = typer.Option(None, help="MLPerf LoadGen scenario(s): singlestream,offline,"
+                                                 "server; in process per combination, or against --url."),
+          target_qps: Optional[float] = typer.Option(None, help="Server scenario: Poisson arrivals at this QPS."),
+          find_qps: bool = typer.Option(False, "--find-qps", help="Server scenario: search the highest QPS "
+                                        "meeting --latency-bound-ms."),
+          latency_bound_ms: Optional[float] = typer.Option(None, help="Server scenario: the p99 latency bound."),
+          url: Optional[str] = typer.Option(None, help="Load-test a running server at this URL instead "
+                                            "(requests/s and latency per concurrency)."),
+          concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
+          model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
+                                                   "(default MODEL)."),
+          json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
+          output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
+    """Latency, throughput, memory, cold start, size and accuracy over models x backends x precisions x
+    devices x batch sizes, each combination in its own processes; reports with plots; a regression gate.
+
+    With --url: requests/s and latency percentiles of a running `zoo serve` (or Triton) at each concurrency.
+    With --scenario: MLPerf LoadGen SingleStream, Offline and Server."""
+    from .bench.compare import compare as compare_reports
+    from .bench.compare import failed, print_comparison
+    from .bench.report import load_report, write_report
+
+    baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
+    if scenario is not None:
+        report = _loadgen(models, _csv(backends_), _csv(precision), _csv(device), _csv(batch_sizes or "1", int),
+                          repository, checkpoint, random_init, threads, _csv(scenario), target_qps, find_qps,
+                          latency_bound_ms, min_time, url, model_name)
+    elif url is not None:
+        from .serve.perf import print_sweep, sweep
+
+        report = sweep(url, model_name or models, models, _csv(concurrency, int), _csv(batch_sizes or "1", int),
+                       duration=min_time, binary=not json_data)
+        if output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(report, indent=2))
+        _emit_json(report) if as_json else print_sweep(report, out)
+        if any(r["errors"] for r in report["results"]):
+            raise typer.Exit(1)
+        return
+    else:
+        from .bench import benchmark
+
+        with _progress() as progress:
+            task = progress.add_task("benchmarking", total=None)
+            report = benchmark(
+                _csv(models), _csv(backends_), _csv(batch_sizes or "1,8,32", int), _csv(precision), _csv(device),
+                repository, checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time,
+                lengths=_csv(lengths, int) if lengths else None, timeout=timeout,
+                on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
+                on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
+                                                                           description=label))
+    directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    written = write_report(report, directory)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2))
+    result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change) if baseline else None
+    if as_json:
+        _emit_json({**report, "comparison": result} if result else report)
+    else:
+        print_bench(report) if report.get("results") else None
+        if report.get("loadgen"):
+            from .bench.loadgen import print_loadgen
+
+            print_loadgen(report["loadgen"], out)
+        out.print(f"report: {directory} ({', '.join(p.name for p in written.values())})", highlight=False)
+        if result:
+            print_comparison(result, out)
+    if result and failed(result):
+        raise typer.Exit(1)
+    if any(r["status"] == "failed" for r in report["results"]) or any(
+            not r.get("valid", True) for r in report.get("loadgen", [])):
+        raise typer.Exit(1)
+
+
+def _loadgen(models, backends, precisions, devices, batch_sizes, repository, checkpoint, random_init, threads,
+             scenarios, target_qps, find_qps, latency_bound_ms, min_time, url, model_name) -> dict[str, Any]:
+    raise ZooError("LoadGen scenarios are not wired yet")
