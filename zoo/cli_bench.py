@@ -68,7 +68,9 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
                                                 "comma-separated (default: as sampled)."),
           repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
           random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
-          threads: Optional[int] = None, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+          threads: Optional[int] = None,
+          min_time: Optional[float] = typer.Option(None, help="Seconds of timed runs per point (default 1; "
+                                                   "with --scenario, per LoadGen run, default 10)."),
           timeout: float = typer.Option(1800.0, help="Seconds each process of a combination may take."),
           report_dir: Optional[Path] = typer.Option(None, help="Write JSON, CSV, markdown and PNG plots here "
                                                     "(default reports/bench-TIME)."),
@@ -98,11 +100,25 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     from .bench.compare import failed, print_comparison
     from .bench.report import load_report, write_report
 
+    min_time_set = min_time is not None
+    min_time = 1.0 if min_time is None else min_time
+
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
+    directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     if scenario is not None:
-        report = _loadgen(models, _csv(backends_), _csv(precision), _csv(device), _csv(batch_sizes or "1", int),
-                          repository, checkpoint, random_init, threads, _csv(scenario), target_qps, find_qps,
-                          latency_bound_ms, min_time, url, model_name)
+        from .bench.scenarios import loadgen
+
+        sizes = _csv(batch_sizes or "8", int)
+        if len(sizes) != 1:
+            raise ZooError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+        with _progress() as progress:
+            progress.add_task("MLPerf LoadGen", total=None)
+            report = loadgen(_csv(models), _csv(backends_), _csv(precision), _csv(device), sizes[0],
+                             _csv(scenario), directory / "loadgen", repository=repository, checkpoint=checkpoint,
+                             random_init=random_init, threads=threads, target_qps=target_qps, find_qps=find_qps,
+                             latency_bound_ms=latency_bound_ms, duration_s=min_time if min_time_set else 10.0,
+                             url=url, model_name=model_name, timeout=timeout,
+                             on_result=lambda r: progress.console.print(_loadgen_line(r), highlight=False))
     elif url is not None:
         from .serve.perf import print_sweep, sweep
 
@@ -127,7 +143,6 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
                 on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
                 on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
                                                                            description=label))
-    directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     written = write_report(report, directory)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -147,10 +162,14 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     if result and failed(result):
         raise typer.Exit(1)
     if any(r["status"] == "failed" for r in report["results"]) or any(
-            not r.get("valid", True) for r in report.get("loadgen", [])):
+            not r["valid"] and r.get("status") != "unsupported" for r in report.get("loadgen", [])):
         raise typer.Exit(1)
 
 
-def _loadgen(models, backends, precisions, devices, batch_sizes, repository, checkpoint, random_init, threads,
-             scenarios, target_qps, find_qps, latency_bound_ms, min_time, url, model_name) -> dict[str, Any]:
-    raise ZooError("LoadGen scenarios are not wired yet")
+def _loadgen_line(r: dict[str, Any]) -> str:
+    who = escape(f"{r['model']} {r['backend']} {r['precision']} {r['device']} {r.get('scenario', '')}")
+    if r.get("peak_qps") is not None:
+        return f"{who}: peak {r['peak_qps']:.1f} QPS within p99 {r['latency_bound_ms']:g} ms"
+    if not r["valid"]:
+        return f"[yellow]{who}: INVALID[/] {escape('; '.join(r.get('reasons') or []))}"
+    return f"{who}: VALID, p90 {r.get('p90_ms') or 0:.3f} ms, {r.get('samples_per_second') or 0:.1f} samples/s"

@@ -1,0 +1,235 @@
+"""MLPerf LoadGen scenarios (`zoo.bench.loadgen`): short SingleStream, Offline and Server
+runs against a tiny exported model, in process and through a real `zoo serve`, judged
+by LoadGen itself; INVALID results say why; bad settings are refused before a run.
+
+The settings are short (under a second or two per run) but real: LoadGen's own
+validity rules apply, including early stopping, which makes every Server run issue at
+least 459 queries. Bounds are generous so a busy 2-core machine still meets them; the
+INVALID cases use a bound no machine can meet, a server that refuses the requests, and
+a model too slow for the rates tried.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import zoo
+from zoo.bench.loadgen import early_stopping_queries, find_peak_qps, print_loadgen, run_scenario
+from zoo.bench.loadgen_sut import SampleLibrary
+from zoo.errors import ZooError
+
+from serve_support import ServerProcess, free_port
+
+SPEC = zoo.get_model("resnet8.digits").tiny()
+SHORT = dict(duration_s=0.5, samples=64)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> zoo.Artifact:
+    """resnet8.digits at tiny size through onnxruntime, in a repository of its own (shared
+    by this module's tests: exporting and verifying once takes most of their time)."""
+    return zoo.export(SPEC, "onnxruntime", repository=tmp_path_factory.mktemp("loadgen") / "exports",
+                      random_init=True)
+
+
+@pytest.fixture(scope="module")
+def runner(exported):
+    return zoo.load(exported.path, threads=1)
+
+
+@pytest.fixture(scope="module")
+def loadgen_server(exported, tmp_path_factory):
+    """`zoo serve` of that repository. Requests are capped at 1 KiB: a one-row request
+    (about 400 bytes) passes, an eight-row one (about 2.2 KB) gets 413, so the same server
+    shows both a VALID run and server errors."""
+    proc = ServerProcess(exported.path.parent, "--max-request-size", "1024", "--max-queue-delay-ms", "2",
+                         log=tmp_path_factory.mktemp("loadgen-server") / "server.log")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.kill()
+
+
+def assert_summary(result: dict, scenario: str, verdict: str) -> None:
+    """LoadGen's own summary is kept where the result says, and agrees with it."""
+    text = Path(result["summary"]).read_text()
+    assert f"Scenario : {scenario}" in text and f"Result is : {verdict}" in text
+    assert Path(result["detail"]).is_file()
+
+
+def assert_latencies(result: dict) -> None:
+    assert 0 < result["p50_ms"] <= result["p90_ms"] <= result["p99_ms"] <= result["max_ms"]
+
+
+RAGGED = [n for n in zoo.list_models() if any(len(t.dynamic_axes) > 1 for t in zoo.get_model(n).inputs)]
+
+
+@pytest.mark.parametrize("name", RAGGED or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no registered model has a sequence or atom axis"))])
+def test_the_sample_library_keeps_each_samples_length_and_pads_batches(name):
+    """One `spec.sample` call per sample, so each keeps its own sequence/atom length (as
+    requests to a server do); a batch is zero-padded to its longest row, as the server
+    pads, and the same seed gives the same samples."""
+    spec = zoo.get_model(name).tiny()
+    library = SampleLibrary(spec, 12, seed=3)
+    first = spec.inputs[0].name
+    lengths = [row.inputs[first].shape[1] for row in library.rows]
+    assert len(set(lengths)) > 1
+    batch = library.batch([0, 1, 2])
+    for t in spec.inputs:
+        assert batch[t.name].shape[0] == 3 and batch[t.name].dtype == library.rows[0].inputs[t.name].dtype
+    for k in range(3):
+        own = library.rows[k].inputs[first][0]
+        padded = batch[first][k]
+        assert (padded[tuple(slice(0, n) for n in own.shape)] == own).all()
+        assert padded.size == own.size or not padded[lengths[k]:].any()
+    again = SampleLibrary(spec, 12, seed=3)
+    assert all((a.inputs[first] == b.inputs[first]).all() for a, b in zip(library.rows, again.rows))
+
+
+def test_singlestream_in_process_is_valid(runner, tmp_path):
+    result = run_scenario(runner, SPEC, "singlestream", output_dir=tmp_path, **SHORT)
+    assert result["valid"], result["reasons"]
+    assert result["reasons"] == [] and result["errors"] == []
+    assert_latencies(result)
+    assert result["queries"] >= 64 and result["samples_per_second"] > 0  # early stopping needs 64 at p90
+    assert result["early_stopping_p90_ms"] >= result["p50_ms"]
+    assert_summary(result, "SingleStream", "VALID")
+    assert Path(result["summary"]).parent == tmp_path / "SingleStream"
+
+
+def test_server_in_process_is_valid(runner, tmp_path):
+    qps = 400.0
+    result = run_scenario(runner, SPEC, "server", output_dir=tmp_path, target_qps=qps, latency_bound_ms=200,
+                          **SHORT)
+    assert result["valid"], result["reasons"]
+    assert_latencies(result)
+    assert result["p99_ms"] <= 200 and result["latency_bound_ms"] == 200
+    assert result["queries"] >= early_stopping_queries(0.99) == 459
+    # Poisson arrivals at the target rate: over ~459 queries the realized rate is within ~15 %
+    assert 0.7 * qps < result["scheduled_qps"] < 1.3 * qps
+    assert 0.7 * qps < result["samples_per_second"] < 1.3 * qps
+    assert_summary(result, "Server", "VALID")
+
+
+def test_offline_in_process_reports_throughput(runner, tmp_path):
+    result = run_scenario(runner, SPEC, "offline", output_dir=tmp_path, batch=8, **SHORT)
+    assert result["valid"], result["reasons"]
+    assert result["samples_per_second"] > 0 and result["batch"] == 8
+    assert result["queries"] == 1  # Offline issues every sample in one query
+    assert "Samples per second" in Path(result["summary"]).read_text()
+    assert_summary(result, "Offline", "VALID")
+
+
+def test_an_impossible_latency_bound_is_invalid_and_says_why(runner, tmp_path):
+    result = run_scenario(runner, SPEC, "server", output_dir=tmp_path, target_qps=1000, latency_bound_ms=1e-4,
+                          **SHORT)
+    assert not result["valid"]
+    assert any("over the 0.0001 ms bound" in r for r in result["reasons"]), result["reasons"]
+    assert result["p99_ms"] > 1e-4
+    assert_summary(result, "Server", "INVALID")
+
+
+def server_requests(url: str, model: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "zoo_inference_request_duration_seconds_count" and s.labels.get("model") == model)
+
+
+def test_server_over_http_is_valid(loadgen_server, tmp_path):
+    server = loadgen_server
+    name = "resnet8.digits.onnxruntime.fp32"
+    before = server_requests(server.url, name)
+    result = run_scenario(server.url, None, "server", model="resnet8.digits", output_dir=tmp_path, target_qps=150,
+                          latency_bound_ms=500, **SHORT)
+    assert result["valid"], result["reasons"]
+    assert result["target"] == server.url and result["model"] == name  # the alias resolved
+    assert result["batch"] == 1  # one request per query; the server batches
+    assert_latencies(result)
+    assert server_requests(server.url, name) - before >= result["queries"] >= 459
+    assert_summary(result, "Server", "VALID")
+
+
+def test_server_errors_make_the_result_invalid_without_hanging(loadgen_server, tmp_path):
+    server = loadgen_server
+    start = time.monotonic()
+    result = run_scenario(server.url, None, "offline", model="resnet8.digits", output_dir=tmp_path, batch=8, **SHORT)
+    assert time.monotonic() - start < 30
+    assert not result["valid"]
+    assert result["errors"] and "413" in result["errors"][0]
+    assert "samples failed" in result["reasons"][0] and "413" in result["reasons"][0], result["reasons"]
+
+
+def test_find_peak_qps_brackets_the_bound(exported, tmp_path):
+    """A model that takes 2 ms per call, one call at a time, serves at most 500 QPS. From
+    300 (VALID with room to spare) the search doubles to 600 (overloaded: INVALID), then
+    bisects; the peak it reports cannot be far above 500, and every rate it found VALID
+    lies below every rate it found INVALID."""
+    runner = zoo.load(exported.path, threads=1)
+
+    def slow(inputs):
+        time.sleep(0.002)
+        return runner(inputs)
+
+    peak = find_peak_qps(slow, SPEC, 50, output_dir=tmp_path, batch=1, duration_s=0.3, samples=16,
+                         start_qps=300, max_runs=4)
+    tried = peak["tried"]
+    valid = [r["target_qps"] for r in tried if r["valid"]]
+    invalid = [r["target_qps"] for r in tried if not r["valid"]]
+    assert len(tried) == 4 and valid and invalid
+    assert peak["peak_qps"] == max(valid) == peak["best"]["target_qps"] < 550
+    assert max(valid) < min(invalid)
+    assert all(Path(r["summary"]).is_file() for r in tried)
+
+
+def test_results_print_as_a_table(runner, tmp_path):
+    from rich.console import Console
+
+    result = run_scenario(runner, SPEC, "singlestream", output_dir=tmp_path, **SHORT)
+    console = Console(record=True, width=200)
+    print_loadgen([result, {"scenario": "server", "peak_qps": None, "latency_bound_ms": 1.0, "best": None,
+                            "tried": [{**result, "scenario": "server", "valid": False, "reasons": ["too slow"]}]}],
+                  console)
+    text = console.export_text()
+    assert "singlestream" in text and "VALID" in text and "too slow" in text and "none of the tried" in text
+
+
+@pytest.mark.parametrize("scenario", ["multistream", "bogus", ""])
+def test_unknown_scenarios_are_refused(runner, tmp_path, scenario):
+    with pytest.raises(ZooError, match="choose from singlestream, offline, server"):
+        run_scenario(runner, SPEC, scenario, output_dir=tmp_path)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({}, "needs a target QPS"),
+    ({"target_qps": 0}, "target QPS must be a positive number"),
+    ({"target_qps": math.nan}, "target QPS must be a positive number"),
+    ({"target_qps": 10, "latency_bound_ms": -5}, "latency bound must be a positive"),
+    ({"target_qps": 10, "batch": 0}, "batch must be a whole number from 1 to 64"),
+    ({"target_qps": 10, "batch": 65}, "batch must be a whole number from 1 to 64"),
+    ({"target_qps": 10, "duration_s": 0}, "duration_s must be a positive"),
+    ({"target_qps": 10, "concurrency": 0}, "concurrency must be a whole number"),
+    ({"target_qps": 10, "samples": 0}, "samples must be a whole number"),
+    ({"target_qps": 10, "min_queries": 2.5}, "min_queries must be a whole number"),
+])
+def test_bad_settings_are_refused(runner, tmp_path, settings, message):
+    with pytest.raises(ZooError, match=message):
+        run_scenario(runner, SPEC, "server", output_dir=tmp_path, **settings)
+    assert not (tmp_path / "Server").exists()  # refused before LoadGen ran
+
+
+def test_bad_targets_are_refused(tmp_path):
+    with pytest.raises(ZooError, match="no answer from http://127.0.0.1"):
+        run_scenario(f"http://127.0.0.1:{free_port()}", SPEC, "singlestream", output_dir=tmp_path, timeout_s=5)
+    with pytest.raises(ZooError, match="must be http://HOST:PORT"):
+        run_scenario("ftp://example", SPEC, "singlestream", output_dir=tmp_path)
+    with pytest.raises(ZooError, match="a zoo Runner or an http://HOST:PORT URL"):
+        run_scenario(42, SPEC, "singlestream", output_dir=tmp_path)
+    with pytest.raises(ZooError, match="max_runs"):
+        find_peak_qps(lambda inputs: inputs, SPEC, 10, output_dir=tmp_path, max_runs=0)

@@ -1,0 +1,108 @@
+"""`zoo bench --scenario`: MLPerf LoadGen scenarios over the matrix, or against a server.
+
+In process, every combination (model, backend, precision, device) is exported in one
+fresh process and driven by LoadGen in another, as the latency matrix is; against a
+running `zoo serve` (`--url`), LoadGen runs here and the server is the system under test.
+Each scenario's LoadGen logs are kept under `output_dir/<combination>/<Scenario>/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnsupportedError, ZooError
+from .env import environment
+from .loadgen import find_peak_qps, run_scenario, scenario_name
+from .matrix import _Failed, _hole, _in_own_process, _models, combinations
+from .measure import export_job
+
+
+def _scenarios(target, spec, names: Sequence[str], settings: Mapping[str, Any], output_dir: Path,
+               model: str | None = None) -> list[dict[str, Any]]:
+    results = []
+    for name in names:
+        kw = {"output_dir": output_dir, "batch": settings["batch"], "duration_s": settings["duration_s"]}
+        if model is not None:
+            kw["model"] = model
+        if name == "server" and settings["find_qps"]:
+            results.append(find_peak_qps(target, spec, settings["latency_bound_ms"] or 100.0, **kw))
+        else:
+            results.append(run_scenario(target, spec, name, target_qps=settings["target_qps"],
+                                        latency_bound_ms=settings["latency_bound_ms"], **kw))
+    return results
+
+
+def loadgen_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """In the combination's own process: load the artifact, run every scenario on it."""
+    from ..artifact import Artifact
+    from .measure import _setup
+
+    _setup(job)
+    art = Artifact.open(job["path"])
+    runner = art.load(threads=job["threads"])
+    return _scenarios(runner, art.spec(), job["scenarios"], job["settings"], Path(job["output_dir"]))
+
+
+def _valid(result: Mapping[str, Any]) -> bool:
+    return result.get("valid", result.get("peak_qps") is not None)
+
+
+def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: Sequence[str], batch: int,
+            scenarios: Sequence[str], output_dir: str | Path, *, repository: str | Path, checkpoint=None,
+            random_init: bool = False, threads: int | None = None, target_qps: float | None = None,
+            find_qps: bool = False, latency_bound_ms: float | None = None, duration_s: float = 10.0,
+            url: str | None = None, model_name: str | None = None, timeout: float | None = 1800.0,
+            on_result: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Every scenario on every combination (or on the server at `url`); a report whose
+    "loadgen" list holds one result per scenario and combination, each with "valid"."""
+    from ..registry import plugin_files
+
+    names = [scenario_name(n).lower() for n in scenarios]
+    if not names:
+        raise ZooError("name at least one scenario: singlestream, offline or server")
+    if "server" in names and target_qps is None and not find_qps:
+        raise ZooError("the server scenario needs --target-qps N, or --find-qps to search for the highest QPS "
+                       "that meets --latency-bound-ms")
+    settings = {"batch": batch, "duration_s": duration_s, "target_qps": target_qps, "find_qps": find_qps,
+                "latency_bound_ms": latency_bound_ms}
+    output_dir = Path(output_dir)
+    results: list[dict[str, Any]] = []
+
+    def add(found: Sequence[dict[str, Any]], label: Mapping[str, Any]) -> None:
+        for r in found:
+            results.append({**label, **r, "valid": _valid(r)})
+            if on_result:
+                on_result(results[-1])
+
+    specs = _models(model)
+    if url is not None:
+        if len(specs) != 1:
+            raise ZooError("--url load-tests one model; name one")
+        served = model_name or specs[0].name
+        label = {"model": specs[0].name, "backend": "server", "precision": "", "device": url}
+        add(_scenarios(url, None, names, settings, output_dir / "server", model=served), label)
+    else:
+        for spec, backend, prec, dev in combinations(specs, backends, precisions, devices):
+            label = {"model": spec.name, "backend": backend, "precision": prec, "device": dev}
+            hole = _hole(spec, backend, prec, dev, [batch], None)
+            if hole is not None:
+                status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"
+                add([{"scenario": n, "status": status, "valid": False, "reasons": [str(hole)]} for n in names], label)
+                continue
+            job = {"model": spec.name, "config": dict(spec.config), "backend": backend, "precision": prec,
+                   "device": dev, "repository": str(repository),
+                   "checkpoint": None if checkpoint is None else str(checkpoint), "random_init": random_init,
+                   "plugin_files": list(plugin_files), "threads": threads, "scenarios": names, "settings": settings,
+                   "output_dir": str(output_dir / f"{spec.name}.{backend}.{prec}.{dev}")}
+            try:
+                facts = _in_own_process(export_job, job, timeout)
+                add(_in_own_process(loadgen_job, {**job, "path": facts["path"]}, timeout), label)
+            except _Failed as exc:
+                add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
+                    label)
+    return {"models": [s.name for s in specs], "environment": environment(threads),
+            "options": {"backends": list(backends), "precisions": list(precisions), "devices": list(devices),
+                        "batch": batch, "scenarios": names, **settings, "url": url},
+            "results": [], "loadgen": results}
