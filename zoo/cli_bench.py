@@ -173,3 +173,36 @@ def _loadgen_line(r: dict[str, Any]) -> str:
     if not r["valid"]:
         return f"[yellow]{who}: INVALID[/] {escape('; '.join(r.get('reasons') or []))}"
     return f"{who}: VALID, p90 {r.get('p90_ms') or 0:.3f} ms, {r.get('samples_per_second') or 0:.1f} samples/s"
+
+
+@app.command()
+def optimize(model: str, device: str = typer.Option("cpu", help="cpu or cuda."),
+             objective: str = typer.Option("latency", help="latency: lowest median latency at --batch (default 1); "
+                                           "throughput: most samples/s at --batch (default: the model's typical "
+                                           "batch)."),
+             max_metric_drop: Optional[float] = typer.Option(
+                 None, help="Largest allowed worsening of the task metric against PyTorch fp32, in its units "
+                            "(0.01: one accuracy point). Default: the model's own bound per precision."),
+             backends_: Optional[str] = typer.Option(None, "--backends", help="Only these backends (default: every "
+                                                     "one that runs on DEVICE here)."),
+             precisions: Optional[str] = typer.Option(None, help="Only these precisions, e.g. fp32,int8."),
+             batch: Optional[int] = typer.Option(None, help="Batch size to rank at."),
+             repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
+             random_init: bool = typer.Option(False, help="Optimize untrained weights."),
+             threads: Optional[int] = None,
+             min_time: float = typer.Option(1.0, help="Seconds of timed runs per candidate."), as_json: bool = JSON):
+    """Try every backend and precision available on DEVICE; write the fastest artifact that verifies and keeps
+    the metric bound as MODEL.optimized.OBJECTIVE.DEVICE, with every candidate's evidence in its zoo.json."""
+    from .optimize import optimize as run
+    from .optimize import print_optimize
+
+    with _progress() as progress:
+        progress.add_task(f"optimizing {model} for {objective} on {device}", total=None)
+        result = run(model, device, objective, max_metric_drop, repository, checkpoint=checkpoint,
+                     random_init=random_init, backends=_csv(backends_) if backends_ else None,
+                     precisions=_csv(precisions) if precisions else None, batch=batch, threads=threads,
+                     min_time=min_time, on_result=lambda row: progress.console.print(
+                         _row_line(row) if row.get("precision") else
+                         f"[yellow]{escape(row['backend'])}: {escape(row.get('error', 'unavailable'))}[/]",
+                         highlight=False))
+    _emit_json(result) if as_json else print_optimize(result, out)
