@@ -169,8 +169,16 @@ def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str, Any]) -> None:
     """A child process's entry: run `fn(job)` and send back ("ok", result) or the error."""
+    import os
+    import sys
+
     from ..errors import UnsupportedError, ZooError
 
+    # the parent's stdout carries the report (`--json`): libraries' progress bars and
+    # prints in a worker (NNCF's calibration, compilers) go to stderr instead
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
         conn.send(("ok", fn(job)))
     except UnsupportedError as exc:
