@@ -105,6 +105,11 @@ def _hole(spec: ModelSpec, backend: str, precision: str, device: str, batch_size
         spec.tolerance(precision)
     except ZooError as exc:
         return exc
+    return _out_of_range(spec, batch_sizes, lengths)
+
+
+def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> ZooError | None:
+    """Batch sizes or lengths outside the ranges the model is exported for; None if all fit."""
     limit = spec.axes["batch"]
     bad = [b for b in batch_sizes if not limit.min <= b <= limit.max]
     if bad:
@@ -145,9 +150,9 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     if checkpoint is not None and len(specs) > 1:
         raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
     if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
-        hole = _hole(specs[0], backends[0], precisions[0], devices[0], batch_sizes, lengths)
-        if hole is not None and not isinstance(hole, UnsupportedError) and "outside" in str(hole):
-            raise hole
+        error = _out_of_range(specs[0], batch_sizes, lengths)
+        if error is not None:
+            raise error
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     rows: list[dict[str, Any]] = []

@@ -34,10 +34,8 @@ def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
     from ..export import export
 
     spec = _setup(job)
-    start = time.perf_counter()
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
                  checkpoint=job["checkpoint"], random_init=job["random_init"])
-    seconds = time.perf_counter() - start
     metric = art.manifest.get("metric") or {}
     files = [p for p in (art.path / "1").rglob("*") if p.is_file()]
     return {"path": str(art.path), "max_abs_error": art.manifest["parity"]["max_abs_error"],
@@ -46,7 +44,6 @@ def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
             "higher_is_better": spec.metric.higher_is_better if spec.metric else None,
             "quantization": art.manifest.get("quantization"),
             "export_seconds": art.manifest["export_seconds"],
-            "reused": seconds < 0.5 * art.manifest["export_seconds"],
             "artifact_bytes": sum(p.stat().st_size for p in files)}
 
 
