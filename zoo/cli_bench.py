@@ -151,7 +151,8 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     if as_json:
         _emit_json({**report, "comparison": result} if result else report)
     else:
-        print_bench(report) if report.get("results") else None
+        if report.get("results"):
+            print_bench(report)
         if report.get("loadgen"):
             from .bench.loadgen import print_loadgen
 

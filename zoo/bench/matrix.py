@@ -22,7 +22,7 @@ from ..errors import UnsupportedError, ZooError
 from ..export import DEFAULT_REPOSITORY
 from ..spec import ModelSpec
 from .env import environment
-from .measure import export_job, measure_job, run_in_child
+from .measure import export_job, length_axis, measure_job, run_in_child
 
 __all__ = ["benchmark", "combinations", "environment"]
 
@@ -114,13 +114,24 @@ def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> ZooError | None:
     bad = [b for b in batch_sizes if not limit.min <= b <= limit.max]
     if bad:
         return ZooError(f"batch sizes {bad} are outside {spec.name}'s exported range {limit.min}..{limit.max}")
-    axis = next((a for a in spec.axes if a != "batch"), None)
+    axis = length_axis(spec)
     if lengths and axis is not None:
         r = spec.axes[axis]
         bad = [n for n in lengths if not r.min <= n <= r.max]
         if bad:
             return ZooError(f"{axis} lengths {bad} are outside {spec.name}'s exported range {r.min}..{r.max}")
     return None
+
+
+def job_for(spec: ModelSpec, backend: str, precision: str, device: str, repository, checkpoint, random_init: bool,
+            threads: int | None) -> dict[str, Any]:
+    """What a combination's worker processes need to rebuild the spec and export it."""
+    from ..registry import plugin_files
+
+    return {"model": spec.name, "config": dict(spec.config), "backend": backend, "precision": precision,
+            "device": device, "repository": str(repository),
+            "checkpoint": None if checkpoint is None else str(checkpoint), "random_init": random_init,
+            "plugin_files": list(plugin_files), "threads": threads}
 
 
 def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequence[str] = ("torch", "onnxruntime"),
@@ -140,8 +151,6 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     `on_result(row)` is called as each row is ready, `on_combination(done, total, label)`
     after each combination (the CLI's progress bar).
     """
-    from ..registry import plugin_files
-
     specs = _models(model)
     precisions = [precision] if isinstance(precision, str) else list(precision)
     devices = [device] if isinstance(device, str) else list(device)
@@ -164,12 +173,9 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
             new = [{**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",
                     "error": str(hole)}]
         else:
-            axis = next((a for a in spec.axes if a != "batch"), None)
-            job = {"model": spec.name, "config": dict(spec.config), "backend": name, "precision": prec,
-                   "device": dev, "repository": str(repository), "checkpoint": None if checkpoint is None
-                   else str(checkpoint), "random_init": random_init, "plugin_files": list(plugin_files),
-                   "batch_sizes": list(batch_sizes), "lengths": list(lengths) if lengths and axis else None,
-                   **options}
+            job = {**job_for(spec, name, prec, dev, repository, checkpoint, random_init, threads),
+                   "batch_sizes": list(batch_sizes),
+                   "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}
             try:
                 facts = _in_own_process(export_job, job, timeout)
                 measured = _in_own_process(measure_job, {**job, "path": facts.pop("path")}, timeout)

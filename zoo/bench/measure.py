@@ -47,6 +47,11 @@ def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
             "artifact_bytes": sum(p.stat().st_size for p in files)}
 
 
+def length_axis(spec) -> str | None:
+    """The model's dynamic axis other than batch (sequence, atoms), or None."""
+    return next((a for a in spec.axes if a != "batch"), None)
+
+
 def at_length(spec, inputs: dict[str, np.ndarray], axis: str, length: int) -> dict[str, np.ndarray]:
     """The inputs with every dimension named `axis` cut or repeated to `length`: real
     sampled content (tokens, atoms and their bonds, masks) at the length being measured."""
@@ -140,7 +145,7 @@ def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     runner = art.load(threads=job["threads"])
     load_seconds = time.perf_counter() - start
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    axis = next((a for a in spec.axes if a != "batch"), None)
+    axis = length_axis(spec)
     rows = []
     for batch in job["batch_sizes"]:
         for length in job["lengths"] or [None]:

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import UnsupportedError, ZooError
 from .env import environment
 from .loadgen import find_peak_qps, run_scenario, scenario_name
-from .matrix import _Failed, _hole, _in_own_process, _models, combinations
+from .matrix import _Failed, _hole, _in_own_process, _models, combinations, job_for
 from .measure import export_job
 
 
@@ -57,8 +57,6 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
             on_result: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Every scenario on every combination (or on the server at `url`); a report whose
     "loadgen" list holds one result per scenario and combination, each with "valid"."""
-    from ..registry import plugin_files
-
     names = [scenario_name(n).lower() for n in scenarios]
     if not names:
         raise ZooError("name at least one scenario: singlestream, offline or server")
@@ -91,10 +89,8 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
                 status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"
                 add([{"scenario": n, "status": status, "valid": False, "reasons": [str(hole)]} for n in names], label)
                 continue
-            job = {"model": spec.name, "config": dict(spec.config), "backend": backend, "precision": prec,
-                   "device": dev, "repository": str(repository),
-                   "checkpoint": None if checkpoint is None else str(checkpoint), "random_init": random_init,
-                   "plugin_files": list(plugin_files), "threads": threads, "scenarios": names, "settings": settings,
+            job = {**job_for(spec, backend, prec, dev, repository, checkpoint, random_init, threads),
+                   "scenarios": names, "settings": settings,
                    "output_dir": str(output_dir / f"{spec.name}.{backend}.{prec}.{dev}")}
             try:
                 facts = _in_own_process(export_job, job, timeout)
