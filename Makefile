@@ -1,16 +1,17 @@
 # Set-up and the two jobs. Every target installs what it needs into .venv first, so
 # `make demo` and `make test` are all a fresh machine needs.
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
+REQUIREMENTS ?= requirements.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean gpu-validate
 
-$(STAMP): requirements.txt pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
+$(STAMP): $(REQUIREMENTS) pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r $(REQUIREMENTS)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -21,5 +22,11 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# On an NVIDIA GPU machine: the GPU tests and the GPU benchmark (docs/gpu-validation.md),
+# in a virtualenv of its own with the GPU builds of onnxruntime and TensorRT.
+gpu-validate:
+	$(MAKE) setup VENV=.venv-gpu REQUIREMENTS=requirements-gpu.txt
+	PYTHON=.venv-gpu/bin/python scripts/gpu_validate.sh
+
 clean:
-	rm -rf $(VENV) checkpoints exports/*/ reports
+	rm -rf $(VENV) .venv-gpu checkpoints exports/*/ reports

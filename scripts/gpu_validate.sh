@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one run, on a machine with an NVIDIA GPU:
+#   1. the environment (GPU, driver, CUDA, library versions, which backends can run);
+#   2. the GPU tests (`needs_cuda`, `needs_tensorrt`), with a JUnit report;
+#   3. the GPU benchmark of docs/benchmarks.md ("GPU"): ResNet-50 at batch 1 and 256,
+#      the MiniLM encoder at sequence 128, batch 1 and 64, and the CartPole policy at
+#      batch 1, on every GPU backend and precision, each combination in its own processes.
+# Results go to OUT (default reports/gpu-TIME): env.txt, backends.json, tests.log,
+# tests.xml, bench-*/ (report.json, results.csv, report.md, plots). Nothing here changes
+# the GPU's settings. Steps go on after a failure; the exit status is 1 if any failed.
+#
+#   scripts/gpu_validate.sh [OUT]            # everything
+#   STEPS=tests scripts/gpu_validate.sh      # only some steps: env, tests, bench (comma-separated)
+#   MIN_TIME=0.5 scripts/gpu_validate.sh     # seconds of timed calls per benchmark point
+#   WHEELS=.whl scripts/gpu_validate.sh      # an offline machine: install the project and the
+#                                            # wheels in .whl first (see docs/gpu-validation.md)
+set -uo pipefail
+
+OUT=${1:-reports/gpu-$(date +%Y%m%d-%H%M%S)}
+STEPS=${STEPS:-env,tests,bench}
+MIN_TIME=${MIN_TIME:-1}
+PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
+ZOO=("$PYTHON" -m zoo)
+mkdir -p "$OUT"
+status=0
+
+if [[ -n ${WHEELS:-} ]]; then
+    # No package index here: wheels were brought along. A wheel too large to carry in one
+    # piece comes as NAME.whl.part-aa, NAME.whl.part-ab ... (split -b): joined first. They
+    # go to a directory of their own, ahead of the system's packages on the path, so that
+    # e.g. onnxruntime-gpu shadows a CPU onnxruntime already installed.
+    site=$(mktemp -d)/site; joined=$(dirname "$site")/wheels; mkdir -p "$site" "$joined"
+    cp "$WHEELS"/*.whl "$joined"/ 2>/dev/null
+    for first in "$WHEELS"/*.whl.part-aa; do
+        [[ -e $first ]] || continue
+        whl=${first%.part-aa}; cat "$whl".part-* >"$joined/$(basename "$whl")"
+    done
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$joined"/*.whl || exit 1
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    # the project itself, editable, so that its plugins' entry points are registered
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation \
+        -e . $(printf -- '-e %s ' backends/*/ plugins/*/) || exit 1
+fi
+step() { [[ ",$STEPS," == *",$1,"* ]]; }
+note() { printf '\n== %s\n' "$*" | tee -a "$OUT/summary.txt"; }
+
+if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "no CUDA device visible to torch ($("$PYTHON" -c 'import torch; print(torch.__version__)')): nothing to validate" >&2
+    exit 2
+fi
+
+if step env; then
+    note "environment"
+    { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
+      "$PYTHON" - <<'PY'
+import importlib, platform, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
+      "| cuDNN", torch.backends.cudnn.version())
+print("GPU", torch.cuda.get_device_name(), "| compute capability %d.%d" % torch.cuda.get_device_capability())
+for lib in ("triton", "onnx", "onnxruntime", "tensorrt"):
+    try:
+        module = importlib.import_module(lib)
+        extra = f" providers={module.get_available_providers()}" if lib == "onnxruntime" else ""
+        print(lib, module.__version__ + extra)
+    except Exception as exc:  # noqa: BLE001 - report, do not stop
+        print(lib, "unavailable:", f"{type(exc).__name__}: {exc}"[:200])
+PY
+    } 2>&1 | tee "$OUT/env.txt"
+    "${ZOO[@]}" backends --device cuda --json >"$OUT/backends.json" 2>>"$OUT/env.txt" || status=1
+    "${ZOO[@]}" backends --device cuda | tee -a "$OUT/summary.txt"
+fi
+
+if step tests; then
+    note "GPU tests (needs_cuda, needs_tensorrt)"
+    "$PYTHON" -m pytest -m "needs_cuda or needs_tensorrt" -rs -v --junitxml="$OUT/tests.xml" \
+        -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -n 40 | tee -a "$OUT/summary.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+
+bench() {  # NAME MODEL ARGS...: one `zoo bench` run into OUT/bench-NAME
+    local name=$1; shift
+    note "bench $name: $*"
+    "${ZOO[@]}" bench "$@" --device cuda --min-time "$MIN_TIME" --report-dir "$OUT/bench-$name" \
+        2>>"$OUT/bench-$name.log" | tee -a "$OUT/summary.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+}
+
+if step bench; then
+    BACKENDS=torch,torch-compile,torch-aoti,onnxruntime,onnxruntime-trt,tensorrt
+    # ResNet-50 and the CartPole policy have no trained weights here unless a checkpoint is
+    # given: speed does not depend on the weights, and the report says "random init".
+    bench resnet50 resnet50 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,256 \
+        --random-init
+    bench minilm minilm-l6.all-v2 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,64 \
+        --lengths 128
+    policy_weights=(--random-init)
+    [[ -d checkpoints/ppo.cartpole ]] && policy_weights=(--checkpoint checkpoints/ppo.cartpole)
+    bench policy ppo.cartpole --backends "$BACKENDS" --precision fp32,fp16,bf16 --batch-sizes 1 \
+        "${policy_weights[@]}"
+fi
+
+echo "results in $OUT (exit $status)"
+exit $status
