@@ -168,7 +168,9 @@ def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
 def test_fp16_export_keeps_a_float32_signature(exported, tmp_path):
     module, _, _ = exported
     path = tmp_path / "model.onnx"
-    export_onnx(module, SPEC, {"image": torch.zeros(4, 1, 8, 8)}, path, precision="fp16")
+    info = export_onnx(module, SPEC, {"image": torch.zeros(4, 1, 8, 8)}, path, precision="fp16")
+    # nothing in a conv net needs fp32 (tests/test_onnxruntime_gpu_paths.py: models that do)
+    assert info["fp16"] == {"converter": "onnxruntime.transformers.float16", "keep_io_types": True, "fp32_ops": {}}
     model = onnx.load(str(path))
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -257,6 +259,7 @@ def test_cuda_keeps_tensors_on_the_device(tmp_path, monkeypatch, backend, precis
     if not available.ok:
         pytest.skip(available.reason)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # TensorRT engines land here
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # an fp32 reference (torch's default: TF32)
     module = _build().eval().cuda()
     path = tmp_path / "model.onnx"
     backend.export(module, SPEC, {"image": torch.randn(4, 1, 8, 8, device="cuda")}, path, precision, "cuda")

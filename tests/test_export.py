@@ -118,3 +118,20 @@ def test_runner_accepts_torch_tensors_and_names_bad_inputs(repository):
     np.testing.assert_allclose(runner({"image": torch.from_numpy(x["image"])})["logits"], runner(x)["logits"])
     with pytest.raises(zoo.ZooError, match="image"):
         runner({"pixels": x["image"]})
+
+
+def test_the_fp32_reference_computes_without_tf32_on_cuda():
+    """cuDNN defaults to TF32 on Ampere and later; the reference turns it off, then restores it."""
+    from zoo.train import ieee_fp32
+
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (cuda.allow_tf32, cudnn.allow_tf32)
+    cuda.allow_tf32 = cudnn.allow_tf32 = True
+    try:
+        with ieee_fp32("cuda:0"):
+            assert (cuda.allow_tf32, cudnn.allow_tf32) == (False, False)
+        assert (cuda.allow_tf32, cudnn.allow_tf32) == (True, True)
+        with ieee_fp32("cpu"):
+            assert (cuda.allow_tf32, cudnn.allow_tf32) == (True, True)
+    finally:
+        cuda.allow_tf32, cudnn.allow_tf32 = before

@@ -15,6 +15,8 @@ device handling are the same for every model.
 
 from __future__ import annotations
 
+import contextlib
+
 import platform
 from pathlib import Path
 from typing import Any, Callable
@@ -91,10 +93,30 @@ def _facts(run: Run) -> dict[str, Any]:
 
 
 def module_fn(module: torch.nn.Module, spec: ModelSpec, device: str = "cpu"):
-    """A runner-like callable (numpy in, numpy out) around an eval-mode module."""
+    """A runner-like callable (numpy in, numpy out) around an eval-mode module.
+
+    It is the fp32 reference every artifact is held to, so on CUDA it computes in IEEE
+    fp32: cuDNN convolutions default to TF32 on Ampere and later (`torch.backends.cudnn.
+    allow_tf32` is True), whose 10-bit mantissas alone exceed the fp32 tolerances.
+    """
 
     @torch.inference_mode()
     def run(inputs):
-        return to_numpy(call_module(module, spec, to_torch(inputs, spec, device)))
+        with ieee_fp32(device):
+            return to_numpy(call_module(module, spec, to_torch(inputs, spec, device)))
 
     return run
+
+
+@contextlib.contextmanager
+def ieee_fp32(device: str):
+    """TF32 off for CUDA matmuls and convolutions inside the block (nothing on CPU)."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

@@ -96,24 +96,39 @@ class OnnxRuntimeBackend(Backend):
         reason = self.unavailable(device)
         if reason:
             raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {reason}")
-        session = self.session(Path(path), spec, precision, device, threads)
-        return OnnxRuntimeRunner(session, spec, device)
+        stream = None
+        if _kind(device) == "cuda":
+            import torch
+
+            # The runner's own torch stream, handed to ONNX Runtime as its compute stream
+            # (see OnnxRuntimeRunner). Not torch's default stream: its handle is 0, which
+            # ONNX Runtime reads as "no stream given" (onnxruntime PR #19229 and its ROCm
+            # follow-up).
+            stream = torch.cuda.Stream(device=_index(device))  # the device the provider is given
+        session = self.session(Path(path), spec, precision, device, threads, info=info,
+                               stream=stream.cuda_stream if stream is not None else None)
+        return OnnxRuntimeRunner(session, spec, device, stream=stream)
 
     def session(self, path: Path, spec: "ModelSpec", precision: str, device: str,
-                threads: int | None = None) -> "onnxruntime.InferenceSession":
-        """An InferenceSession whose first provider is the one asked for, or an error."""
+                threads: int | None = None, *, info: Mapping[str, Any] | None = None,
+                stream: int | None = None) -> "onnxruntime.InferenceSession":
+        """An InferenceSession whose first provider is the one asked for, or an error.
+
+        `stream` is the CUDA stream handle the providers compute on (None: their own).
+        """
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
             options.intra_op_num_threads = threads
-        providers = self.providers(path, spec, precision, device)
+        providers = self.providers(path, spec, precision, device, info=info, stream=stream)
         wanted = providers[0][0]
         if wanted not in ort.get_available_providers():
             raise BackendUnavailableError(f"the installed onnxruntime has no {wanted}")
         try:
-            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers,
+                                           disabled_optimizers=_disabled_optimizers(precision))
         except Exception as exc:  # onnxruntime's own exception types are not public API
             raise ArtifactError(f"onnxruntime cannot load {path}: {_first_line(exc)}") from exc
         got = session.get_providers()[0]
@@ -124,15 +139,18 @@ class OnnxRuntimeBackend(Backend):
                 "and visible (onnxruntime logs the missing library above)")
         return session
 
-    def providers(self, path: Path, spec: "ModelSpec", precision: str,
-                  device: str) -> list[tuple[str, dict[str, Any]]]:
+    def providers(self, path: Path, spec: "ModelSpec", precision: str, device: str, *,
+                  info: Mapping[str, Any] | None = None,
+                  stream: int | None = None) -> list[tuple[str, dict[str, Any]]]:
         """The execution providers for a session, most preferred first, with their options.
 
         Only the one provider: nodes it has no kernel for still run on ONNX Runtime's
         implicit CPU provider, but the session as a whole never lands on the wrong one.
+        `stream` becomes the CUDA provider's `user_compute_stream`: "Defines the compute
+        stream for the inference to run on" (CUDA Execution Provider docs).
         """
         kind = _kind(device)
-        options: dict[str, Any] = {"device_id": _index(device)} if kind == "cuda" else {}
+        options = cuda_options(_index(device), stream) if kind == "cuda" else {}
         return [(self.provider_names[kind], options)]
 
     def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:
@@ -159,6 +177,31 @@ def _onnxruntime() -> "onnxruntime | None":
     except ImportError:
         return None
     return onnxruntime
+
+
+def cuda_options(index: int, stream: int | None = None) -> dict[str, Any]:
+    """The CUDA provider's options: its device, no TF32, and the compute stream if given.
+
+    The provider runs float32 GEMMs and convolutions in TF32 unless told not to
+    (`use_tf32` "By default, enable TF32", CUDAExecutionProviderInfo): 10-bit mantissas,
+    off PyTorch fp32 by more than an fp32 tolerance. An fp32 artifact computes in fp32,
+    as the native TensorRT backend's engines do (BuilderFlag.TF32 cleared); an fp16
+    graph has no float32 GEMM for it to speed up.
+    """
+    options: dict[str, Any] = {"device_id": index, "use_tf32": False}
+    if stream:
+        options["user_compute_stream"] = str(stream)
+    return options
+
+
+def _disabled_optimizers(precision: str) -> list[str] | None:
+    """Graph optimizers to skip for `precision`.
+
+    onnxruntime 1.31's NchwcTransformer, a CPU-only layout pass for fp32 convolutions,
+    crashes the process (SIGSEGV) at session creation on the float16 GRU graph
+    (gru.pydoc, a Transpose feeding a Scan); an fp16 graph has nothing for it to do.
+    """
+    return ["NchwcTransformer"] if precision == "fp16" else None
 
 
 def _kind(device: str) -> str:

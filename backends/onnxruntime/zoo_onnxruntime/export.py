@@ -41,10 +41,12 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     `zoo.tensors.call_module` does); `example` is a realistic batch keyed by input name,
     whose batch size is not 1 (a size-1 example would be specialized to a constant).
     `precision` "fp16" converts the graph to float16 with ONNX Runtime's own tool while
-    keeping float32 inputs and outputs, so the signature does not change.
+    keeping float32 inputs and outputs, so the signature does not change, and numerically
+    sensitive ops in float32 (`zoo_onnxruntime.fp16`).
 
     Returns ``{"exporter": "dynamo" | "torchscript", "opset": N}``, plus
-    ``"dynamo_error"`` (why the preferred exporter failed) after a fallback.
+    ``"dynamo_error"`` (why the preferred exporter failed) after a fallback and, for
+    fp16, ``"fp16"`` (the converter and the op types it kept in fp32, with counts).
     """
     if precision not in ("fp32", "fp16"):
         raise UnsupportedError(f"ONNX export supports fp32 and fp16, not {precision}")
@@ -79,7 +81,9 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                            f"{_summary(ts_exc)}") from ts_exc
         info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
     if precision == "fp16":
-        _convert_fp16(path, external)
+        from .fp16 import convert_fp16
+
+        info["fp16"] = convert_fp16(path, external)
     # check_model reads a path (not a loaded proto) so that external data is checked too.
     onnx.checker.check_model(str(path))
     info["opset"] = _opset(path)
@@ -112,20 +116,6 @@ class _Signature(torch.nn.Module):
         if len(result) != len(self.output_names):
             raise ZooError(f"the module returned {len(result)} outputs; its spec names {len(self.output_names)}")
         return tuple(result)
-
-
-def _convert_fp16(path: Path, external: bool) -> None:
-    # ONNX Runtime's converter knows which ops must stay fp32 (Resize scales, Range ...);
-    # keep_io_types inserts casts at the edges so callers still feed and get float32.
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-    from onnxruntime.transformers.onnx_model import OnnxModel
-
-    model = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
-    # The converter appends its input casts at the end of the node list; ONNX Runtime
-    # does not mind, but the ONNX checker (and TensorRT's parser) want a sorted graph.
-    OnnxModel(model).topological_sort()
-    _remove(path)
-    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data")
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ def quantize_onnx(fp32: Path, out: Path, spec: ModelSpec, method: str | None) ->
                                f"pass --quantization {' or '.join(QUANTIZATIONS)}")
     with tempfile.TemporaryDirectory(prefix="zoo-quantize-") as tmp:
         pre = Path(tmp) / "preprocessed.onnx"
-        preprocess = _preprocess(fp32, pre)
+        preprocess = pre_process(fp32, pre)
         if method == "static":
             _static(pre, out, spec)
         else:
@@ -70,7 +70,7 @@ def quantize_onnx(fp32: Path, out: Path, spec: ModelSpec, method: str | None) ->
     return {"method": method, **SETTINGS[method], "preprocess": preprocess, "quantized_ops": ops}
 
 
-def _preprocess(fp32: Path, out: Path) -> str:
+def pre_process(fp32: Path, out: Path) -> str:
     """`quant_pre_process`; its symbolic shape inference (which dynamic quantization of
     the MLPs needs) merges conflicting symbolic dims (`auto_merge`) rather than give up
     on the detector's in-graph decoding, and is skipped where it crashes (on MiniLM's
@@ -78,10 +78,10 @@ def _preprocess(fp32: Path, out: Path) -> str:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        _quietly(quant_pre_process, str(fp32), str(out), auto_merge=True)
+        run_quietly(quant_pre_process, str(fp32), str(out), auto_merge=True)
         return "symbolic shape inference, onnx shape inference, basic graph optimizations"
     except ExportError as exc:
-        _quietly(quant_pre_process, str(fp32), str(out), skip_symbolic_shape=True)
+        run_quietly(quant_pre_process, str(fp32), str(out), skip_symbolic_shape=True)
         cause = exc.__cause__ or exc
         return (f"onnx shape inference, basic graph optimizations (symbolic shape inference failed: "
                 f"{type(cause).__name__}: {_first_line(cause)})")
@@ -108,8 +108,9 @@ def _static(model: Path, out: Path, spec: ModelSpec) -> None:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)
 
-    _quietly(quantize_static, str(model), str(out), Batches(),
+    run_quietly(quantize_static, str(model), str(out), Batches(),
              quant_format=QuantFormat.QDQ, per_channel=settings["per_channel"],
+             nodes_to_exclude=computed_weight_nodes(model),
              activation_type=QuantType[settings["activations"]], weight_type=QuantType[settings["weights"]],
              calibrate_method=CalibrationMethod[settings["calibration"]])
 
@@ -118,12 +119,23 @@ def _dynamic(model: Path, out: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     settings = SETTINGS["dynamic"]
-    _quietly(quantize_dynamic, str(model), str(out), per_channel=settings["per_channel"],
+    run_quietly(quantize_dynamic, str(model), str(out), per_channel=settings["per_channel"],
              weight_type=QuantType[settings["weights"]], op_types_to_quantize=list(settings["op_types"]),
              extra_options={"MatMulConstBOnly": settings["matmul_const_b_only"]})
 
 
-def _quietly(fn, *args, **kwargs) -> None:
+def computed_weight_nodes(path: Path, op_types: tuple[str, ...] = ("MatMul", "Gemm")) -> list[str]:
+    """Nodes of `op_types` whose second input is computed rather than a constant weight:
+    attention's activation x activation MatMuls (Q*K^T, P*V), which stay float. The
+    tool's `MatMulConstBOnly` option does this in its QOperator and dynamic modes only,
+    not in QDQ."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    constants = {i.name for i in graph.initializer}
+    return [n.name for n in graph.node
+            if n.op_type in op_types and (len(n.input) < 2 or n.input[1] not in constants)]
+
+
+def run_quietly(fn, *args, **kwargs) -> None:
     """Run a quantization step; its advice is logged at INFO/WARNING by the root logger."""
     root = logging.getLogger()
     level = root.level

@@ -3,8 +3,19 @@
 On CPU it feeds numpy arrays and returns numpy arrays. On CUDA it uses IO binding: the
 inputs are bound by address where the torch tensors already live, the outputs are
 allocated by ONNX Runtime on the same device and handed to torch through DLPack, so
-no tensor crosses to the host and back (see "IOBinding" in the ONNX Runtime Python API
-docs).
+no tensor crosses to the host and back (ONNX Runtime docs, "I/O Binding": "if the
+output is not pre-allocated on the device, ORT assumes that the output is requested on
+the CPU and copies it").
+
+Streams: ONNX Runtime computes on the runner's own torch stream, given to it as the
+provider's `user_compute_stream` (see `OnnxRuntimeBackend.load`). Before each run that
+stream waits, on the GPU, for the caller's current stream, where the inputs were
+written; the host does not block, and nothing device-wide is synchronized (the
+binding's `synchronize_inputs()` would call the CUDA provider's `Sync()`, a
+`cudaDeviceSynchronize`). ONNX Runtime synchronizes its compute stream before
+`run_with_iobinding` returns (unless the run option
+`disable_synchronize_execution_providers` is set, which we do not), so the outputs are
+complete when handed back, and the caller may use them on any stream.
 """
 
 from __future__ import annotations
@@ -46,15 +57,18 @@ class OnnxRuntimeRunner:
 
     `bind` selects IO binding (torch tensors in and out, kept on `device`); it defaults
     to on for CUDA, where it avoids host copies, and off for CPU, where the contract is
-    numpy out.
+    numpy out. `stream` is the torch CUDA stream the session computes on (the one given
+    to its provider as `user_compute_stream`); without one the caller's stream is
+    synchronized before each run instead.
     """
 
     def __init__(self, session: "onnxruntime.InferenceSession", spec: ModelSpec, device: str = "cpu",
-                 bind: bool | None = None) -> None:
+                 bind: bool | None = None, stream: "torch.cuda.Stream | None" = None) -> None:
         self.session = session
         self.spec = spec
         self.device = torch.device(device)
         self.bind = self.device.type != "cpu" if bind is None else bind
+        self.stream = stream  # referenced here for as long as the session runs on it
         self.input_names = tuple(t.name for t in spec.inputs)
         self.output_names = tuple(t.name for t in spec.outputs)
         inputs = {i.name: i.type for i in session.get_inputs()}
@@ -108,10 +122,13 @@ class OnnxRuntimeRunner:
             # No buffer: ONNX Runtime allocates each output on the device at its run-time shape.
             binding.bind_output(name, ort_device, index)
         if self.device.type == "cuda":
-            # ONNX Runtime computes on its own stream; the inputs may still be being written
-            # on torch's. (It synchronizes its own stream before run() returns.)
-            torch.cuda.current_stream(self.device).synchronize()
-        self.session.run_with_iobinding(binding)
+            # The inputs may still be being written on the caller's stream.
+            caller = torch.cuda.current_stream(self.device)
+            if self.stream is not None:
+                self.stream.wait_stream(caller)  # ordered on the GPU; the host goes on
+            else:  # the session computes on a stream of its own, unknown to torch
+                caller.synchronize()
+        self.session.run_with_iobinding(binding)  # returns once its compute stream is done
         # get_outputs() is in binding order, which is ours.
         return {name: to_torch(value, self._output_types[name].torch)
                 for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}

@@ -1,23 +1,31 @@
 """The same ONNX file run by ONNX Runtime's TensorRT execution provider.
 
-TensorRT compiles the graph into an engine for this GPU, the shape ranges of one
-optimization profile and one precision; ONNX Runtime keeps that engine in a cache
-directory. The directory is named by a hash of everything the engine depends on (model
-file, precision, onnxruntime and TensorRT versions, GPU, shape profile), so a changed
-input never meets a stale engine: it gets a fresh directory and a fresh build.
-Nodes TensorRT cannot compile run on the CUDA execution provider listed after it.
+TensorRT compiles the graph into an engine for this GPU, one optimization profile and
+one precision (fp16 on or off per artifact); ONNX Runtime keeps that engine, and
+TensorRT's timing cache, in a cache directory. The directory is named by the engine's
+provenance key: the record and key of the native `tensorrt` backend (`zoo.engines`:
+weights and ONNX hashes, precision, shape profile, TensorRT version, GPU name, compute
+capability) plus the onnxruntime version, whose TensorRT provider writes the cache
+files. A changed fact never meets a stale engine: it gets a fresh directory and a fresh
+build. The record is written into the directory as `provenance.json`, so a user can see
+what a cache directory belongs to. Both TensorRT paths build the same optimization
+profile (`zoo.engines.profile_for`). Nodes TensorRT cannot compile run on the CUDA
+execution provider listed after it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from .backend import OnnxRuntimeBackend, _index, _kind
+from zoo.engines import Machine, Profile, engine_provenance, onnx_sha256, profile_for, provenance_key
+from zoo.fsutil import atomic_write_text
+
+from .backend import OnnxRuntimeBackend, _index, _kind, cuda_options
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +34,8 @@ if TYPE_CHECKING:
 
 #: sonames of the TensorRT runtime that onnxruntime-gpu builds link against (10.x, 8.x).
 _NVINFER = ("libnvinfer.so.10", "libnvinfer.so.8")
+#: written into every engine cache directory: the record its name is the key of.
+PROVENANCE_FILE = "provenance.json"
 
 
 class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
@@ -43,69 +53,102 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
+        from zoo.tensors import state_dict_sha256
+
         from .export import export_onnx
 
         self.check_supported(precision, _kind(device))
         # The graph stays fp32 for every precision: TensorRT lowers it itself
         # (trt_fp16_enable) and keeps layers in fp32 where fp16 would lose accuracy,
         # a choice a graph converted to fp16 beforehand would take away from it.
-        return {**export_onnx(module, spec, example, path, precision="fp32"), "graph_precision": "fp32"}
+        # The weights hash is recorded for the engine cache's provenance (read back at load).
+        return {**export_onnx(module, spec, example, path, precision="fp32"), "graph_precision": "fp32",
+                "weights_sha256": state_dict_sha256(module.state_dict())}
 
-    def providers(self, path: Path, spec: "ModelSpec", precision: str,
-                  device: str) -> list[tuple[str, dict[str, Any]]]:
+    def providers(self, path: Path, spec: "ModelSpec", precision: str, device: str, *,
+                  info: Mapping[str, Any] | None = None,
+                  stream: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        import onnxruntime
+
         load_tensorrt_libraries()
-        index = _index(device)
-        profile = profile_shapes(spec)
-        cache = engine_cache_dir(path, precision, device, profile)
-        cache.mkdir(parents=True, exist_ok=True)  # the provider writes into it but does not create it
-        tensorrt = {
-            "device_id": index,
-            "trt_fp16_enable": precision == "fp16",
-            "trt_engine_cache_enable": True,
-            "trt_engine_cache_path": str(cache),
-            "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": str(cache),
-            **profile,
-        }
-        return [("TensorrtExecutionProvider", tensorrt), ("CUDAExecutionProvider", {"device_id": index})]
+        index = _index(device)  # the provider's device_id: "cuda" is device 0 to it
+        record = cache_provenance(
+            weights_sha256=(info or {}).get("weights_sha256"), onnx_sha256=onnx_sha256(path),
+            precision=precision, profile=profile_for(spec), machine=Machine.of(f"cuda:{index}", tensorrt_version()),
+            onnxruntime=onnxruntime.__version__)
+        return provider_options(spec, precision, index, engine_cache_dir(record), stream)
+
+
+def cache_provenance(*, weights_sha256: str | None, onnx_sha256: str, precision: str, profile: Profile,
+                     machine: Machine, onnxruntime: str) -> dict[str, Any]:
+    """The native backend's engine provenance plus the onnxruntime version.
+
+    `weights_sha256` is the manifest's weights hash, which the export recorded in the
+    backend info; None where the runner is loaded without it (an ONNX file outside an
+    artifact). The key stays exact either way: the weights are inside the ONNX file,
+    whose hash is part of the record.
+    """
+    return {**engine_provenance(weights_sha256=weights_sha256, onnx_sha256=onnx_sha256, precision=precision,
+                                profile=profile, machine=machine),
+            "onnxruntime": onnxruntime}
+
+
+def engine_cache_dir(record: Mapping[str, Any], root: Path | None = None) -> Path:
+    """`<cache>/zoo/ort-trt/<provenance key>`, created, with `provenance.json` in it.
+
+    The provider writes into the directory but does not create it. The record is
+    written atomically (several processes may load the same artifact at once) and only
+    when it is missing or differs, so a read-only cache that is complete still works.
+    """
+    base = Path(root) if root is not None else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = provenance_key(record)
+    directory = base / "zoo" / "ort-trt" / key
+    directory.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"provenance_key": key, "provenance": dict(record)}, indent=2, sort_keys=True) + "\n"
+    written = directory / PROVENANCE_FILE
+    if not written.is_file() or written.read_text() != text:
+        atomic_write_text(written, text)
+    return directory
+
+
+def provider_options(spec: "ModelSpec", precision: str, index: int, cache: Path,
+                     stream: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """TensorRT then CUDA, with the engine and timing caches in `cache`.
+
+    `stream` (a CUDA stream handle) is the compute stream both providers run on, shared
+    with torch (see `OnnxRuntimeRunner`); TensorRT's provider takes it with
+    `has_user_compute_stream` (OrtTensorRTProviderOptionsV2), CUDA's with
+    `user_compute_stream` alone ("It implicitly sets the has_user_compute_stream option",
+    CUDA Execution Provider docs).
+    """
+    tensorrt: dict[str, Any] = {
+        "device_id": index,
+        "trt_fp16_enable": precision == "fp16",
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(cache),
+        "trt_timing_cache_enable": True,
+        "trt_timing_cache_path": str(cache),
+        **profile_shapes(spec),
+    }
+    if stream:
+        tensorrt.update(has_user_compute_stream=True, user_compute_stream=str(stream))
+    return [("TensorrtExecutionProvider", tensorrt), ("CUDAExecutionProvider", cuda_options(index, stream))]
 
 
 def profile_shapes(spec: "ModelSpec") -> dict[str, str]:
-    """The TensorRT optimization profile from `spec.axes`, in the provider's option format.
+    """The optimization profile (`zoo.engines.profile_for`) in the provider's option format.
 
     E.g. {"trt_profile_min_shapes": "image:1x1x8x8", ...}; only inputs with a dynamic
     axis are named, as the provider expects. Without an explicit profile TensorRT would
     build for the first shapes it sees and rebuild whenever a larger one arrives.
     """
-    dynamic = [t for t in spec.inputs if t.dynamic_axes]
+    profile = profile_for(spec)
+    dynamic = [t.name for t in spec.inputs if t.dynamic_axes]
     if not dynamic:
         return {}
-    out = {}
-    for point in ("min", "opt", "max"):
-        shapes = []
-        for t in dynamic:
-            dims = [str(getattr(spec.axes[d], point)) if isinstance(d, str) else str(d) for d in t.shape]
-            shapes.append(f"{t.name}:{'x'.join(dims)}")
-        out[f"trt_profile_{point}_shapes"] = ",".join(shapes)
-    return out
-
-
-def engine_cache_dir(path: Path, precision: str, device: str, profile: Mapping[str, str]) -> Path:
-    """~/.cache/zoo/ort-trt/<key>, the key a sha256 over what the engine depends on."""
-    import onnxruntime
-    import torch
-
-    index = _index(device)
-    h = hashlib.sha256()
-    h.update(_sha256_file(path).encode())
-    h.update(b"|" + precision.encode())
-    h.update(b"|onnxruntime " + onnxruntime.__version__.encode())
-    h.update(b"|tensorrt " + _tensorrt_version().encode())
-    h.update(b"|" + torch.cuda.get_device_name(index).encode())
-    h.update(b"|sm %d.%d" % torch.cuda.get_device_capability(index))
-    h.update(b"|" + repr(sorted(profile.items())).encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "zoo" / "ort-trt" / h.hexdigest()[:32]
+    return {f"trt_profile_{point}_shapes": ",".join(
+        f"{name}:{'x'.join(str(d) for d in getattr(profile[name], point))}" for name in dynamic)
+        for point in ("min", "opt", "max")}
 
 
 def load_tensorrt_libraries() -> bool:
@@ -131,7 +174,10 @@ def load_tensorrt_libraries() -> bool:
     return False
 
 
-def _tensorrt_version() -> str:
+def tensorrt_version() -> str:
+    """The TensorRT version for the provenance: `tensorrt.__version__` where the wheel
+    imports, as the native backend records it, so equal facts give equal keys; else the
+    system library's own number."""
     try:
         return importlib.import_module("tensorrt").__version__
     except Exception:
@@ -142,14 +188,3 @@ def _tensorrt_version() -> str:
         except (OSError, AttributeError):
             continue
     return "unknown"
-
-
-def _sha256_file(path: Path) -> str:
-    """The model file and, for models over 2 GiB, its external weights file."""
-    h = hashlib.sha256()
-    for part in (path, path.with_name(f"{path.name}.data")):
-        if part.exists():
-            with open(part, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-    return h.hexdigest()

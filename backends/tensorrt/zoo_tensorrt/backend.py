@@ -1,8 +1,11 @@
 """`TensorRTBackend`: native TensorRT engines built from the verified ONNX export.
 
-export: module -> ONNX (zoo-onnxruntime's verified exporter) -> CPU support check ->
-TensorRT build (workspace cap, FP16 flag, the spec's optimization profile, persistent
-timing cache) -> `model.plan`, with the engine's provenance returned for the manifest.
+export: module -> ONNX (zoo-onnxruntime's verified exporter) -> for int8, the Q/DQ graph
+calibrated on the model's data (`quantize.qdq_for_tensorrt`) -> CPU support check ->
+TensorRT build (workspace cap, FP16 flag or a strongly typed int8 network, the spec's
+optimization profile, persistent timing cache) -> `model.plan`, with the engine's
+provenance returned for the manifest. The provenance hashes the graph that was built,
+so for int8 the calibration is part of the engine's key.
 load: provenance checked against this machine (a stale engine is refused, never
 loaded) -> deserialized once -> a runner on torch CUDA tensors.
 
@@ -12,6 +15,7 @@ Importing this module imports neither tensorrt nor onnx: the plugin registers an
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +39,8 @@ class TensorRTBackend(zoo.Backend):
     """Serialized TensorRT engines (Triton's `tensorrt_plan`), CUDA only."""
 
     name: ClassVar[str] = "tensorrt"
-    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp32", "fp16")}
+    # int8 is explicit quantization (calibrated Q/DQ in the ONNX graph), see quantize.py.
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp32", "fp16", "int8")}
     filename: ClassVar[str] = "model.plan"
     triton: ClassVar[Mapping[str, str]] = {"platform": "tensorrt_plan"}
     description: ClassVar[str] = "NVIDIA TensorRT engines built from the ONNX export (CUDA)"
@@ -71,6 +76,8 @@ class TensorRTBackend(zoo.Backend):
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
         self.check_supported(precision, device)
+        if precision == "int8":
+            _check_int8(spec)
         self._require(device)
         try:
             from zoo_onnxruntime.export import export_onnx  # the verified ONNX graph to build from
@@ -89,11 +96,18 @@ class TensorRTBackend(zoo.Backend):
         # The ONNX file is an intermediate: it lives beside the plan only for the build, in
         # the artifact's temporary directory, so an interrupted export leaves nothing behind.
         # TensorRT builds for the current CUDA device: make it the one asked for.
+        info: dict[str, Any] = {}
         with (tempfile.TemporaryDirectory(dir=path.parent, prefix=".tensorrt-onnx-") as tmp,
               torch.cuda.device(torch.device(device))):
             onnx_path = Path(tmp) / "model.onnx"
-            onnx_info = export_onnx(module, spec, example, onnx_path)
-            builder = EngineBuilder()
+            info["onnx"] = export_onnx(module, spec, example, onnx_path)
+            if precision == "int8":  # the engine is built from (and keyed by) the Q/DQ graph
+                from .quantize import qdq_for_tensorrt
+
+                qdq_path = Path(tmp) / "model.qdq.onnx"
+                info["quantization"] = qdq_for_tensorrt(onnx_path, qdq_path, spec)
+                onnx_path = qdq_path
+            builder = EngineBuilder.for_precision(precision)
             problems = support.check_onnx(onnx_path, builder.supports_operator)
             if problems:
                 raise UnsupportedError(f"TensorRT cannot build {spec.name}:\n  - " + "\n  - ".join(problems))
@@ -106,7 +120,7 @@ class TensorRTBackend(zoo.Backend):
             build_seconds = time.perf_counter() - started
         path.write_bytes(plan)
         return {"build_seconds": round(build_seconds, 3), "provenance": record,
-                "provenance_key": provenance.provenance_key(record), "onnx": onnx_info}
+                "provenance_key": provenance.provenance_key(record), **info}
 
     def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
              threads: int | None = None, info: Mapping[str, Any] | None = None) -> "TensorRTRunner":
@@ -135,6 +149,30 @@ class TensorRTBackend(zoo.Backend):
         availability = self.probe(device)
         if not availability.ok:
             raise BackendUnavailableError(f"backend tensorrt cannot run on {device}: {availability.reason}")
+
+
+def _check_int8(spec: "ModelSpec") -> None:
+    """Refuse, before any work, an int8 export that TensorRT cannot build as the spec asks it.
+
+    TensorRT's int8 is static: the activation scales are fixed by calibration, in the
+    Q/DQ graph. A model whose plugin chose dynamic int8 (activations scaled per call)
+    measured its int8 tolerance on that; static scales cost those models more (trained
+    MiniLM's embedding cosine 0.97 against the 0.99 it needs, CartPole's actions 80%
+    the same), so a static engine for them is built only when asked for by name.
+    """
+    spec.tolerance("int8")  # a model that states no int8 tolerance offers no int8
+    if spec.quantization != "static":
+        raise UnsupportedError(
+            f"TensorRT runs int8 with static activation scales (calibrated Q/DQ), but model {spec.name} names "
+            f"{spec.quantization} int8 (activations scaled per call); export it with `--quantization static` "
+            f"to build a calibrated engine, which the export's checks then hold to the model's int8 "
+            f"tolerance, or build fp16")
+    try:
+        importlib.import_module("onnxruntime.quantization")  # writes the Q/DQ graph (quantize.py)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"TensorRT int8 calibrates its Q/DQ graph with onnxruntime's quantization tool, which fails to "
+            f"import ({exc}); pip install 'zoo-onnxruntime[cpu]' (or '[gpu]')") from exc
 
 
 def _model_and_precision(artifact: str) -> tuple[str, str]:

@@ -2,10 +2,19 @@
 
 The steps are the TensorRT 10 Python API's, as NVIDIA's samples
 (`samples/python/*/build_engine.py`) and the API reference describe them:
-`trt.Builder` -> `create_network(0)` -> `trt.OnnxParser.parse_from_file` ->
+`trt.Builder` -> `create_network(flags)` -> `trt.OnnxParser.parse_from_file` ->
 `create_builder_config` (workspace pool limit, FP16 flag or TF32 off, one optimization
-profile, timing cache) -> `build_serialized_network`. Nothing here runs without a GPU and
-TensorRT; it has not yet run on one (see the plugin's README).
+profile, timing cache) -> `build_serialized_network`.
+
+int8 is explicit quantization: the ONNX graph carries calibrated Q/DQ nodes
+(`quantize.qdq_for_tensorrt`) and the network is created strongly typed, with no
+precision flag: "Use explicit quantization with Strong Typing. Precision-control build
+flags are not required and should not be specified" (TensorRT docs, Explicit
+Quantization). Every tensor then has the type the graph gives it: int8 between each
+Q and DQ, float32 elsewhere.
+
+Nothing here runs without a GPU and TensorRT; it has not yet run on one (see the
+plugin's README).
 """
 
 from __future__ import annotations
@@ -35,13 +44,23 @@ def timing_cache_path() -> Path:
 class EngineBuilder:
     """One network parsed from ONNX and built into one serialized engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, strongly_typed: bool = False) -> None:
+        """`strongly_typed` for int8 (Q/DQ) graphs: see `for_precision`."""
         self._trt = trt = library.import_tensorrt()
         self.builder = trt.Builder(library.logger())
         # TensorRT 10 networks are always explicit-batch ("kEXPLICIT_BATCH ... Ignored
-        # because networks are always explicit batch in TensorRT 10.0"), so no flags.
-        self.network = self.builder.create_network(0)
+        # because networks are always explicit batch in TensorRT 10.0"). STRONGLY_TYPED
+        # is passed as "1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED)" (TensorRT
+        # Python API, Builder); a network's typing is fixed when it is created.
+        self.strongly_typed = strongly_typed
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
+        self.network = self.builder.create_network(flags)
         self.parser = trt.OnnxParser(self.network, library.logger())
+
+    @classmethod
+    def for_precision(cls, precision: str) -> EngineBuilder:
+        """The builder for `precision`: strongly typed for int8, whose types come from Q/DQ."""
+        return cls(strongly_typed=precision == "int8")
 
     def supports_operator(self, op_type: str) -> bool:
         """The installed parser's own answer (it may know operators newer than our table)."""
@@ -59,11 +78,22 @@ class EngineBuilder:
 
     def build(self, profile: Profile, precision: str, *, workspace: int = DEFAULT_WORKSPACE,
               timing_cache: Path | None = None) -> bytes:
-        """Build and serialize the engine for `profile` in `precision` ("fp32" | "fp16")."""
+        """Build and serialize the engine for `profile` in `precision` ("fp32" | "fp16" | "int8").
+
+        int8 needs a strongly typed builder (`for_precision("int8")`) holding a parsed
+        Q/DQ graph; it sets no precision flag."""
         trt = self._trt
         config = self.builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
-        if precision == "fp16":
+        if (precision == "int8") != self.strongly_typed:
+            raise ZooError(f"a {'strongly' if self.strongly_typed else 'weakly'} typed network cannot be built "
+                           f"in {precision}: create the builder with EngineBuilder.for_precision({precision!r})")
+        if precision == "int8":
+            # The types are the graph's; the only check is that the graph has Q/DQ at all.
+            if not self._has_quantize_layers():
+                raise UnsupportedError("the int8 network has no Quantize/Dequantize layers, so TensorRT would "
+                                       "build it in float; build from the Q/DQ graph of quantize.qdq_for_tensorrt")
+        elif precision == "fp16":
             # Lets TensorRT pick fp16 kernels where faster; I/O stays as the ONNX declares
             # (float32), so callers and verification see the same signature as fp32.
             flag = getattr(trt.BuilderFlag, "FP16", None)
@@ -77,7 +107,7 @@ class EngineBuilder:
             # mantissas, off from PyTorch's fp32 by more than the spec's fp32 tolerance.
             config.clear_flag(trt.BuilderFlag.TF32)
         else:
-            raise UnsupportedError(f"the TensorRT backend builds fp32 or fp16 engines, not {precision}")
+            raise UnsupportedError(f"the TensorRT backend builds fp32, fp16 or int8 engines, not {precision}")
         config.add_optimization_profile(self._optimization_profile(profile))
         cache = _attach_timing_cache(config, timing_cache) if timing_cache else None
         library.clear_errors()
@@ -91,6 +121,11 @@ class EngineBuilder:
             except OSError as exc:  # a read-only home must not fail a good build
                 library.log.warning("could not save the TensorRT timing cache to %s: %s", timing_cache, exc)
         return bytes(memoryview(plan))
+
+    def _has_quantize_layers(self) -> bool:
+        """Whether the parsed network has a Quantize or Dequantize layer (`ILayer.type`)."""
+        kinds = {self._trt.LayerType.QUANTIZE, self._trt.LayerType.DEQUANTIZE}
+        return any(self.network.get_layer(i).type in kinds for i in range(self.network.num_layers))
 
     def _optimization_profile(self, profile: Profile) -> Any:
         """Profile 0: the spec's min/opt/max for every network input, checked against the graph."""

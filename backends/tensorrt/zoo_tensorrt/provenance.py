@@ -1,54 +1,28 @@
 """Engine provenance: everything a TensorRT engine depends on, and the check that refuses
 to load one built for something else.
 
-A serialized engine (a "plan") is not a portable model file. "By default, TensorRT
-engines are compatible only with the version of TensorRT used to build them", and
-"without [hardware compatibility] mode, engines are not portable across different GPU
-architectures" (TensorRT documentation: Version Compatibility; Support Matrix, Engine
-Portability); within one architecture the kernels are also timed and chosen for the
-GPU model that built them. So an engine is keyed by its full provenance: the weights
-and the ONNX graph it came from, the precision, the shape profile, the TensorRT version,
-the GPU name and its compute capability. The key is the sha256 of that record; a
-stale engine is refused with a message that says what differs and how to rebuild it,
-never loaded (docs/architecture.md, "Contracts that matter").
+The record and its key (`Machine`, `engine_provenance`, `provenance_key`) live in the core,
+`zoo.engines`, where the reasons are cited: ONNX Runtime's TensorRT execution provider keys
+its engine cache by the same record, so equal facts give equal keys on both paths. This
+module adds what is the native backend's own: this machine's facts, the manifest's
+record and the refusal of a stale engine with a message that says how to rebuild it,
+never loading it (docs/architecture.md, "Contracts that matter").
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from zoo.engines import MACHINE_FIELDS, Machine, engine_provenance, provenance_key
 from zoo.errors import ArtifactError, StaleArtifactError
 
 from . import profiles
 
+__all__ = ["MACHINE_FIELDS", "Machine", "check_provenance", "current_machine", "engine_provenance",
+           "provenance_key", "rebuild_command", "recorded_provenance", "weights_sha256"]
+
 if TYPE_CHECKING:
     import torch
-
-#: the facts of the machine an engine is built on, as recorded in the provenance.
-MACHINE_FIELDS = ("tensorrt", "gpu", "compute_capability")
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What an engine is tied to on the machine that builds or loads it."""
-
-    tensorrt: str  # trt.__version__, e.g. "10.3.0"
-    gpu: str  # torch.cuda.get_device_name, e.g. "NVIDIA H100 80GB HBM3"
-    compute_capability: str  # "major.minor", e.g. "9.0"
-
-    @property
-    def sm(self) -> str:
-        """`sm_90`: the architecture name users know from nvcc and NVIDIA's tables."""
-        return "sm_" + self.compute_capability.replace(".", "")
-
-    def describe(self) -> str:
-        return f"TensorRT {self.tensorrt} on {self.gpu} ({self.sm})"
-
-    def to_json(self) -> dict[str, str]:
-        return {f: getattr(self, f) for f in MACHINE_FIELDS}
 
 
 def current_machine(device: str) -> Machine:
@@ -62,24 +36,6 @@ def current_machine(device: str) -> Machine:
     index = torch.cuda.current_device() if index is None else index
     major, minor = torch.cuda.get_device_capability(index)
     return Machine(str(trt.__version__), torch.cuda.get_device_name(index), f"{major}.{minor}")
-
-
-def engine_provenance(*, weights_sha256: str, onnx_sha256: str, precision: str,
-                      profile: profiles.Profile, machine: Machine) -> dict[str, Any]:
-    """The provenance record written to the manifest (`backend_info["provenance"]`)."""
-    return {
-        "weights_sha256": weights_sha256,
-        "onnx_sha256": onnx_sha256,
-        "precision": precision,
-        "profile": profiles.profile_to_json(profile),
-        **machine.to_json(),
-    }
-
-
-def provenance_key(provenance: Mapping[str, Any]) -> str:
-    """sha256 of the record in canonical JSON: equal keys, interchangeable engines."""
-    canonical = json.dumps(provenance, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def weights_sha256(module: "torch.nn.Module") -> str:

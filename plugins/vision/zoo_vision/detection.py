@@ -21,12 +21,18 @@ from .mean_ap import mean_average_precision
 SCORE_THRESHOLD = 0.3
 
 #: boxes are in pixels (up to the image size) and scores in [0, 1]: fp32 backends agree to
-#: ~1e-5 pixels. At fp16 a box moves by ~0.1 pixel and two near-tied peaks may swap.
-#: At int8 (static Q/DQ) the head maps move by ~1 (of ~25) and near-tied peaks swap slots,
-#: so the decoded boxes, scores and classes are held by mAP@0.5 (measured -0.002), not
-#: elementwise; the raw head maps are still compared, loosely.
-DETECTOR_TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(2e-1, 2e-2), "bf16": Tolerance(1.0, 5e-2),
-                       "int8": Tolerance(2.0, 0.1, metric_drop=0.02, compare=("heads",))}
+#: ~1e-5 pixels. Below fp32 two near-tied peaks may swap slots, and then a "box" moves by
+#: the distance between two objects: rounding only the trained model's head maps to fp16
+#: moved one by 54.8 px (batch 32, seed 1). So at fp16, bf16 and int8 the decoded boxes,
+#: scores and classes are held by mAP@0.5, not elementwise, while the raw head maps they
+#: are decoded from are still compared elementwise: tightly at fp16, loosely at int8
+#: (static Q/DQ moves them by ~1 of ~25; mAP measured -0.002).
+DETECTOR_TOLERANCES = {
+    "fp32": Tolerance(1e-3, 1e-4),
+    "fp16": Tolerance(2e-1, 2e-2, metric_drop=0.01, compare=("heads",)),
+    "bf16": Tolerance(1.0, 5e-2, metric_drop=0.02, compare=("heads",)),
+    "int8": Tolerance(2.0, 0.1, metric_drop=0.02, compare=("heads",)),
+}
 
 
 def map50(outputs, targets) -> float:
