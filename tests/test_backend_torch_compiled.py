@@ -8,8 +8,10 @@ different kind of graph: a CNN (resnet8.digits), a transformer encoder with two 
 sharing two dynamic axes (minilm-l6.all-v2), a policy MLP with two outputs
 (ppo.cartpole) and a message-passing network over a dynamic atom axis (mpnn.freesolv).
 (By hand, at tiny size: all 13 models verify through torch-compile; 12 through torch-aoti,
-and gru.pydoc is refused with an ExportError naming its `scan` loop.) GPU tests carry
-`needs_cuda` and skip cleanly without one.
+and gru.pydoc is refused with an ExportError naming its `scan` loop.) One more compiled
+export checks bf16 autocast for a convolutional model against the spec's bf16 tolerance.
+GPU tests carry `needs_cuda` and skip cleanly without one: CUDA graphs per batch size,
+channels-last and fp16 autocast, and a CUDA package's GPU check.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import torch
 
 import zoo
 from zoo.errors import BackendUnavailableError, ExportError, InputError, StaleArtifactError, ZooError
+from zoo.export import reference_module
 from zoo_torch import TorchAotiBackend, TorchCompileBackend, zoo_register_backends
-from zoo_torch.aoti import check_isa
+from zoo_torch.aoti import check_gpu, check_isa, inductor_configs
 from zoo_torch.backend import export_program
+from zoo_torch.compiled import CompiledRunner, channels_last, compile_options, precision_plan
 from zoo_torch.shapes import check_shapes, row_major
 
 BACKENDS = ("torch-compile", "torch-aoti")
@@ -107,6 +111,9 @@ def test_the_compile_cost_is_recorded(exported):
         assert 1 <= len(compiled) <= 3  # size 1, a dynamic graph, perhaps a second batch range
         assert all(c["seconds"] > 0 and set(c["shapes"]) == set(runner.input_names) for c in compiled)
         assert runner.warmup_seconds >= sum(c["seconds"] for c in compiled)
+        assert runner.cudagraphs == [] and runner.uncaptured == []  # CUDA graphs are for CUDA
+        info = art.manifest["backend"]["info"]
+        assert info["convolutional"] == (art.model == "resnet8.digits") and info["channels_last"] is False
     else:  # built once at export, recorded in the manifest with the CPU it was built for
         info = art.manifest["backend"]["info"]
         assert info["build_seconds"] > 0 and info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
@@ -134,6 +141,63 @@ def test_bad_inputs_are_refused_by_name(exported):
             assert longer.shape[index] <= spec.axes[axis].max
             with pytest.raises(InputError, match=rf"axis {axis} is {longer.shape[index]}, but .* in "):
                 runner({**good, last.name: longer})
+
+
+def test_bf16_autocast_keeps_fp32_weights_and_holds_the_bf16_tolerance(tmp_path):
+    """A convolutional model's bf16 artifact is its fp32 program run under autocast
+    (convolutions in bf16; see zoo_torch.compiled), verified against fp32 PyTorch."""
+    spec = zoo.get_model("resnet8.digits").tiny()
+    art = zoo.export(spec, "torch-compile", precision="bf16", repository=tmp_path, random_init=True)
+    info = art.manifest["backend"]["info"]
+    assert info["autocast"] is True and info["dtype"] == "torch.float32"
+    program = torch.export.load(str(art.model_file))
+    assert {t.dtype for t in program.state_dict.values() if t.is_floating_point()} == {torch.float32}
+    parity = art.manifest["parity"]
+    assert parity["passed"] and parity["tolerance"] == spec.tolerance("bf16").to_json()
+    # bf16 rounding shows: the convolutions did not silently run in fp32 (fp32 is ~1e-7 off)
+    assert parity["max_abs_error"] > 1e-4
+
+
+def test_precision_plan_autocast_and_channels_last_only_for_convolutions():
+    conv, mlp = zoo.get_model("resnet8.digits").tiny(), zoo.get_model("ppo.cartpole").tiny()
+    conv_program = export_program(conv.build().eval(), conv, {"image": torch.zeros(3, 1, 8, 8)}, "fp32")
+    mlp_program = export_program(mlp.build().eval(), mlp, {"observation": torch.zeros(3, 4)}, "fp32")
+    assert precision_plan(conv_program, "bf16", "cpu") == {"convolutional": True, "channels_last": False,
+                                                            "autocast": True}
+    assert precision_plan(conv_program, "fp16", "cuda") == {"convolutional": True, "channels_last": True,
+                                                             "autocast": True}
+    assert precision_plan(conv_program, "fp32", "cuda")["autocast"] is False
+    assert not any(precision_plan(mlp_program, "bf16", "cuda").values())
+
+
+def test_cuda_options_are_max_autotune_with_cuda_graphs_done_by_the_runner():
+    options = compile_options("cuda", threads=4)
+    assert options["max_autotune"] and options["coordinate_descent_tuning"] and options["freezing"]
+    assert options["triton.cudagraphs"] is False and "cpp.threads" not in options
+    assert "force_layout_optimization" not in options  # for convolutional models only:
+    assert compile_options("cuda", threads=4, channels_last=True)["force_layout_optimization"] is True
+    assert compile_options("cpu", threads=4) == {"freezing": True, "cpp.threads": 4}
+    configs = inductor_configs("cuda")
+    assert configs["max_autotune"] and configs["coordinate_descent_tuning"] and configs["freezing"]
+
+
+def test_channels_last_gives_exact_strides():
+    image = torch.arange(4 * 8 * 8, dtype=torch.float32).reshape(4, 1, 8, 8)
+    assert image.contiguous(memory_format=torch.channels_last).stride() == (64, 64, 8, 1)  # why not contiguous()
+    converted = channels_last(image)
+    assert converted.stride() == (64, 1, 8, 1) and torch.equal(converted, image)
+    already = torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    assert channels_last(already) is already
+
+
+def test_a_channels_last_runner_converts_multi_channel_images_only():
+    spec = zoo.get_model("resnet18").tiny()
+    runner = CompiledRunner(None, spec, "fp16", "cpu", {"channels_last": True, "autocast": True})
+    color = runner.cast(torch.zeros(2, 3, 32, 32))
+    assert color.dtype == torch.float32 and color.stride() == (3072, 1, 96, 3)  # autocast: fp32 in
+    gray = runner.cast(torch.zeros(2, 1, 8, 8))  # one channel: the same bytes either way
+    assert gray.stride() == (64, 64, 8, 1)
+    assert runner.cast(torch.zeros(2, 5)).stride() == (5, 1)
 
 
 def test_check_shapes_reports_fixed_sizes():
@@ -213,11 +277,44 @@ def test_cuda_keeps_tensors_on_the_device_and_outputs_survive_the_next_call(back
     spec = _mlp_spec()
     module = spec.build().eval().cuda()
     path = tmp_path / backend.filename
-    backend.export(module, spec, {"x": torch.randn(4, 4, device="cuda")}, path, "fp32", "cuda")
-    runner = backend.load(path, spec, "fp32", "cuda")
+    info = backend.export(module, spec, {"x": torch.randn(4, 4, device="cuda")}, path, "fp32", "cuda")
+    runner = backend.load(path, spec, "fp32", "cuda", info=info)
+    if backend.name == "torch-aoti":  # a package runs on GPUs of the compute capability it was built for
+        major, minor = torch.cuda.get_device_capability()
+        assert info["compute_capability"] == f"{major}.{minor}"
+        with pytest.raises(StaleArtifactError, match="compiled for GPUs of compute capability 1.0"):
+            check_gpu("1.0", "cuda", "mlp.test.torch-aoti.fp32")
     first_in, second_in = torch.randn(3, 4, device="cuda"), torch.randn(3, 4, device="cuda")
     first = runner({"x": first_in})["y"]
     runner({"x": second_in})  # a CUDA graph replay must not overwrite the first result
     assert first.device.type == "cuda"
     with torch.no_grad():
         torch.testing.assert_close(first, module(first_in), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.needs_cuda
+def test_cuda_graphs_per_batch_size_replay_eager_results_without_recompiling(tmp_path):
+    """fp16 on CUDA for a CNN: autocast and channels-last, a CUDA graph captured per batch
+    size at load (typical, smallest, largest) and on first use for another, each replay
+    matching PyTorch fp32 within the fp16 tolerance, and no compile after load."""
+    spec = zoo.get_model("resnet8.digits").tiny()
+    art = zoo.export(spec, "torch-compile", precision="fp16", device="cuda", repository=tmp_path, random_init=True)
+    info = art.manifest["backend"]["info"]
+    assert info["autocast"] and info["channels_last"] and art.manifest["parity"]["passed"]
+    runner = zoo.load(art.path)
+    r = spec.axes["batch"]
+    assert sorted(g["shapes"][0][0] for g in runner.cudagraphs) == sorted({r.min, r.opt, r.max})
+    compiled = list(runner.compiles)
+    module = reference_module(spec, random_init=True)[0].cuda()
+    tol = spec.tolerance("fp16")
+    outputs = []
+    for seed, batch in enumerate((r.opt, 3, 3)):  # 3: captured on its first call, replayed on both
+        image = torch.from_numpy(spec.sample(batch, np.random.default_rng(seed))["image"]).cuda()
+        with torch.no_grad():
+            outputs.append((runner({"image": image}), module(image)))
+    for got, want in outputs:  # earlier results survive later replays
+        for t, ref in zip(spec.outputs, (want,) if isinstance(want, torch.Tensor) else want):
+            torch.testing.assert_close(got[t.name], ref.float(), atol=tol.atol, rtol=tol.rtol)
+    replays = {g["shapes"][0][0]: g["replays"] for g in runner.cudagraphs}
+    assert replays[3] == 2 and replays[r.opt] == 1
+    assert runner.compiles == compiled and runner.uncaptured == []

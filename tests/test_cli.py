@@ -82,7 +82,7 @@ def test_info_json(zoo_cli):
     assert info["name"] == "resnet18"
     assert info["inputs"] == [{"name": "image", "dtype": "float32", "shape": ["batch", 3, 224, 224]}]
     assert info["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", 1000]}]
-    assert info["axes"]["batch"] == [1, 8, 32]
+    assert info["axes"]["batch"] == [1, 8, 256]
     assert info["parameters"] == 11_689_512  # the standard ResNet-18 (torchvision's count)
     assert info["recipe"] is None and info["dataset"] is None
 

@@ -1,8 +1,9 @@
 """zoo backend plugin: PyTorch on CPU and CUDA, as three backends over one `torch.export` program.
 
 - `torch`: the program run eagerly;
-- `torch-compile`: the same program file, compiled by `torch.compile` (Inductor, frozen
-  weights) when it is loaded;
+- `torch-compile`: a program file of the same format, compiled by `torch.compile`
+  (Inductor, frozen weights) when it is loaded; on CUDA with one CUDA graph per batch
+  size, and for convolutional models at fp16/bf16 an fp32 program run under autocast;
 - `torch-aoti`: the program compiled ahead of time by AOTInductor into a native package.
 """
 

@@ -14,7 +14,9 @@ sha256 check is what stands between a modified file and the process. The C++ ker
 use the CPU's vector ISA at build time; `load` refuses a package built for a wider ISA
 than this CPU has (e.g. AVX512 on an AVX2 machine), which would crash on an illegal
 instruction. Kernels are built with `cpp.dynamic_threads`, so the thread count is the
-loader's (`threads`, or PyTorch's intra-op setting) rather than the builder's.
+loader's (`threads`, or PyTorch's intra-op setting) rather than the builder's. A CUDA
+package holds Triton kernels compiled for the exporting GPU's compute capability, which
+the manifest records (with the GPU and CUDA version); `load` refuses it on another.
 
 Triton: its PyTorch backend loads AOTInductor packages with `platform: "torch_aoti"`
 (Triton 26.03 and later, beta). As of its 26.05 README it names tensors by position
@@ -45,13 +47,34 @@ X86_ISAS = ("DEFAULT", "AVX2", "AVX512")
 
 def inductor_configs(device: str) -> dict[str, Any]:
     """Inductor settings for the package: frozen weights (constant-folded and pre-packed
-    for oneDNN on CPU), kernels that follow the loader's thread count; max-autotune on CUDA."""
+    for oneDNN on CPU), kernels that follow the loader's thread count; on CUDA, the options
+    of mode "max-autotune" but its CUDA graphs, which a package has no runtime for
+    (`torch._inductor.list_mode_options("max-autotune-no-cudagraphs")`: autotuned GEMM
+    templates and Triton kernels, coordinate-descent tuning)."""
     configs: dict[str, Any] = {"freezing": True}
     if device.startswith("cuda"):
-        configs.update({"max_autotune": True, "coordinate_descent_tuning": True})
+        configs.update(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
     else:
         configs["cpp.dynamic_threads"] = True
     return configs
+
+
+def gpu_facts(device: str) -> dict[str, str]:
+    """The GPU a CUDA package's kernels are compiled for: Triton builds them for this
+    compute capability only (its cubins), so the package runs on GPUs that have it."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return {"gpu": torch.cuda.get_device_name(device), "compute_capability": f"{major}.{minor}",
+            "cuda": str(torch.version.cuda)}
+
+
+def check_gpu(recorded: str | None, device: str, artifact: str) -> None:
+    """Refuse a CUDA package built for another compute capability than this GPU's."""
+    major, minor = torch.cuda.get_device_capability(device)
+    if recorded is None or recorded == f"{major}.{minor}":
+        return
+    raise StaleArtifactError(f"artifact {artifact} was compiled for GPUs of compute capability {recorded} and "
+                             f"this {torch.cuda.get_device_name(device)} has {major}.{minor}; re-export it here "
+                             f"with `zoo export --force`")
 
 
 def check_isa(recorded: str | None, artifact: str) -> None:
@@ -98,6 +121,8 @@ class TorchAotiBackend(Backend):
         if device == "cpu":
             info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
             info["cxx"] = _compiler_version()
+        else:
+            info.update(gpu_facts(device))
         return info
 
     def load(self, path, spec, precision, device, threads=None, info=None):
@@ -106,6 +131,8 @@ class TorchAotiBackend(Backend):
             raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {available.reason}")
         if device == "cpu":
             check_isa((info or {}).get("cpu_capability"), path.parent.parent.name)
+        else:
+            check_gpu((info or {}).get("compute_capability"), device, path.parent.parent.name)
         check_no_pickle(path)
         if threads:
             torch.set_num_threads(threads)

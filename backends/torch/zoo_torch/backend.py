@@ -69,6 +69,12 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     return program
 
 
+def save_program(program: torch.export.ExportedProgram, path: Path) -> None:
+    """Write `program` as a .pt2 archive that `check_no_pickle` accepts."""
+    program.example_inputs = None  # else saved with torch.save, i.e. as a pickle
+    torch.export.save(program, str(path))
+
+
 class TorchRunner:
     """Runs a torch callable in spec order; casts inputs to the artifact's precision,
     outputs to fp32, and checks shapes against the exported ranges first (a compiled
@@ -93,8 +99,12 @@ class TorchRunner:
     def prepare(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
         tensors = to_torch(inputs, self.spec, self.device)
         check_shapes(tensors, self.spec)
-        args = [t.to(self.dtype) if t.is_floating_point() else t for t in tensors.values()]
-        return [row_major(a) for a in args] if self.compiled else args
+        return [self.cast(t) for t in tensors.values()]
+
+    def cast(self, tensor: torch.Tensor) -> torch.Tensor:
+        """One input in the dtype and memory layout the program runs in."""
+        tensor = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+        return row_major(tensor) if self.compiled else tensor
 
     def run(self, args: Sequence[torch.Tensor]) -> Any:
         return self.fn(*args)
@@ -132,9 +142,7 @@ class TorchBackend(Backend):
         return probe_torch(device)
 
     def export(self, module, spec, example, path, precision, device):
-        program = export_program(module, spec, example, precision)
-        program.example_inputs = None  # else saved with torch.save, i.e. as a pickle
-        torch.export.save(program, str(path))
+        save_program(export_program(module, spec, example, precision), path)
         return {"exporter": "torch.export", "dtype": str(PRECISION_DTYPES[precision])}
 
     def load(self, path, spec, precision, device, threads=None, info=None):
