@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from .errors import UnsupportedError
+from .fsutil import sha256_file
 from .spec import ModelSpec
 
 
@@ -162,9 +163,6 @@ def onnx_sha256(path: Path) -> str:
     """
     path = Path(path)
     data = path.with_name(f"{path.name}.data")
-    h = hashlib.sha256()
-    for part in (path, data) if data.exists() else (path,):
-        with open(part, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    if not data.exists():
+        return sha256_file(path)
+    return hashlib.sha256((sha256_file(path) + sha256_file(data)).encode()).hexdigest()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import zoo
 from zoo.errors import BackendUnavailableError, StaleArtifactError, UnsupportedError
-from zoo.fsutil import sha256_file
+from zoo.engines import onnx_sha256
 
 from . import library, profiles, provenance
 
@@ -112,7 +112,7 @@ class TensorRTBackend(zoo.Backend):
             if problems:
                 raise UnsupportedError(f"TensorRT cannot build {spec.name}:\n  - " + "\n  - ".join(problems))
             record = provenance.engine_provenance(
-                weights_sha256=provenance.weights_sha256(module), onnx_sha256=sha256_file(onnx_path),
+                weights_sha256=provenance.weights_sha256(module), onnx_sha256=onnx_sha256(onnx_path),
                 precision=precision, profile=profile, machine=machine)
             started = time.perf_counter()
             builder.parse(onnx_path)

@@ -27,15 +27,9 @@ if TYPE_CHECKING:
 
 def current_machine(device: str) -> Machine:
     """This machine's TensorRT version and the GPU behind `device` ("cuda", "cuda:1")."""
-    import torch
-
     from .library import import_tensorrt
 
-    trt = import_tensorrt()
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    major, minor = torch.cuda.get_device_capability(index)
-    return Machine(str(trt.__version__), torch.cuda.get_device_name(index), f"{major}.{minor}")
+    return Machine.of(device, str(import_tensorrt().__version__))
 
 
 def weights_sha256(module: "torch.nn.Module") -> str:
