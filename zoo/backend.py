@@ -9,6 +9,7 @@ sentence, why it cannot run when it cannot.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol
@@ -107,6 +108,17 @@ class Backend(abc.ABC):
                 raise StaleArtifactError(
                     f"artifact {artifact} was built with {lib} {version} but this machine has "
                     f"{lib} {now or '(not installed)'}; re-export it with `zoo export --force`")
+
+
+def device_kind(device: str) -> str:
+    """`cuda` of "cuda:1": the key of `Backend.precisions`."""
+    return device.split(":", 1)[0]
+
+
+def release(version: str) -> tuple[int, int]:
+    """The first two numbers of a version ("1.20.1", "1.21.0+cu124", "2026.4.1-22982-...")."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
 def _major_minor(version: str) -> tuple[str, ...]:

@@ -64,3 +64,9 @@ class ToleranceError(VerificationError):
 class InputError(ZooError):
     """A request's inputs are wrong: a bad name, shape or dtype, an invalid SMILES,
     text that is not UTF-8, an image that does not decode. The message names the item."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The gist of a library error: its first non-empty line, without the traceback."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

@@ -9,13 +9,12 @@ work, and say what is missing, on a machine without it.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from zoo.backend import Availability, Backend
-from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError
+from zoo.backend import Availability, Backend, device_kind, release
+from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, first_line
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -53,7 +52,7 @@ class OnnxRuntimeBackend(Backend):
 
     def unavailable(self, device: str) -> str | None:
         """Why this backend cannot run on `device` here, or None when it can."""
-        kind = _kind(device)
+        kind = device_kind(device)
         if kind not in self.precisions:
             return f"{self.name} runs on {', '.join(self.devices)}, not {device}"
         ort = _onnxruntime()
@@ -76,7 +75,7 @@ class OnnxRuntimeBackend(Backend):
                path: Path, precision: str, device: str) -> dict[str, Any]:
         from .export import export_onnx
 
-        self.check_supported(precision, _kind(device))
+        self.check_supported(precision, device_kind(device))
         if precision != "int8":
             return export_onnx(module, spec, example, path, precision=precision)
         from .quantize import quantize_onnx
@@ -92,12 +91,12 @@ class OnnxRuntimeBackend(Backend):
              threads: int | None = None, info: Mapping[str, Any] | None = None) -> "OnnxRuntimeRunner":
         from .runner import OnnxRuntimeRunner
 
-        self.check_supported(precision, _kind(device))
+        self.check_supported(precision, device_kind(device))
         reason = self.unavailable(device)
         if reason:
             raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {reason}")
         stream = None
-        if _kind(device) == "cuda":
+        if device_kind(device) == "cuda":
             import torch
 
             # The runner's own torch stream, handed to ONNX Runtime as its compute stream
@@ -130,7 +129,7 @@ class OnnxRuntimeBackend(Backend):
             session = ort.InferenceSession(str(path), sess_options=options, providers=providers,
                                            disabled_optimizers=_disabled_optimizers(precision))
         except Exception as exc:  # onnxruntime's own exception types are not public API
-            raise ArtifactError(f"onnxruntime cannot load {path}: {_first_line(exc)}") from exc
+            raise ArtifactError(f"onnxruntime cannot load {path}: {first_line(exc)}") from exc
         got = session.get_providers()[0]
         if got != wanted:
             raise BackendUnavailableError(
@@ -149,7 +148,7 @@ class OnnxRuntimeBackend(Backend):
         `stream` becomes the CUDA provider's `user_compute_stream`: "Defines the compute
         stream for the inference to run on" (CUDA Execution Provider docs).
         """
-        kind = _kind(device)
+        kind = device_kind(device)
         options = cuda_options(_index(device), stream) if kind == "cuda" else {}
         return [(self.provider_names[kind], options)]
 
@@ -165,7 +164,7 @@ class OnnxRuntimeBackend(Backend):
             now = current.get(lib)
             if now is None:
                 raise BackendUnavailableError(f"artifact {artifact} needs {lib}: {NOT_INSTALLED}")
-            if _release(now) < _release(version):
+            if release(now) < release(version):
                 raise StaleArtifactError(
                     f"artifact {artifact} was built with {lib} {version}, newer than this machine's {lib} {now}; "
                     f"upgrade {lib} or re-export it here with `zoo export --force`")
@@ -204,21 +203,8 @@ def _disabled_optimizers(precision: str) -> list[str] | None:
     return ["NchwcTransformer"] if precision == "fp16" else None
 
 
-def _kind(device: str) -> str:
-    return device.split(":", 1)[0]
-
-
 def _index(device: str) -> int:
     _, _, index = device.partition(":")
     return int(index) if index.isdigit() else 0
 
 
-def _release(version: str) -> tuple[int, int]:
-    """major.minor of "1.20.1", "1.21.0+cu124" or "1.22.0.dev20250101"."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return (int(match[1]), int(match[2])) if match else (0, 0)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

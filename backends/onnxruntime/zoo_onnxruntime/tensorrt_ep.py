@@ -22,10 +22,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from zoo.backend import device_kind
 from zoo.engines import Machine, Profile, engine_provenance, onnx_sha256, profile_for, provenance_key
 from zoo.fsutil import atomic_write_text
 
-from .backend import OnnxRuntimeBackend, _index, _kind, cuda_options
+from .backend import OnnxRuntimeBackend, _index, cuda_options
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +58,7 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
 
         from .export import export_onnx
 
-        self.check_supported(precision, _kind(device))
+        self.check_supported(precision, device_kind(device))
         # The graph stays fp32 for every precision: TensorRT lowers it itself
         # (trt_fp16_enable) and keeps layers in fp32 where fp16 would lose accuracy,
         # a choice a graph converted to fp16 beforehand would take away from it.

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from zoo.backend import Availability, Backend
-from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError
+from zoo.backend import Availability, Backend, device_kind, release
+from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError, first_line
 
 if TYPE_CHECKING:
     import openvino
@@ -62,7 +61,7 @@ class OpenVinoBackend(Backend):
 
     def unavailable(self, device: str) -> str | None:
         """Why this backend cannot run on `device` here, or None when it can."""
-        if _kind(device) not in self.precisions:
+        if device_kind(device) not in self.precisions:
             return f"{self.name} runs on {', '.join(self.devices)}, not {device}"
         if not _installed("openvino"):
             return NOT_INSTALLED
@@ -71,7 +70,7 @@ class OpenVinoBackend(Backend):
         return None
 
     def check_supported(self, precision: str, device: str) -> None:
-        super().check_supported(precision, _kind(device))
+        super().check_supported(precision, device_kind(device))
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
@@ -113,7 +112,7 @@ class OpenVinoBackend(Backend):
         try:
             return _core().compile_model(str(xml), "CPU", config)
         except RuntimeError as exc:  # OpenVINO's own exception types are not public API
-            raise ArtifactError(f"OpenVINO cannot load {xml}: {_first_line(exc)}") from exc
+            raise ArtifactError(f"OpenVINO cannot load {xml}: {first_line(exc)}") from exc
 
     def check_compatible(self, recorded: Mapping[str, str], artifact: str) -> None:
         """Accept IR from this or an older OpenVINO; refuse IR from a newer one.
@@ -129,7 +128,7 @@ class OpenVinoBackend(Backend):
         now = current.get("openvino")
         if now is None:
             raise BackendUnavailableError(f"artifact {artifact} needs {NOT_INSTALLED}")
-        if _release(now) < _release(version):
+        if release(now) < release(version):
             raise StaleArtifactError(
                 f"artifact {artifact} was built with openvino {version}, newer than this machine's openvino {now}; "
                 "upgrade openvino or re-export it here with `zoo export --force`")
@@ -161,16 +160,3 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _kind(device: str) -> str:
-    return device.split(":", 1)[0]
-
-
-def _release(version: str) -> tuple[int, int]:
-    """year.release of "2026.4.1" or "2026.4.1-22982-..."."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return (int(match[1]), int(match[2])) if match else (0, 0)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

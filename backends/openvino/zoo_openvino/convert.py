@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from zoo.errors import ExportError
+from zoo.errors import ExportError, first_line
 from zoo.spec import ModelSpec
 
 
@@ -40,7 +40,7 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
         try:
             model = ov.Core().read_model(onnx_path)
         except RuntimeError as exc:  # OpenVINO reports unsupported ops as RuntimeError
-            raise ExportError(f"OpenVINO cannot read the ONNX export of {spec.name}: {_first_line(exc)}") from exc
+            raise ExportError(f"OpenVINO cannot read the ONNX export of {spec.name}: {first_line(exc)}") from exc
         if precision == "int8":
             from .quantize import quantize
 
@@ -49,8 +49,3 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
         # so an "fp32" artifact would not hold the fp32 weights it was verified against.
         ov.save_model(model, str(path), compress_to_fp16=False)
     return info
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

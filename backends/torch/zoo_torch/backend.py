@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from zoo import Availability, Backend, ModelSpec
-from zoo.errors import ArtifactError, ExportError, ZooError
+from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.tensors import PRECISION_DTYPES, dynamic_shapes, to_torch
 
 from .shapes import check_shapes, row_major
@@ -44,12 +44,6 @@ def check_no_pickle(path: Path) -> None:
                             raise ArtifactError(f"{path.name} stores {key} as a pickle; refusing to load it")
     except zipfile.BadZipFile:
         raise ArtifactError(f"{path.name} is not a valid .pt2 archive") from None
-
-
-def first_line(exc: BaseException) -> str:
-    """The gist of a library error: its first non-empty line, without the traceback."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor],
