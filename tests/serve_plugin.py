@@ -4,10 +4,16 @@
   sequence models have: masked mean pooling, so zero padding changes nothing; it has
   a per-token output ("hidden", batch x seq x width) that the server must cut back to
   each request's own length, and domain-native text input (one token per UTF-8 byte).
-- `faulty`: the ONNX Runtime backend with a fault injected into its runner: an input
-  whose first element is FAIL makes the runner raise, as a device error would; SLOW makes
-  it take SLOW_SECONDS. After a fault, loading the artifact again takes RELOAD_SECONDS
-  (a device reset), so the test can watch readiness while the server recovers.
+  Its token ids are deliberately left without a `value_range`, so a request with an id
+  past the vocabulary reaches ONNX Runtime, whose Gather refuses it: a real engine error
+  caused by one request's values.
+- `scaled.test`: a side input without the batch axis: y = x * scale, x (batch, 4) and
+  scale (1,), one scale per request.
+- `faulty`: the ONNX Runtime backend with faults injected into its runner: an input
+  whose first element is FAIL breaks the runner for good, as a lost device would (every
+  later call raises); SLOW makes it take SLOW_SECONDS. After a fault, loading the
+  artifact again takes RELOAD_SECONDS (a device reset), so the test can watch readiness
+  while the server recovers.
 """
 
 from __future__ import annotations
@@ -76,6 +82,20 @@ RAGGED = zoo.ModelSpec(
     raw_kind="text", preprocess=preprocess, postprocess=postprocess)
 
 
+class Scale(torch.nn.Module):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return x * scale
+
+
+SCALED = zoo.ModelSpec(
+    name="scaled.test", domain="tabular", task="regression",
+    inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)), zoo.TensorSpec("scale", "float32", (1,))),
+    outputs=(zoo.TensorSpec("y", "float32", ("batch", 4)),),
+    build=Scale, axes={"batch": zoo.AxisRange(1, 4, 16)},
+    sample=lambda batch, rng: {"x": rng.standard_normal((batch, 4)).astype(np.float32),
+                               "scale": rng.uniform(0.5, 2.0, (1,)).astype(np.float32)})
+
+
 class FaultyRunner:
     def __init__(self, inner) -> None:
         self.inner = inner
@@ -85,7 +105,8 @@ class FaultyRunner:
         global _faulted
         first = float(np.asarray(next(iter(inputs.values()))).reshape(-1)[0])
         if first == FAIL:
-            _faulted = True
+            _faulted = self.broken = True
+        if getattr(self, "broken", False):
             raise RuntimeError("simulated device fault in /opt/driver/libfake.so")
         if first == SLOW:
             time.sleep(SLOW_SECONDS)
@@ -106,6 +127,7 @@ class FaultyBackend(OnnxRuntimeBackend):
 @zoo.hookimpl
 def zoo_register_models(register):
     register(RAGGED)
+    register(SCALED)
 
 
 @zoo.hookimpl

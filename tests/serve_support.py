@@ -3,7 +3,8 @@
 subprocess on a free loopback port, domain-native sample items, and result comparison.
 
 The repository holds, at tiny size and random init: `resnet8.digits` through
-onnxruntime and torch, the test plugin's ragged text model (`serve_plugin.py`), and one
+onnxruntime and torch, the test plugin's ragged text model and side-input model
+(`serve_plugin.py`), and one
 registered model with domain-native inputs per domain (picked from `zoo.list_models()`
 at collection time, so models that plugins add are picked up by themselves).
 """
@@ -36,9 +37,11 @@ PLUGIN = TESTS / "serve_plugin.py"
 DOMAINS = ("vision", "nlp", "rl", "drug")
 DIGITS = "resnet8.digits"
 BASE = {f"{DIGITS}.onnxruntime.fp32": (DIGITS, "onnxruntime"), f"{DIGITS}.torch.fp32": (DIGITS, "torch"),
-        "ragged.test.onnxruntime.fp32": ("ragged.test", "onnxruntime")}
+        "ragged.test.onnxruntime.fp32": ("ragged.test", "onnxruntime"),
+        "scaled.test.onnxruntime.fp32": ("scaled.test", "onnxruntime")}
 ONNX = f"{DIGITS}.onnxruntime.fp32"
 RAGGED = "ragged.test.onnxruntime.fp32"
+SCALED = "scaled.test.onnxruntime.fp32"
 
 
 def _params(spec: zoo.ModelSpec) -> int:

@@ -50,7 +50,7 @@ FLOATS64 = np.zeros(64, np.float32).tobytes()
 #: (id, model, body or (body, headers), status, words the message must contain)
 CASES = [
     ("wrong-datatype", ONNX, body(image(datatype="FP64")), 400, "datatype FP64"),
-    ("unknown-datatype", ONNX, body(image(datatype="FLOAT")), 400, "unknown datatype"),
+    ("unknown-datatype", ONNX, body(image(datatype="FLOAT")), 400, "is not a datatype"),
     ("data-length-disagrees", ONNX, body(image(data=[0.5] * 63)), 400, "63 elements"),
     ("negative-dimension", ONNX, body(image(shape=[-1, 1, 8, 8])), 400, "negative"),
     ("overflowing-dimensions", ONNX, body(image(shape=[2 ** 62, 2 ** 62, 8, 8])), 400, "more elements"),
@@ -62,7 +62,7 @@ CASES = [
     ("missing-input", RAGGED, body(TOKENS), 400, "missing ['mask']"),
     ("extra-input", RAGGED, body(TOKENS, MASK, {**MASK, "name": "segments"}), 400, "unexpected ['segments']"),
     ("duplicate-input", ONNX, body(IMAGE, IMAGE), 400, "more than once"),
-    ("no-inputs", ONNX, body(), 400, "non-empty list"),
+    ("no-inputs", ONNX, body(), 400, "missing ['image']"),
     ("axes-disagree", RAGGED, body(TOKENS, {**MASK, "shape": [1, 6], "data": [1] * 6}), 400, "disagree on axis 'seq'"),
     ("axis-over-range", RAGGED, body({**TOKENS, "shape": [1, 17], "data": [1] * 17},
                                      {**MASK, "shape": [1, 17], "data": [1] * 17}), 400, "takes 2 to 16"),

@@ -42,17 +42,47 @@ class TensorSpec:
     name: str
     dtype: str
     shape: tuple[int | str, ...]  # e.g. ("batch", 1, 8, 8) or ("batch", "seq")
+    #: the inclusive range every element must lie in, where the model knows it: token ids
+    #: (0, vocab - 1), a mask or one-hot features (0, 1). The server refuses a request with a
+    #: value outside it (400 naming the input) before it reaches the engine, where an
+    #: out-of-range index would fail the whole batch or read past an embedding table.
+    value_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ZooError(f"tensor {self.name!r}: unknown dtype {self.dtype!r} (one of {', '.join(DTYPES)})")
+        if self.value_range is not None:
+            low, high = self.value_range
+            if self.dtype in ("string", "bool") or not low <= high:
+                raise ZooError(f"tensor {self.name!r}: value_range must be (low, high) with low <= high on a "
+                               f"numeric dtype, got {self.value_range!r} on {self.dtype}")
 
     @property
     def dynamic_axes(self) -> dict[int, str]:
         return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
 
+    def out_of_range(self, array: np.ndarray) -> str | None:
+        """Why `array` breaks `value_range` (the first offending value), or None."""
+        if self.value_range is None or array.size == 0:
+            return None
+        low, high = self.value_range
+        bad = ~((array >= low) & (array <= high))  # NaN fails both comparisons
+        if not bad.any():
+            return None
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = array[index].item()
+        return (f"input {self.name!r} has value {value!r} at index {list(index)}; "
+                f"it takes values from {_number(low)} to {_number(high)}")
+
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        data: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.value_range is not None:
+            data["value_range"] = list(self.value_range)
+        return data
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,29 @@ def batched(spec: ModelSpec) -> bool:
     return all(t.shape and t.shape[0] == "batch" for t in spec.inputs + spec.outputs)
 
 
-def _tensor(t: TensorSpec, drop_batch: bool) -> str:
+def rows_batched(spec: ModelSpec) -> bool:
+    """Requests can be merged along "batch" (zoo serve): every output and at least one input
+    lead with it. Inputs without it are side inputs; Triton has no such notion, so a model
+    with side inputs gets `max_batch_size: 0` there and runs one request at a time."""
+    return all(t.shape[:1] == ("batch",) for t in spec.outputs) and any(t.shape[:1] == ("batch",)
+                                                                         for t in spec.inputs)
+
+
+def tensor_config(t: TensorSpec, drop_batch: bool) -> dict:
+    """One `ModelInput`/`ModelOutput` of Triton's configuration, as JSON (`GET .../config`)."""
     dims = t.shape[1:] if drop_batch else t.shape
-    dims_text = ", ".join(str(d) if isinstance(d, int) else "-1" for d in dims) or "1"
-    # A per-sample scalar: Triton wants dims [1] plus an empty reshape, else it feeds [batch, 1].
-    reshape = "\n    reshape: { shape: [ ] }" if not dims else ""
-    return (f"  {{\n    name: {json.dumps(t.name)}\n    data_type: {TRITON_DTYPES[t.dtype]}\n"
-            f"    dims: [ {dims_text} ]{reshape}\n  }}")
+    entry: dict = {"name": t.name, "data_type": TRITON_DTYPES[t.dtype],
+                   "dims": [d if isinstance(d, int) else -1 for d in dims] or [1]}
+    if not dims:  # a per-sample scalar: Triton wants dims [1] plus an empty reshape, else it feeds [batch, 1]
+        entry["reshape"] = {"shape": []}
+    return entry
+
+
+def _tensor(t: TensorSpec, drop_batch: bool) -> str:
+    entry = tensor_config(t, drop_batch)
+    reshape = "\n    reshape: { shape: [ ] }" if "reshape" in entry else ""
+    return (f"  {{\n    name: {json.dumps(t.name)}\n    data_type: {entry['data_type']}\n"
+            f"    dims: [ {', '.join(str(d) for d in entry['dims'])} ]{reshape}\n  }}")
 
 
 def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str, device: str) -> str:

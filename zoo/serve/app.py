@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from .. import __version__
 from ..errors import ZooError
@@ -37,6 +37,7 @@ from .errors import (
     PayloadTooLargeError,
     ProtocolError,
     UnsupportedMediaError,
+    reason_for,
     scrub,
     status_for,
 )
@@ -46,8 +47,6 @@ from .protocol import HEADER_LENGTH, decode_request, encode_response
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # bodies larger than this are decoded in a worker thread, off the event loop
-FAILURE_REASONS = {400: "bad_request", 404: "bad_request", 413: "bad_request", 500: "backend", 503: "unavailable",
-                   504: "timeout"}
 
 
 @dataclass(frozen=True)
@@ -153,7 +152,9 @@ async def infer(request: Request) -> Response:
     try:
         body = await request.body()
         header = request.headers.get(HEADER_LENGTH)
-        if len(body) > OFFLOAD_BYTES:
+        if header is not None and header.strip() == "0":  # a raw binary request: the body is the one input
+            decoded = model.raw_request(body)
+        elif len(body) > OFFLOAD_BYTES:
             decoded = await asyncio.to_thread(decode_request, body, header)
         else:
             decoded = decode_request(body, header)
@@ -162,17 +163,38 @@ async def infer(request: Request) -> Response:
         binary = {t.name: decoded.binary_output if wanted.get(t.name) is None else wanted[t.name] for t in outputs}
         content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
     except Exception as exc:
-        zoo.metrics.failures.labels(*labels, FAILURE_REASONS.get(status_for(exc) or 500, "internal")).inc()
+        zoo.metrics.failures.labels(*labels, reason_for(exc)).inc()
         raise
     zoo.metrics.observe_request(*labels, time.perf_counter() - start, work.started - work.enqueued, work.compute)
     return Response(content, headers=headers)
 
 
 async def repository_index(request: Request) -> Response:
+    """Every artifact in the repository with its state and reason (Triton's index); with
+    `{"ready": true}` only the models ready for inference."""
     zoo = _zoo(request)
-    rows = [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in zoo.models.values()]
-    rows += [{"name": s.name, "state": "UNAVAILABLE", "reason": s.reason} for s in zoo.skipped
-             if s.name not in zoo.models]
+    ready_only = False
+    body = await request.body()
+    if body.strip():
+        try:
+            doc = json.loads(body, parse_constant=lambda name: None)
+        except (ValueError, RecursionError):
+            raise ProtocolError("the repository index request body must be a JSON object") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
+            raise ProtocolError("the repository index request body is a JSON object whose `ready` is true or false")
+        ready_only = doc.get("ready", False)
+    skipped = {s.name: s.reason for s in zoo.skipped}
+    rows = []
+    for name in await asyncio.to_thread(repository.artifact_names, zoo.settings.repository):
+        model = zoo.models.get(name)
+        if model is not None:
+            rows.append({"name": name, "version": model.version, "state": model.state, "reason": model.reason})
+        else:
+            rows.append({"name": name, "state": "UNAVAILABLE", "reason": skipped.get(name, "not loaded")})
+    rows += [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+             for m in zoo.models.values() if m.name not in {r["name"] for r in rows}]
+    if ready_only:
+        rows = [r for r in rows if r["state"] == "READY"]
     return JSONResponse(sorted(rows, key=lambda r: r["name"]))
 
 
@@ -207,6 +229,7 @@ async def unload_model(request: Request) -> Response:
             raise ModelNotFoundError(f"model {name[:200]!r} is not loaded")
         zoo._alias()
         await model.stop(zoo.settings.shutdown_timeout)
+        zoo.skipped = [*(s for s in zoo.skipped if s.name != name), repository.Skipped(name, "unloaded")]
     return JSONResponse({"name": name, "state": "UNAVAILABLE"})
 
 
@@ -300,7 +323,7 @@ class Guard:
 
             await self.app(scope, limited, counted)
         finally:
-            route = scope.get("route")
+            route = scope.get("route") or _route_of(scope)  # refused before routing: match it here
             self.metrics.http.labels(getattr(route, "path", "unmatched"), str(code[0])).inc()
 
     def _refuse(self, headers: dict[bytes, bytes]) -> ZooError | None:
@@ -317,6 +340,10 @@ class Guard:
             return UnsupportedMediaError(f"Content-Encoding {encoding.decode('latin-1')[:40]!r} is not supported; "
                                          "send the body as is")
         return None
+
+
+def _route_of(scope: dict) -> Route | None:
+    return next((route for route in ROUTES if route.matches(scope)[0] != Match.NONE), None)
 
 
 # ---------------------------------------------------------------- the application

@@ -13,6 +13,17 @@ request's outputs are sliced back to its own sizes on the output axes of the sam
 symbolic name. Zoo models with such axes take masks, so padding does not change a
 request's result beyond the model's fp32 tolerance (the plugins' tests check this).
 
+Side inputs: an input without the batch axis applies to every row of its request (a
+per-request setting next to batched data). Such requests are batched along the batch
+axis of their other inputs, and only with requests whose side inputs are identical.
+
+Fault isolation: when a batch fails, the runner is first asked a known-good request (the
+last one it answered, else the model's own sample). If it answers, the runner is sound
+and the batch is bisected until the requests that fail alone are found: those get a
+`RequestFailedError` (400), every other request its answer. Only when the known-good
+request fails too is it a backend fault: the batch's requests get 500 and the model
+recovers (`on_failure`).
+
 Runners execute in worker threads, one per instance; the event loop never blocks on a
 model.
 """
@@ -26,12 +37,12 @@ import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 from ..tensors import to_numpy
-from .errors import BackendFailureError, ModelNotReadyError, QueueFullError
+from .errors import BackendFailureError, ModelNotReadyError, QueueFullError, RequestFailedError, engine_reason
 
 log = logging.getLogger("zoo.serve")
 
@@ -60,6 +71,7 @@ class Work:
     rows: int  # size of the batch axis in this request
     sizes: dict[str, int]  # this request's size of each dynamic non-batch axis
     future: asyncio.Future
+    side: bytes = b""  # digest of the side inputs (no batch axis): only equal ones share a batch
     enqueued: float = field(default_factory=time.perf_counter)
     started: float = 0.0  # when its batch began executing
     compute: float = 0.0  # seconds its batch spent in the runner
@@ -69,12 +81,13 @@ class Work:
         return tuple(sorted(self.sizes.items()))
 
 
-def merge(works: Sequence[Work], names: Sequence[str]) -> dict[str, np.ndarray]:
-    """One batch from several requests, zero-padding every non-batch axis to the longest."""
+def merge(works: Sequence[Work], names: Sequence[str], side: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """One batch from several requests, zero-padding every non-batch axis to the longest;
+    side inputs (equal in every request of a batch) are passed once."""
     merged = {}
     for name in names:
         arrays = [w.inputs[name] for w in works]
-        if len(arrays) == 1:
+        if len(arrays) == 1 or name in side:
             merged[name] = arrays[0]
         elif all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
             merged[name] = np.concatenate(arrays)
@@ -92,7 +105,7 @@ def merge(works: Sequence[Work], names: Sequence[str]) -> dict[str, np.ndarray]:
 def split(outputs: Mapping[str, np.ndarray], works: Sequence[Work],
           ragged_dims: Mapping[str, Mapping[int, str]]) -> list[dict[str, np.ndarray]]:
     """Each request's rows of the batch outputs, cut back to its own axis sizes."""
-    if len(works) == 1 and not works[0].sizes:
+    if len(works) == 1:  # nothing was merged or padded: the outputs are the request's own
         return [dict(outputs)]
     results, row = [], 0
     for w in works:
@@ -112,12 +125,14 @@ class Batcher:
     """The queue and the executions of one model."""
 
     def __init__(self, name: str, runners: Sequence[Callable], policy: BatchPolicy, input_names: Sequence[str],
-                 ragged_dims: Mapping[str, Mapping[int, str]],
+                 ragged_dims: Mapping[str, Mapping[int, str]], known_good: Callable[[], dict[str, np.ndarray]],
+                 side_inputs: Collection[str] = (),
                  on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None,
                  on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
         self.name, self.policy = name, policy
-        self.input_names, self.ragged_dims = tuple(input_names), ragged_dims
+        self.input_names, self.ragged_dims, self.side_inputs = tuple(input_names), ragged_dims, frozenset(side_inputs)
         self.on_batch, self.on_failure = on_batch, on_failure
+        self._known_good = known_good  # inputs some runner of this model answered: the health probe
         self._pool: queue.SimpleQueue = queue.SimpleQueue()
         self.swap(runners)
         self._queue: collections.deque[Work] = collections.deque()
@@ -206,7 +221,7 @@ class Batcher:
             return [first], first.rows, True
         works, rows = [], 0
         for w in self._queue:
-            if w.future.done() or (not self.policy.ragged and w.key != first.key):
+            if w.future.done() or w.side != first.side or (not self.policy.ragged and w.key != first.key):
                 continue
             if rows + w.rows > self.policy.max_batch_size:
                 return works, rows, True
@@ -220,33 +235,82 @@ class Batcher:
         for w in works:
             w.started = start
         try:
-            results, seconds = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
-        except Exception as exc:
-            log.error("model %s failed on a batch of %d: %s", self.name, rows, exc, exc_info=exc)
-            failure = BackendFailureError(f"model {self.name} failed while running this request's batch; "
-                                          "the server is reloading it, retry shortly")
-            for w in works:
-                if not w.future.done():
-                    w.future.set_exception(failure)
-            self.on_failure(exc)
-        else:
-            for w, result in zip(works, results):
-                w.compute = seconds
-                if not w.future.done():
-                    w.future.set_result(result)
-            self.on_batch(works, rows)
+            results, seconds, fault = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
+        except Exception as exc:  # merging or splitting broke: a server bug, never the client's
+            log.error("model %s: batch of %d could not be executed: %s", self.name, rows, exc, exc_info=exc)
+            results, seconds, fault = [exc] * len(works), 0.0, exc
         finally:
             self._slots.release()
+        if fault is not None:
+            log.error("model %s failed on a batch of %d and on a known-good request: %s", self.name, rows, fault,
+                      exc_info=fault)
+        answered, refused = 0, 0
+        for w, result in zip(works, results):
+            w.compute = seconds
+            if isinstance(result, BaseException):
+                result = self._failure(result, fault)
+                refused += 1
+            else:
+                answered += w.rows
+            if not w.future.done():
+                if isinstance(result, BaseException):
+                    w.future.set_exception(result)
+                else:
+                    w.future.set_result(result)
+        if answered:
+            self.on_batch(works, answered)
+        if fault is not None:
+            self.on_failure(fault)
+        elif refused:
+            log.warning("model %s: %d of %d requests in a batch failed on their own values and got 400; the other "
+                        "%d were answered", self.name, refused, len(works), len(works) - refused)
 
-    def _run(self, works: list[Work]) -> tuple[list[dict[str, np.ndarray]], float]:
-        """In a worker thread: merge, run on a free instance, split."""
-        inputs = merge(works, self.input_names)
+    def _failure(self, exc: BaseException, fault: BaseException | None) -> BaseException:
+        """The error a request that failed gets: the backend's fault, or its own input's."""
+        if fault is not None:
+            return BackendFailureError(f"model {self.name} failed while running this request's batch; "
+                                       "the server is reloading it, retry shortly")
+        reason = engine_reason(exc)
+        log.info("model %s failed on one request's values: %s", self.name, reason)
+        return RequestFailedError(f"model {self.name} failed on this request's values of inputs "
+                                  f"{list(self.input_names)} (other requests succeed, so check them against "
+                                  f"the model's metadata): {reason}")
+
+    def _run(self, works: list[Work]) -> tuple[list[dict[str, np.ndarray] | BaseException], float, BaseException | None]:
+        """In a worker thread, on a free instance: each request's outputs or the error it
+        alone causes, the seconds in the runner, and the backend fault if the runner is broken."""
         pool = self._pool
         runner = pool.get()
         try:
             start = time.perf_counter()
-            outputs = to_numpy(runner(inputs))
+            try:
+                return split(self._call(runner, works), works, self.ragged_dims), time.perf_counter() - start, None
+            except Exception as exc:
+                failure = exc
             seconds = time.perf_counter() - start
+            try:
+                to_numpy(runner(self._known_good()))
+            except Exception as exc:  # the runner no longer answers what it answered before
+                return [failure] * len(works), seconds, exc
+            return self._bisect(runner, works, failure), seconds, None
         finally:
             pool.put(runner)
-        return split(outputs, works, self.ragged_dims), seconds
+
+    def _bisect(self, runner: Callable, works: list[Work], failure: Exception
+                ) -> list[dict[str, np.ndarray] | BaseException]:
+        """The requests of a failed batch, halved until each part runs or is one request:
+        answers for those that run, the error for each that fails alone."""
+        if len(works) == 1:
+            return [failure]
+        results: list[dict[str, np.ndarray] | BaseException] = []
+        for part in (works[:len(works) // 2], works[len(works) // 2:]):
+            try:
+                results += split(self._call(runner, part), part, self.ragged_dims)
+            except Exception as exc:
+                results += self._bisect(runner, part, exc)
+        return results
+
+    def _call(self, runner: Callable, works: list[Work]) -> dict[str, np.ndarray]:
+        outputs = to_numpy(runner(merge(works, self.input_names, self.side_inputs)))
+        self._known_good = lambda inputs=works[0].inputs: inputs  # it just ran: a probe that must pass later
+        return outputs

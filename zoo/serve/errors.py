@@ -42,7 +42,13 @@ class UnsupportedMediaError(ZooError):
 
 
 class BackendFailureError(ZooError):
-    """The backend raised while running a batch (500); the message names the model only."""
+    """The backend failed and no longer answers a known-good request (500); the message
+    names the model only, and the model reloads."""
+
+
+class RequestFailedError(InputError):
+    """The engine failed on this request's values while it still answers others (400):
+    the client's error, never a reason to reload the model or change readiness."""
 
 
 class RequestTimeoutError(ZooError):
@@ -52,6 +58,7 @@ class RequestTimeoutError(ZooError):
 #: exception type -> HTTP status; the first match along the exception's MRO wins, so
 #: subclasses (ProtocolError is an InputError) may be listed before or after their bases.
 STATUS: dict[type[BaseException], int] = {
+    RequestFailedError: 400,
     ProtocolError: 400,
     InputError: 400,
     ModelControlDisabledError: 403,
@@ -70,12 +77,46 @@ STATUS: dict[type[BaseException], int] = {
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-~]+){2,}[\\/]?")
 
 
+#: exception type -> the `reason` label of `zoo_inference_failures_total`, matched as STATUS is;
+#: anything else (an unforeseen error, a typed zoo error of no other kind) is "internal".
+REASONS: dict[type[BaseException], str] = {
+    InputError: "bad_request",
+    ModelNotFoundError: "bad_request",
+    PayloadTooLargeError: "bad_request",
+    UnsupportedMediaError: "bad_request",
+    QueueFullError: "queue_full",
+    ModelNotReadyError: "not_ready",
+    BackendFailureError: "backend",
+    RequestTimeoutError: "timeout",
+}
+
+
+def _lookup(table: dict, exc: BaseException):
+    for cls in type(exc).__mro__:
+        if cls in table:
+            return table[cls]
+    return None
+
+
 def status_for(exc: BaseException) -> int | None:
     """The HTTP status for `exc`, or None for an exception the table does not know."""
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return None
+    return _lookup(STATUS, exc)
+
+
+def reason_for(exc: BaseException) -> str:
+    """The failure-metric reason for `exc`."""
+    return _lookup(REASONS, exc) or "internal"
+
+
+#: an exception class name as engines prefix their messages ("[ONNXRuntimeError] : 2 :", "RuntimeError:")
+_CLASS_NAME = re.compile(r"\[?\b\w+(?:Error|Exception)\b\]?(?:\s*:\s*\d+)?\s*:?\s*")
+
+
+def engine_reason(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an engine's error, safe to send: class names and paths removed."""
+    lines = str(exc).strip().splitlines()
+    reason = _CLASS_NAME.sub("", lines[0]).strip() if lines else ""
+    return scrub(reason or "the engine gave no reason", limit)
 
 
 def scrub(message: str, limit: int = 1000) -> str:

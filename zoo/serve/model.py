@@ -4,13 +4,21 @@ failure.
 
 Wire name: the artifact's directory name (`resnet8.digits.onnxruntime.fp32`), version
 "1" (the artifact's Triton version directory).
+
+Rows: a request's rows are the size of the batch axis of its inputs, and its answer has
+as many. Inputs without the batch axis are side inputs of the request (they apply to all
+its rows); such a model is still batched along the other inputs, only with requests
+whose side inputs are identical. A model whose outputs lack the batch axis is run one
+request at a time, and its outputs are returned whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -18,11 +26,11 @@ import numpy as np
 from ..artifact import VERSION_DIR, Artifact
 from ..errors import InputError, ZooError
 from ..spec import ModelSpec
-from ..triton import TRITON_DTYPES, batched
+from ..triton import batched, rows_batched, tensor_config
 from . import datatypes as dt
 from .batcher import Batcher, BatchPolicy, Work
 from .errors import ModelNotReadyError, ProtocolError, RequestTimeoutError
-from .protocol import InferRequest, Tensor
+from .protocol import InferRequest, Tensor, raw_request
 
 log = logging.getLogger("zoo.serve")
 RESULT = "result"  # the BYTES output of the domain path: one JSON document per item
@@ -35,7 +43,9 @@ class ServedModel:
         self.artifact, self.spec, self.policy = artifact, spec, policy
         self.name, self.version = artifact.name, VERSION_DIR
         self.load_runners = load_runners
-        self.batched = batched(spec)
+        self.batched = batched(spec)  # Triton's notion: every tensor leads with the batch axis
+        self.side_inputs = tuple(t.name for t in spec.inputs if t.shape[:1] != ("batch",))
+        self.rows_batched = rows_batched(spec)  # the server's notion: side inputs allowed
         self.state, self.reason = READY, ""
         self.batcher: Batcher | None = None
         self.on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None
@@ -49,8 +59,13 @@ class ServedModel:
     def start(self, runners: list[Callable]) -> None:
         """Begin taking requests (inside the running event loop)."""
         self.batcher = Batcher(self.name, runners, self.policy, [t.name for t in self.spec.inputs],
-                               self._ragged_dims, on_batch=lambda works, rows: self.on_batch(works, rows),
-                               on_failure=self._failed)
+                               self._ragged_dims, known_good=self._sample, side_inputs=self.side_inputs,
+                               on_batch=lambda works, rows: self.on_batch(works, rows), on_failure=self._failed)
+
+    def _sample(self) -> dict[str, np.ndarray]:
+        """The model's own sample at its smallest batch: the health probe until a request succeeds."""
+        sample = self.spec.sample(self.spec.axes["batch"].min, np.random.default_rng(0))
+        return {t.name: np.asarray(sample[t.name], dtype=dt.numpy_of(dt.v2_name(t.dtype))) for t in self.spec.inputs}
 
     async def stop(self, timeout: float) -> None:
         self.state, self.reason = UNAVAILABLE, "unloading"
@@ -87,6 +102,8 @@ class ServedModel:
     async def infer(self, request: InferRequest, timeout: float) -> tuple[list[Tensor], Work]:
         if not self.ready:
             raise ModelNotReadyError(f"model {self.name} is not ready: {self.reason}")
+        if request.timeout is not None:
+            timeout = min(timeout, request.timeout)
         raw = self._raw_input(request)
         if raw is not None:
             inputs = await self._preprocess(raw)
@@ -94,7 +111,8 @@ class ServedModel:
             inputs = self._tensor_inputs(request)
         wanted = self._wanted_outputs(request, raw is not None)
         rows, sizes = self._check_shapes(inputs)
-        work = Work(inputs, rows, sizes, asyncio.get_running_loop().create_future())
+        self._check_values(inputs)
+        work = Work(inputs, rows, sizes, asyncio.get_running_loop().create_future(), side=self._side_digest(inputs))
         try:
             outputs = await asyncio.wait_for(self.batcher.submit(work), timeout)
         except asyncio.TimeoutError:
@@ -105,9 +123,18 @@ class ServedModel:
             except Exception as exc:
                 log.error("model %s: postprocess failed: %s", self.name, exc, exc_info=exc)
                 raise ZooError(f"model {self.name} could not postprocess its outputs") from None
-            items = dt.bytes_array([json.dumps(r, default=_jsonable).encode() for r in results])
+            items = dt.bytes_array([json.dumps(_plain(r), allow_nan=False).encode() for r in results])
             return [Tensor(RESULT, "BYTES", (len(items),), items)], work
         return [self._output(name, outputs[name]) for name in wanted], work
+
+    def raw_request(self, body: bytes) -> InferRequest:
+        """A raw binary request's body as the request for this model's only input (Triton's rules)."""
+        if len(self.spec.inputs) != 1:
+            raise ProtocolError(f"a raw binary request (Inference-Header-Content-Length: 0) is for models with one "
+                                f"input; model {self.name} takes {[t.name for t in self.spec.inputs]}")
+        t = self.spec.inputs[0]
+        dims = [1 if d == "batch" and self.rows_batched else d if isinstance(d, int) else -1 for d in t.shape]
+        return raw_request(body, t.name, dt.v2_name(t.dtype), dims)
 
     def _raw_input(self, request: InferRequest) -> list[bytes] | None:
         """The items of a domain-native request (one BYTES input named for the raw kind), else None."""
@@ -118,7 +145,7 @@ class ServedModel:
         if any(t.name == kind and t.dtype == "string" for t in self.spec.inputs):
             return None  # the model's own tensor input has this name: the tensor path takes it
         t = request.inputs[0]
-        limit = self.policy.max_batch_size if self.batched else self.spec.axes["batch"].max
+        limit = self.policy.max_batch_size if self.rows_batched else self.spec.axes["batch"].max
         if len(t.shape) != 1 or not 1 <= t.shape[0] <= limit:
             raise InputError(f"input {kind!r}: give a shape [n] list of 1 to {limit} {kind} items, got shape "
                              f"{list(t.shape)}")
@@ -170,19 +197,33 @@ class ServedModel:
                                          f"{self._wire_shape(t.shape)} (dimension {d} must be {dim})")
                     continue
                 r = self.spec.axes[dim]
-                high = self.policy.max_batch_size if dim == "batch" and self.batched else r.max
+                high = self.policy.max_batch_size if dim == "batch" and self.rows_batched else r.max
                 if not r.min <= got <= high:
                     raise InputError(f"input {t.name!r}: axis {dim!r} (dimension {d}) is {got}; model {self.name} "
                                      f"takes {r.min} to {high}")
                 if sizes.setdefault(dim, got) != got:
                     raise InputError(f"inputs disagree on axis {dim!r}: {sizes[dim]} and {got} (input {t.name!r})")
-        rows = sizes.pop("batch", 1) if self.batched else 1
+        rows = sizes.pop("batch", 1) if self.rows_batched else 1
         return rows, sizes
+
+    def _check_values(self, inputs: dict[str, np.ndarray]) -> None:
+        for t in self.spec.inputs:
+            reason = t.out_of_range(inputs[t.name])
+            if reason is not None:
+                raise InputError(f"model {self.name}: {reason}")
+
+    def _side_digest(self, inputs: dict[str, np.ndarray]) -> bytes:
+        digest = hashlib.blake2b(digest_size=16)
+        for name in self.side_inputs:
+            array = inputs[name]
+            digest.update(repr((array.dtype.str, array.shape)).encode())
+            digest.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode())
+        return digest.digest() if self.side_inputs else b""
 
     def _wanted_outputs(self, request: InferRequest, raw: bool) -> list[str]:
         # a model with preprocessing but no postprocessing (a language model) answers tensors
         names = [RESULT] if raw and self.spec.postprocess else [t.name for t in self.spec.outputs]
-        if request.outputs is None:
+        if not request.outputs:  # absent or [] (as Triton): every output
             return names
         unknown = [n for n in request.outputs if n not in names]
         if unknown:
@@ -236,8 +277,7 @@ class ServedModel:
         p = self.policy
 
         def tensors(specs):
-            return [{"name": t.name, "data_type": TRITON_DTYPES[t.dtype],
-                     "dims": self._wire_shape(t.shape[1:] if self.batched else t.shape) or [1]} for t in specs]
+            return [tensor_config(t, self.batched) for t in specs]
 
         config: dict[str, Any] = {"name": self.name, **get_backend(self.artifact.backend).triton,
                                   "max_batch_size": p.max_batch_size if self.batched else 0,
@@ -250,8 +290,15 @@ class ServedModel:
         return config
 
 
-def _jsonable(value: Any) -> Any:
-    """numpy scalars and arrays in a plugin's postprocess output, as JSON values."""
+def _plain(value: Any) -> Any:
+    """A plugin's postprocess result as plain JSON values: numpy scalars and arrays as
+    numbers and lists, and a non-finite float as null, since JSON (RFC 8259) has no NaN."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     if isinstance(value, (np.ndarray, np.generic)):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+        return _plain(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -8,6 +8,18 @@ JSON in the order of `inputs`. An output is sent as binary when the request asks
 
 Both directions live here so that the server, `zoo.client` and the load generator
 agree byte for byte. Every defect is a `ProtocolError` (400) naming the field.
+
+JSON is strict both ways (RFC 8259): `NaN`/`Infinity` literals in a request are refused,
+and an output holding NaN or infinity is never written as JSON; the client is told to
+ask for it as binary data, where every float travels as is.
+
+Parameters: the server reads the parameters of the extensions it offers (`GET /v2`);
+a parameter of any other extension (sequence batching, priorities, classification,
+shared memory) or an unknown one is refused with a 400 naming it, never ignored, so a
+client never believes a feature took effect when it did not.
+
+Raw binary requests (`Inference-Header-Content-Length: 0`): the whole body is the raw
+tensor of the model's only input, its shape deduced as Triton does (see `raw_request`).
 """
 
 from __future__ import annotations
@@ -23,6 +35,13 @@ from . import datatypes as dt
 from .errors import ProtocolError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+#: parameters read here, by where they stand; "timeout" is Triton's per-request timeout in microseconds
+READ = {"request": ("binary_data_output", "timeout"), "input": ("binary_data_size",), "output": ("binary_data",)}
+#: parameters of extensions this server does not offer -> the extension, for the error message
+UNOFFERED = {"sequence_id": "sequence batching", "sequence_start": "sequence batching",
+             "sequence_end": "sequence batching", "priority": "priority scheduling",
+             "classification": "classification", "shared_memory_region": "shared memory",
+             "shared_memory_byte_size": "shared memory", "shared_memory_offset": "shared memory"}
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
 
@@ -39,10 +58,11 @@ class Tensor:
 class InferRequest:
     inputs: list[Tensor]
     id: str | None = None
-    #: requested outputs by name -> send as binary; None: every output
-    outputs: dict[str, bool] | None = None
+    #: requested outputs by name -> send as binary (None: the request-wide default); None or {}: every output
+    outputs: dict[str, bool | None] | None = None
     binary_output: bool = False  # the request-wide default (`binary_data_output`)
     parameters: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None  # seconds, from the `timeout` parameter (microseconds)
 
 
 # ---------------------------------------------------------------- server: requests in
@@ -59,7 +79,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         if not 0 <= json_end <= len(body):
             raise ProtocolError(f"{HEADER_LENGTH} is {json_end} but the body has {len(body)} bytes")
     try:
-        doc = json.loads(body[:json_end])
+        doc = json.loads(body[:json_end], parse_constant=_no_constant)
     except RecursionError:
         raise ProtocolError("the request JSON is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -71,8 +91,8 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     if request_id is not None and not isinstance(request_id, str):
         raise ProtocolError("`id` must be a string")
     raw_inputs = doc.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise ProtocolError("`inputs` must be a non-empty list of tensors")
+    if not isinstance(raw_inputs, list):
+        raise ProtocolError("`inputs` must be a list of tensors")
     binary = memoryview(body)[json_end:]
     offset, inputs, seen = 0, [], set()
     for i, item in enumerate(raw_inputs):
@@ -87,7 +107,47 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise ProtocolError("parameter `binary_data_output` must be true or false")
-    return InferRequest(inputs, request_id, _outputs(doc.get("outputs")), binary_output, parameters)
+    timeout = parameters.get("timeout")
+    if timeout is not None and (type(timeout) is not int or timeout <= 0):
+        raise ProtocolError("parameter `timeout` must be a positive integer (microseconds)")
+    if "outputs" in doc and doc["outputs"] is None:
+        raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects; leave it out for every output")
+    return InferRequest(inputs, request_id, _outputs(doc.get("outputs")), binary_output, parameters,
+                        None if timeout is None else timeout / 1e6)
+
+
+def raw_request(body: bytes, name: str, datatype: str, dims: Sequence[int]) -> InferRequest:
+    """A raw binary request: `body` is the tensor of the model's only input `name`, of
+    `datatype`, whose shape is `dims` (-1 for a dynamic axis; a batched model's batch
+    axis already 1) with the one dynamic axis, if any, deduced from the body's size, as
+    Triton deduces it. The outputs come back as JSON."""
+    where = f"input {name!r} (raw binary request)"
+    dynamic = [d for d, n in enumerate(dims) if n < 0]
+    if len(dynamic) > 1:
+        raise ProtocolError(f"{where}: the shape {list(dims)} has more than one dynamic axis, so it cannot be "
+                            "deduced from the body; send a JSON header with the shape")
+    shape = list(dims)
+    if datatype == "BYTES":
+        if dynamic or math.prod(shape) != 1:
+            raise ProtocolError(f"{where}: a raw BYTES input must have exactly one element; its shape is {list(dims)}")
+        return InferRequest([Tensor(name, datatype, tuple(shape), dt.bytes_array([bytes(body)]).reshape(shape))])
+    size = dt.element_size(datatype)
+    fixed = math.prod(n for n in shape if n >= 0)
+    if len(body) % (size * fixed):
+        raise ProtocolError(f"{where}: the body has {len(body)} bytes, not a whole number of {datatype} tensors "
+                            f"of shape {list(dims)} ({size * fixed} bytes per unit)")
+    if dynamic:
+        shape[dynamic[0]] = len(body) // (size * fixed)
+    try:
+        flat = dt.from_bytes(datatype, body, math.prod(shape))
+    except ValueError as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
+    return InferRequest([Tensor(name, datatype, tuple(shape), flat.reshape(shape))])
+
+
+def _no_constant(name: str) -> Any:
+    raise ProtocolError(f"the request JSON has the literal {name}, which JSON (RFC 8259) does not allow; send "
+                        "non-finite floats as binary data")
 
 
 def _json_reason(exc: Exception) -> str:
@@ -96,14 +156,23 @@ def _json_reason(exc: Exception) -> str:
     return "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "malformed"
 
 
-def _parameters(value: Any, where: str) -> dict[str, Any]:
+def _parameters(value: Any, where: str, kind: str | None = None) -> dict[str, Any]:
+    """The `parameters` object of the request, an input or an output (`kind`, from `where`)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ProtocolError(f"`parameters` of the {where} must be an object")
+    kind = kind or where
     for key, v in value.items():
         if not isinstance(v, (str, int, float, bool)):
-            raise ProtocolError(f"parameter {key!r} of the {where} must be a string, number or boolean")
+            raise ProtocolError(f"parameter {key[:60]!r} of the {where} must be a string, number or boolean")
+        if key in READ[kind]:
+            continue
+        if key in UNOFFERED:
+            raise ProtocolError(f"parameter {key!r} of the {where} belongs to the {UNOFFERED[key]} extension, which "
+                                "this server does not offer (GET /v2 lists the extensions it offers)")
+        raise ProtocolError(f"parameter {key[:60]!r} of the {where} is not supported; this server reads only "
+                            f"{list(READ[kind])} there")
     return value
 
 
@@ -113,13 +182,14 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise ProtocolError(f"input {index + 1} needs a `name` string")
-    where = f"input {name!r}"
+    where = f"input {name[:200]!r}"
     datatype = item.get("datatype")
-    if datatype not in dt.NUMPY_TYPES:
-        raise ProtocolError(f"{where}: unknown datatype {str(datatype)[:40]!r} (one of {', '.join(dt.NUMPY_TYPES)})")
+    if not isinstance(datatype, str) or datatype not in dt.NUMPY_TYPES:
+        shown = repr(datatype[:40]) if isinstance(datatype, str) else f"of JSON type {_json_type(datatype)}"
+        raise ProtocolError(f"{where}: `datatype` {shown} is not a datatype (one of {', '.join(dt.NUMPY_TYPES)})")
     shape = _shape(item.get("shape"), where)
     count = math.prod(shape)
-    parameters = _parameters(item.get("parameters"), where)
+    parameters = _parameters(item.get("parameters"), where, "input")
     size = parameters.get("binary_data_size")
     if size is not None:
         if "data" in item:
@@ -138,6 +208,11 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
         raise ProtocolError(f"{where} has neither `data` nor a binary_data_size parameter")
     flat_list = _flatten(item["data"], shape, where)
     return Tensor(name, datatype, shape, _typed(flat_list, datatype, where).reshape(shape)), offset
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
 
 
 def _shape(value: Any, where: str) -> tuple[int, ...]:
@@ -217,8 +292,8 @@ def _outputs(value: Any) -> dict[str, bool] | None:
             raise ProtocolError("each requested output must be an object with a `name` string")
         name = item["name"]
         if name in wanted:
-            raise ProtocolError(f"output {name!r} is requested more than once")
-        binary = _parameters(item.get("parameters"), f"output {name!r}").get("binary_data", None)
+            raise ProtocolError(f"output {name[:200]!r} is requested more than once")
+        binary = _parameters(item.get("parameters"), f"output {name[:200]!r}", "output").get("binary_data", None)
         if binary is not None and not isinstance(binary, bool):
             raise ProtocolError(f"output {name!r}: parameter binary_data must be true or false")
         wanted[name] = binary
@@ -241,12 +316,15 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
         elif t.datatype == "BYTES":
             entry["data"] = [bytes(x).decode("utf-8", errors="replace") for x in t.data.reshape(-1)]
         else:
+            if t.datatype in dt.FLOAT and not np.isfinite(t.data).all():
+                raise ProtocolError(f"output {t.name!r} holds NaN or infinity, which JSON cannot carry; ask for it "
+                                    "as binary data (output parameter binary_data: true)")
             entry["data"] = t.data.reshape(-1).tolist()
         described.append(entry)
     doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": described}
     if request_id is not None:
         doc["id"] = request_id
-    head = json.dumps(doc, separators=(",", ":")).encode()
+    head = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     if not chunks:
         return head, {"Content-Type": "application/json"}
     return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..artifact import Artifact, list_artifacts
 from ..errors import ZooError
-from ..triton import batched
+from ..triton import rows_batched
 from .batcher import BatchPolicy
 from .errors import ModelNotFoundError, scrub
 from .model import ServedModel
@@ -67,7 +67,7 @@ def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
     config_path = art.path / "config.pbtxt"
     config = triton_settings(config_path.read_text()) if config_path.is_file() else {}
     axis_max = spec.axes["batch"].max
-    can_batch = batched(spec)
+    can_batch = rows_batched(spec)
     max_batch = min(options.max_batch_size or config.get("max_batch_size") or axis_max, axis_max)
     preferred = options.preferred_batch_sizes
     if preferred is None:
@@ -112,6 +112,11 @@ def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, lis
     for s in skipped:
         log.warning("skipped %s: %s", s.name, s.reason)
     return loaded, skipped
+
+
+def artifact_names(root: Path) -> list[str]:
+    """The names of the artifact directories in `root` (none if it is gone)."""
+    return [path.name for path in list_artifacts(root)]
 
 
 def find_artifact(root: Path, name: str) -> Path:

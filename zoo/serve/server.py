@@ -28,6 +28,8 @@ def _loopback(host: str) -> bool:
 def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     import uvicorn
 
+    from .http import JsonErrorProtocol
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
     log.addHandler(handler)
@@ -37,5 +39,5 @@ def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level
         log.warning("listening on %s: the server has no authentication; put it behind a proxy that has", host)
     config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
                             server_header=False, timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
-                            lifespan="on")
+                            lifespan="on", http=JsonErrorProtocol)
     uvicorn.Server(config).run()

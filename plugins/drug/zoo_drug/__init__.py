@@ -31,10 +31,12 @@ from .mpnn import DMPNN, READOUTS
 #: the largest molecule (heavy atoms) an export takes; the datasets' largest has 47.
 MAX_ATOMS = 64
 AXES = {"batch": AxisRange(1, 8, 32), "atoms": AxisRange(1, 16, MAX_ATOMS)}
+#: every feature is a one-hot slot or a flag (featurize.py), so each element lies in [0, 1]
 INPUTS = (
-    TensorSpec("atom_features", "float32", ("batch", "atoms", ATOM_DIM)),
-    TensorSpec("bond_features", "float32", ("batch", "atoms", "atoms", BOND_DIM)),  # zero where no bond
-    TensorSpec("atom_mask", "float32", ("batch", "atoms")),  # 1 for an atom, 0 for padding
+    TensorSpec("atom_features", "float32", ("batch", "atoms", ATOM_DIM), value_range=(0, 1)),
+    # zero where no bond
+    TensorSpec("bond_features", "float32", ("batch", "atoms", "atoms", BOND_DIM), value_range=(0, 1)),
+    TensorSpec("atom_mask", "float32", ("batch", "atoms"), value_range=(0, 1)),  # 1 for an atom, 0 for padding
 )
 OUTPUTS = (TensorSpec("prediction", "float32", ("batch",)),)
 #: predictions are a few to tens of units; fp32 backends agree to ~1e-5 on them.

@@ -37,7 +37,7 @@ def _language_model(name: str, description: str, build, config: dict, tiny: dict
         domain="nlp",
         task="text-generation",
         description=description,
-        inputs=(TensorSpec("tokens", "int64", ("batch", "seq")),),
+        inputs=(TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, VOCAB - 1)),),
         outputs=(TensorSpec("logits", "float32", ("batch", "seq", VOCAB)),),
         # generation feeds contexts from 1 byte up to the full window
         axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(1, 64, pydoc_text.WINDOW)},

