@@ -84,6 +84,17 @@ def test_ragged_merge_pads_with_zeros_and_split_cuts_back():
         np.testing.assert_array_equal(part["pooled"][:, 0], w.inputs["tokens"].sum(axis=1))
 
 
+def test_failure_reasons_are_the_documented_ones():
+    from zoo.errors import InputError, ZooError
+    from zoo.serve import errors
+
+    assert [errors.reason_for(e) for e in (InputError("x"), errors.RequestFailedError("x"),
+                                           errors.QueueFullError("x"), errors.ModelNotReadyError("x"),
+                                           errors.BackendFailureError("x"), errors.RequestTimeoutError("x"),
+                                           ZooError("x"), KeyError("x"))] == \
+        ["bad_request", "bad_request", "queue_full", "not_ready", "backend", "timeout", "internal", "internal"]
+
+
 def test_error_table_and_scrubbing():
     from zoo.errors import InputError, ZooError
 

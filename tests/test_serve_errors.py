@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import struct
 
 import httpx
@@ -94,6 +95,26 @@ CASES = [
     ("text-too-long-for-model", RAGGED, raw_bytes("text", [b"x" * 40]), 400, "takes 2 to 16"),
     ("too-many-items", RAGGED, raw_bytes("text", [b"hello"] * 17), 400, "1 to 16 text items"),
     ("unknown-model", "no-such-model", body(IMAGE), 404, "unknown model 'no-such-model'"),
+    ("datatype-object", ONNX, body(image(datatype={})), 400, "`datatype` of JSON type object is not a datatype"),
+    ("datatype-list", ONNX, body(image(datatype=["FP32"])), 400, "`datatype` of JSON type array is not a datatype"),
+    ("nan-literal", ONNX, body(IMAGE).replace(b"0.5", b"NaN", 1), 400, "the literal NaN"),
+    ("infinity-literal", ONNX, body(IMAGE).replace(b"0.5", b"-Infinity", 1), 400, "the literal -Infinity"),
+    ("outputs-null", ONNX, body(IMAGE, outputs=None), 400, "leave it out for every output"),
+    ("outputs-not-a-list", ONNX, body(IMAGE, outputs={"name": "logits"}), 400, "`outputs` must be a list"),
+    ("sequence-parameters", ONNX, body(IMAGE, parameters={"sequence_id": 7, "sequence_start": True}), 400,
+     "'sequence_id' of the request belongs to the sequence batching extension"),
+    ("priority-parameter", ONNX, body(IMAGE, parameters={"priority": 1}), 400, "priority scheduling extension"),
+    ("classification-parameter", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {"classification": 3}}]),
+     400, "'classification' of the output 'logits' belongs to the classification extension"),
+    ("shared-memory-parameter", ONNX, body(image(parameters={"shared_memory_region": "r"})), 400,
+     "shared memory extension"),
+    ("unknown-request-parameter", ONNX, body(IMAGE, parameters={"temperature": 0.5}), 400,
+     "parameter 'temperature' of the request is not supported"),
+    ("timeout-not-integer", ONNX, body(IMAGE, parameters={"timeout": "soon"}), 400, "positive integer (microseconds)"),
+    ("raw-binary-wrong-size", ONNX, (FLOATS64[:100], {"Inference-Header-Content-Length": "0"}), 400,
+     "not a whole number of FP32 tensors of shape [1, 1, 8, 8]"),
+    ("raw-binary-two-inputs", RAGGED, (FLOATS64, {"Inference-Header-Content-Length": "0"}), 400,
+     "for models with one input"),
 ]
 SMILES_MODEL, IMAGE_MODEL = DOMAIN_MODELS["drug"], DOMAIN_MODELS["vision"]
 DOMAIN_CASES = [
@@ -176,8 +197,36 @@ def test_model_control_is_off_by_default(server):
     assert httpx.get(f"{server.url}/v2/models/{ONNX}/ready").status_code == 200
 
 
-def test_failures_are_counted(server):
+def test_failures_are_counted_by_reason_and_route(server):
+    """Self-contained: it sends what it counts. A 413 refused from the headers alone is
+    counted under its route, not as unmatched."""
+    httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(image(datatype="FP64")))
+    httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=b"0" * (LIMIT + 1))
+    httpx.get(f"{server.url}/v2/nothing/here")
     text = httpx.get(f"{server.url}/metrics").text
     assert re.search(rf'zoo_inference_failures_total{{model="{re.escape(ONNX)}",reason="bad_request",version="1"}} '
                      r'[1-9]', text), text[-2000:]
-    assert 'code="413"' in text and 'code="404"' in text
+    assert re.search(r'zoo_http_responses_total{code="413",route="/v2/models/{model}/infer"} [1-9]', text)
+    assert re.search(r'zoo_http_responses_total{code="404",route="unmatched"} [1-9]', text)
+
+
+def test_a_request_with_both_content_length_and_transfer_encoding(server):
+    """Refused by the HTTP parser itself, before the application: still a JSON error."""
+    head = (f"POST /v2/models/{ONNX}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    status_line, _, rest = reply.partition(b"\r\n")
+    headers, _, content = rest.partition(b"\r\n\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in headers.lower()
+    assert "Transfer-Encoding" in json.loads(content)["error"]
+    check_still_serving(server)
+
+
+def test_a_request_timeout_parameter_is_honoured(server):
+    response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(IMAGE, parameters={"timeout": 1}))
+    check_error(response, 504, "did not answer within")
+    check_still_serving(server)

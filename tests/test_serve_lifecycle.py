@@ -114,6 +114,9 @@ def test_model_control_by_name_only(faulty_server):
     url = faulty_server.url
     assert httpx.post(f"{url}/v2/repository/models/{ONNX}/unload").status_code == 200
     assert infer(faulty_server, 0.5, model=ONNX).status_code == 404
+    index = {row["name"]: row for row in httpx.post(f"{url}/v2/repository/index").json()}
+    assert index[ONNX]["state"] == "UNAVAILABLE" and index[ONNX]["reason"] == "unloaded"  # listed, not gone
+    assert ONNX not in {row["name"] for row in httpx.post(f"{url}/v2/repository/index", json={"ready": True}).json()}
     for name, status in [("..", 404), ("http:evil.example", 404), ("no-such-artifact", 404), ("%2e%2e", 404)]:
         response = httpx.post(f"{url}/v2/repository/models/{name}/load")
         assert response.status_code == status and "error" in response.json(), (name, response.text)

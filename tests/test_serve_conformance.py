@@ -1,0 +1,84 @@
+"""Where the protocol's reference behaviour (Triton's) decides: `"outputs": []` asks for
+every output, raw binary requests, outputs JSON cannot carry, `GET .../config` agreeing
+with the artifact's own `config.pbtxt`, and the repository index listing every artifact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+pytest.register_assert_rewrite("serve_support")
+from serve_support import ONNX, RAGGED  # noqa: E402
+
+pytest_plugins = ["serve_support"]
+X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8)
+
+
+def infer(server, doc: dict) -> httpx.Response:
+    return httpx.post(f"{server.url}/v2/models/{ONNX}/infer", json=doc, timeout=30)
+
+
+def image(x: np.ndarray = X) -> dict:
+    return {"name": "image", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()}
+
+
+def test_empty_outputs_list_means_every_output(server):
+    everything = infer(server, {"inputs": [image()]}).json()["outputs"]
+    assert infer(server, {"inputs": [image()], "outputs": []}).json()["outputs"] == everything
+    assert [o["name"] for o in everything] == ["logits"]
+
+
+def test_raw_binary_request_is_the_one_input(server):
+    """Inference-Header-Content-Length: 0: the body is the tensor, batch 1 (Triton's rule)."""
+    response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=X.tobytes(),
+                          headers={"Inference-Header-Content-Length": "0"})
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"] == infer(server, {"inputs": [image()]}).json()["outputs"]
+
+
+def test_outputs_json_cannot_carry_are_refused_unless_binary(server):
+    x = X.copy()
+    x[0, 0, 0, 0] = np.nan  # NaN in, NaN out: binary input, since JSON has no NaN either
+    head = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8],
+                                   "parameters": {"binary_data_size": 256}}]}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(head))}
+    url = f"{server.url}/v2/models/{ONNX}/infer"
+    as_json = httpx.post(url, content=head + x.tobytes(), headers=headers)
+    assert as_json.status_code == 400 and "ask for it as binary data" in as_json.json()["error"]
+    binary_head = head[:-1] + b', "parameters": {"binary_data_output": true}}'
+    as_binary = httpx.post(url, content=binary_head + x.tobytes(),
+                           headers={"Inference-Header-Content-Length": str(len(binary_head))})
+    assert as_binary.status_code == 200
+    length = int(as_binary.headers["Inference-Header-Content-Length"])
+    assert np.isnan(np.frombuffer(as_binary.content[length:], np.float32)).any()
+
+
+def test_config_endpoint_agrees_with_config_pbtxt(server, serve_repo):
+    """Inputs and outputs (dims, reshape) as Triton reads them from the artifact's file."""
+    for row in httpx.post(f"{server.url}/v2/repository/index").json():
+        if row["state"] != "READY":
+            continue
+        name = row["name"]
+        served = json_format.ParseDict(httpx.get(f"{server.url}/v2/models/{name}/config").json(),
+                                       model_config_pb2.ModelConfig(), ignore_unknown_fields=False)
+        written = text_format.Parse((serve_repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        assert list(served.input) == list(written.input), name
+        assert list(served.output) == list(written.output), name
+
+
+def test_repository_index_lists_every_artifact_and_honours_ready(server, serve_repo):
+    url = f"{server.url}/v2/repository/index"
+    rows = httpx.post(url).json()
+    on_disk = sorted(p.name for p in serve_repo.iterdir() if (p / "zoo.json").is_file())
+    assert [r["name"] for r in rows] == on_disk
+    assert all(set(r) >= {"name", "state", "reason"} for r in rows)
+    ready = httpx.post(url, json={"ready": True}).json()
+    assert [r["name"] for r in ready] == [r["name"] for r in rows if r["state"] == "READY"]
+    assert RAGGED in {r["name"] for r in ready}
+    assert httpx.post(url, json={"ready": "yes"}).status_code == 400
