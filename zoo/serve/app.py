@@ -178,7 +178,9 @@ async def repository_index(request: Request) -> Response:
     if body.strip():
         try:
             doc = json.loads(body, parse_constant=lambda name: None)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            raise ProtocolError("the repository index request JSON is nested too deeply") from None
+        except ValueError:
             raise ProtocolError("the repository index request body must be a JSON object") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
             raise ProtocolError("the repository index request body is a JSON object whose `ready` is true or false")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
@@ -53,11 +54,11 @@ def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch
         rng = np.random.default_rng(0)
         bodies = [encode_request(spec.sample(batch, rng), binary=binary) for _ in range(distinct)]
         for c in concurrencies:
-            asyncio.run(_load(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c,
-                              warmup))
+            asyncio.run(closed_loop(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c,
+                                    warmup))
             before = _scrape(parts, meta["name"])
             latencies, errors, elapsed = asyncio.run(
-                _load(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c, duration))
+                closed_loop(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c, duration))
             server = _server_view(before, _scrape(parts, meta["name"]))
             ms = np.asarray(latencies) * 1e3
             results.append({"concurrency": c, "batch": batch, "requests": len(latencies), "errors": errors,
@@ -70,19 +71,22 @@ def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch
             "duration_s": duration, "results": results}
 
 
-async def _load(host: str, port: int, path: str, bodies: list, concurrency: int,
-                duration: float) -> tuple[list[float], int, float]:
+async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency: int, duration: float,
+                      statuses: Counter | None = None) -> tuple[list[float], int, float]:
+    """`concurrency` clients in a closed loop over `bodies` for `duration` s: the latencies
+    of every answer, how many were not 200, the seconds taken; `statuses` counts the
+    answers by (body index, status code)."""
     latencies: list[float] = []
     errors = [0]
     start = time.perf_counter()
     stop_at = start + duration
-    await asyncio.gather(*(_client(host, port, path, bodies, k, stop_at, latencies, errors)
-                           for k in range(concurrency)))
+    await asyncio.gather(*(_client(host, port, path, bodies, k, stop_at, latencies, errors,
+                                   Counter() if statuses is None else statuses) for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
 async def _client(host: str, port: int, path: str, bodies: list, k: int, stop_at: float,
-                  latencies: list[float], errors: list[int]) -> None:
+                  latencies: list[float], errors: list[int], statuses: Counter) -> None:
     requests = []
     for body, headers in bodies:
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
@@ -92,7 +96,8 @@ async def _client(host: str, port: int, path: str, bodies: list, k: int, stop_at
     i = k * 7  # clients start at different requests
     try:
         while time.perf_counter() < stop_at:
-            request = requests[i % len(requests)]
+            index = i % len(requests)
+            request = requests[index]
             i += 1
             sent = time.perf_counter()
             writer.write(request)
@@ -105,6 +110,7 @@ async def _client(host: str, port: int, path: str, bodies: list, k: int, stop_at
                     length = int(value)
             await reader.readexactly(length)
             latencies.append(time.perf_counter() - sent)
+            statuses[index, status] += 1
             if status != 200:
                 errors[0] += 1
     finally:

@@ -14,12 +14,15 @@ and an output holding NaN or infinity is never written as JSON; the client is to
 ask for it as binary data, where every float travels as is.
 
 Parameters: the server reads the parameters of the extensions it offers (`GET /v2`);
-a parameter of any other extension (sequence batching, priorities, classification,
-shared memory) or an unknown one is refused with a 400 naming it, never ignored, so a
-client never believes a feature took effect when it did not.
+a parameter of an extension it does not offer (sequence batching, priorities,
+classification, shared memory) or one of Triton's reserved `triton_` names is refused
+with a 400 naming it, never ignored, so a client never believes such a feature took
+effect. Other (custom) parameters with scalar values are accepted as Triton accepts
+them; Triton hands them to the model's backend, and no zoo runner reads any.
 
 Raw binary requests (`Inference-Header-Content-Length: 0`): the whole body is the raw
-tensor of the model's only input, its shape deduced as Triton does (see `raw_request`).
+tensor of the model's only input, its shape deduced as Triton does (see `raw_request`),
+and the outputs come back as binary data, as Triton sends them.
 """
 
 from __future__ import annotations
@@ -35,8 +38,6 @@ from . import datatypes as dt
 from .errors import ProtocolError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-#: parameters read here, by where they stand; "timeout" is Triton's per-request timeout in microseconds
-READ = {"request": ("binary_data_output", "timeout"), "input": ("binary_data_size",), "output": ("binary_data",)}
 #: parameters of extensions this server does not offer -> the extension, for the error message
 UNOFFERED = {"sequence_id": "sequence batching", "sequence_start": "sequence batching",
              "sequence_end": "sequence batching", "priority": "priority scheduling",
@@ -120,7 +121,7 @@ def raw_request(body: bytes, name: str, datatype: str, dims: Sequence[int]) -> I
     """A raw binary request: `body` is the tensor of the model's only input `name`, of
     `datatype`, whose shape is `dims` (-1 for a dynamic axis; a batched model's batch
     axis already 1) with the one dynamic axis, if any, deduced from the body's size, as
-    Triton deduces it. The outputs come back as JSON."""
+    Triton deduces it. The outputs come back as binary data."""
     where = f"input {name!r} (raw binary request)"
     dynamic = [d for d, n in enumerate(dims) if n < 0]
     if len(dynamic) > 1:
@@ -130,19 +131,20 @@ def raw_request(body: bytes, name: str, datatype: str, dims: Sequence[int]) -> I
     if datatype == "BYTES":
         if dynamic or math.prod(shape) != 1:
             raise ProtocolError(f"{where}: a raw BYTES input must have exactly one element; its shape is {list(dims)}")
-        return InferRequest([Tensor(name, datatype, tuple(shape), dt.bytes_array([bytes(body)]).reshape(shape))])
-    size = dt.element_size(datatype)
-    fixed = math.prod(n for n in shape if n >= 0)
-    if len(body) % (size * fixed):
-        raise ProtocolError(f"{where}: the body has {len(body)} bytes, not a whole number of {datatype} tensors "
-                            f"of shape {list(dims)} ({size * fixed} bytes per unit)")
+        tensor = Tensor(name, datatype, tuple(shape), dt.bytes_array([bytes(body)]).reshape(shape))
+        return InferRequest([tensor], binary_output=True)
+    unit = dt.element_size(datatype) * math.prod(n for n in shape if n >= 0)
+    if dynamic and len(body) % unit or not dynamic and len(body) != unit:
+        need = f"a multiple of {unit}" if dynamic else str(unit)
+        raise ProtocolError(f"{where}: the body has {len(body)} bytes; a {datatype} tensor of shape {list(dims)} "
+                            f"needs {need}")
     if dynamic:
-        shape[dynamic[0]] = len(body) // (size * fixed)
+        shape[dynamic[0]] = len(body) // unit
     try:
         flat = dt.from_bytes(datatype, body, math.prod(shape))
     except ValueError as exc:
         raise ProtocolError(f"{where}: {exc}") from None
-    return InferRequest([Tensor(name, datatype, tuple(shape), flat.reshape(shape))])
+    return InferRequest([Tensor(name, datatype, tuple(shape), flat.reshape(shape))], binary_output=True)
 
 
 def _no_constant(name: str) -> Any:
@@ -156,23 +158,20 @@ def _json_reason(exc: Exception) -> str:
     return "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "malformed"
 
 
-def _parameters(value: Any, where: str, kind: str | None = None) -> dict[str, Any]:
-    """The `parameters` object of the request, an input or an output (`kind`, from `where`)."""
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    """The `parameters` object of the request, an input or an output (`where`)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ProtocolError(f"`parameters` of the {where} must be an object")
-    kind = kind or where
     for key, v in value.items():
         if not isinstance(v, (str, int, float, bool)):
             raise ProtocolError(f"parameter {key[:60]!r} of the {where} must be a string, number or boolean")
-        if key in READ[kind]:
-            continue
         if key in UNOFFERED:
             raise ProtocolError(f"parameter {key!r} of the {where} belongs to the {UNOFFERED[key]} extension, which "
                                 "this server does not offer (GET /v2 lists the extensions it offers)")
-        raise ProtocolError(f"parameter {key[:60]!r} of the {where} is not supported; this server reads only "
-                            f"{list(READ[kind])} there")
+        if key.startswith("triton_"):
+            raise ProtocolError(f"parameter {key[:60]!r} of the {where}: names starting with triton_ are reserved")
     return value
 
 
@@ -189,7 +188,7 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
         raise ProtocolError(f"{where}: `datatype` {shown} is not a datatype (one of {', '.join(dt.NUMPY_TYPES)})")
     shape = _shape(item.get("shape"), where)
     count = math.prod(shape)
-    parameters = _parameters(item.get("parameters"), where, "input")
+    parameters = _parameters(item.get("parameters"), where)
     size = parameters.get("binary_data_size")
     if size is not None:
         if "data" in item:
@@ -293,7 +292,7 @@ def _outputs(value: Any) -> dict[str, bool] | None:
         name = item["name"]
         if name in wanted:
             raise ProtocolError(f"output {name[:200]!r} is requested more than once")
-        binary = _parameters(item.get("parameters"), f"output {name[:200]!r}", "output").get("binary_data", None)
+        binary = _parameters(item.get("parameters"), f"output {name[:200]!r}").get("binary_data", None)
         if binary is not None and not isinstance(binary, bool):
             raise ProtocolError(f"output {name!r}: parameter binary_data must be true or false")
         wanted[name] = binary
