@@ -45,6 +45,7 @@ from ..tensors import to_numpy
 from .errors import BackendFailureError, ModelNotReadyError, QueueFullError, RequestFailedError, engine_reason
 
 log = logging.getLogger("zoo.serve")
+Result = dict[str, np.ndarray] | BaseException  # one request's outputs, or the error it alone causes
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ class Batcher:
                                   f"{list(self.input_names)} (other requests succeed, so check them against "
                                   f"the model's metadata): {reason}")
 
-    def _run(self, works: list[Work]) -> tuple[list[dict[str, np.ndarray] | BaseException], float, BaseException | None]:
+    def _run(self, works: list[Work]) -> tuple[list[Result], float, BaseException | None]:
         """In a worker thread, on a free instance: each request's outputs or the error it
         alone causes, the seconds in the runner, and the backend fault if the runner is broken."""
         pool = self._pool
@@ -296,13 +297,12 @@ class Batcher:
         finally:
             pool.put(runner)
 
-    def _bisect(self, runner: Callable, works: list[Work], failure: Exception
-                ) -> list[dict[str, np.ndarray] | BaseException]:
+    def _bisect(self, runner: Callable, works: list[Work], failure: Exception) -> list[Result]:
         """The requests of a failed batch, halved until each part runs or is one request:
         answers for those that run, the error for each that fails alone."""
         if len(works) == 1:
             return [failure]
-        results: list[dict[str, np.ndarray] | BaseException] = []
+        results: list[Result] = []
         for part in (works[:len(works) // 2], works[len(works) // 2:]):
             try:
                 results += split(self._call(runner, part), part, self.ragged_dims)
