@@ -174,7 +174,7 @@ def test_a_declared_value_range_is_refused_before_the_engine(server):
     assert metadata["name"] == name
 
 
-def test_a_side_input_keeps_every_row_and_never_mixes(server):
+def test_a_side_input_keeps_every_row_and_never_mixes(server, serve_repo):
     url = f"{server.url}/v2/models/{SCALED}/infer"
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(12)]
@@ -193,3 +193,4 @@ def test_a_side_input_keeps_every_row_and_never_mixes(server):
     config = httpx.get(f"{server.url}/v2/models/{SCALED}/config").json()
     assert config["max_batch_size"] == 0  # Triton has no side inputs: it runs each request alone
     assert [i["dims"] for i in config["input"]] == [[-1, 4], [1]]
+    assert "# side inputs ['scale'] have no batch axis" in (serve_repo / SCALED / "config.pbtxt").read_text()

@@ -54,6 +54,11 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     r = spec.axes["batch"]
     lines = [f"name: {json.dumps(name)}"]
     lines += [f"{key}: {json.dumps(value)}" for key, value in runtime.items()]
+    side = [t.name for t in spec.inputs if t.shape[:1] != ("batch",)]
+    if side and rows_batched(spec):  # say why a batchable model is not batched here
+        lines.append(f"# side inputs {side} have no batch axis: one value per request for all its rows. Triton's "
+                     "implicit batch axis needs it on every input, so Triton runs each request alone; zoo serve "
+                     "batches requests whose side inputs are equal")
     lines.append(f"max_batch_size: {r.max if is_batched else 0}")
     lines.append("input [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.outputs) + "\n]")
