@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,8 @@ DISTINCT = 100  # bodies per model; the poisoned run replaces one of them
 
 
 def environment(source: Path) -> dict[str, str]:
-    """Run `zoo` from `source`: its core and plugins ahead of the editable installs."""
+    """Run `zoo` from `source` (as the working directory too, which `python -m` puts first
+    on sys.path): its core and plugins ahead of the editable installs."""
     env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
     env["PYTHONPATH"] = os.pathsep.join(str(source / p) for p in PACKAGES)
     return env
@@ -61,7 +63,7 @@ def environment(source: Path) -> dict[str, str]:
 def export_all(source: Path, repository: Path) -> None:
     for model, options in MODELS.values():
         subprocess.run([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "export", model, "-b", "onnxruntime",
-                        "-r", str(repository), *options], env=environment(source), check=True,
+                        "-r", str(repository), *options], env=environment(source), cwd=source, check=True,
                        stdout=subprocess.DEVNULL)
 
 
@@ -69,8 +71,8 @@ def start(source: Path, repository: Path, log: Path) -> tuple[subprocess.Popen, 
     port = free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "serve", str(repository),
-                                 "--port", str(port), "--threads", "1"], env=environment(source), stdout=out,
-                                stderr=subprocess.STDOUT)
+                                 "--port", str(port), "--threads", "1"], env=environment(source), cwd=source,
+                                stdout=out, stderr=subprocess.STDOUT)
     for _ in range(600):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
@@ -96,16 +98,17 @@ def bodies(model: str, poisoned: bool) -> list:
     return [encode_request(x) for x in samples]
 
 
-def measure(port: int, served: str, payload: list, concurrency: int, duration: float) -> dict:
+def measure(port: int, served: str, payload: list, concurrency: int, duration: float, poisoned: bool) -> dict:
     path = f"/v2/models/{served}/infer"
     asyncio.run(closed_loop("127.0.0.1", port, path, payload, concurrency, 0.5))
     statuses: Counter = Counter()
     latencies, _, elapsed = asyncio.run(closed_loop("127.0.0.1", port, path, payload, concurrency, duration,
                                                     statuses))
-    poisoned = DISTINCT // 2
+    bad = DISTINCT // 2 if poisoned else -1
     return {"requests_per_s": len(latencies) / elapsed,
-            "valid_failed": sum(n for (i, status), n in statuses.items() if i != poisoned and status != 200),
-            "poisoned_sent": sum(n for (i, _), n in statuses.items() if i == poisoned)}
+            "answered_per_s": sum(n for (_, status), n in statuses.items() if status == 200) / elapsed,
+            "valid_failed": sum(n for (i, status), n in statuses.items() if i != bad and status != 200),
+            "poisoned_sent": sum(n for (i, _), n in statuses.items() if i == bad)}
 
 
 def main() -> None:
@@ -135,27 +138,29 @@ def main() -> None:
                     payload = bodies(model, poisoned)
                     for version, (_, port) in servers.items():
                         rows.setdefault((served, poisoned, version), []).append(
-                            measure(port, served, payload, args.concurrency, args.duration))
+                            measure(port, served, payload, args.concurrency, args.duration, poisoned))
         report = {"command": " ".join(sys.argv), "before": args.before, "concurrency": args.concurrency,
                   "passes": args.passes, "duration_s": args.duration, "cpu": platform.processor() or platform.machine(),
                   "cores": os.cpu_count(), "zoo": zoo.__version__, "rows": []}
         for (served, poisoned, version), runs in rows.items():
             report["rows"].append({"model": served, "poisoned": "1 in 100" if poisoned else "none", "server": version,
                                    "requests_per_s": statistics.median(r["requests_per_s"] for r in runs),
+                                   "answered_per_s": statistics.median(r["answered_per_s"] for r in runs),
                                    "valid_failed": sum(r["valid_failed"] for r in runs),
                                    "poisoned_sent": sum(r["poisoned_sent"] for r in runs)})
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))
-        print(f"| model | poisoned | server | requests/s (median of {args.passes}) | valid requests failed | "
-              "poisoned sent |\n|---|---|---|---|---|---|")
+        print(f"| model | poisoned | server | answers/s | 200 answers/s | valid requests failed | poisoned sent |\n"
+              "|---|---|---|---|---|---|---|")
         for r in report["rows"]:
             print(f"| {r['model']} | {r['poisoned']} | {r['server']} | {r['requests_per_s']:.0f} | "
-                  f"{r['valid_failed']} | {r['poisoned_sent']} |")
+                  f"{r['answered_per_s']:.0f} | {r['valid_failed']} | {r['poisoned_sent']} |")
     finally:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(30)
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "before")], check=False)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
