@@ -74,7 +74,7 @@ def test_list_json(zoo_cli):
     assert digits["domain"] == "vision" and digits["task"] == "image-classification"
     assert digits["inputs"] == [{"name": "image", "dtype": "float32", "shape": ["batch", 1, 8, 8]}]
     assert digits["plugin"] == "zoo-vision (vision)"  # built-in plugins come through entry points too
-    assert all(r["parameters"] > 0 for r in rows)
+    assert all("parameters" not in r for r in rows)  # listing builds no model; `zoo info` counts them
 
 
 def test_info_json(zoo_cli):

@@ -205,15 +205,18 @@ def test_duplicate_backend_name_names_both_plugins(register):
     assert "dup-backend-plugin" in str(exc.value) and "zoo-onnxruntime" in str(exc.value)
 
 
-def test_registering_something_that_is_not_a_model_spec(register):
+def test_registering_something_that_is_not_a_model_spec(register, caplog):
     class Confused:
         @zoo.hookimpl
         def zoo_register_models(self, register):
+            register(mlp_spec("mlp.confused"))
             register(ToyBackend())
 
     register(Confused(), name="confused-plugin")
-    with pytest.raises(PluginError, match="confused-plugin registered 'toy-eager', which is not a zoo.ModelSpec"):
-        zoo.list_models()
+    # the plugin is left out, all of it, with a warning; the registry survives it
+    assert "resnet18" in zoo.list_models() and "mlp.confused" not in zoo.list_models()
+    assert [r.getMessage() for r in caplog.records if r.name == "zoo.plugins"] == [
+        "plugin confused-plugin registered 'toy-eager', which is not a zoo.ModelSpec; its models are left out"]
 
 
 class Misspelled:

@@ -4,6 +4,7 @@ on stderr with a non-zero exit; a traceback is shown only with ZOO_DEBUG=1."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from . import registry
 from .backend import Availability
-from .errors import ZooError
+from .errors import PluginError, ZooError, first_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
@@ -31,7 +32,14 @@ REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model
 @app.callback()
 def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a local plugin file (repeatable).")) -> None:
     for file in plugin:
-        registry.load_plugin_file(file)
+        registry.load_plugin_file(file, warn=True)  # one that fails to import must not hide the others
+
+
+class _WarningLine(logging.Handler):
+    """A plugin left out of the registry: one line on stderr, as an error is, and the command goes on."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(f"[yellow]warning:[/yellow] {escape(record.getMessage())}", highlight=False)
 
 
 def _emit_json(data: Any) -> None:
@@ -72,24 +80,29 @@ def _signature(spec) -> str:
 
 @app.command("list")
 def list_(pattern: Optional[str] = typer.Argument(None, help="Wildcard filter, e.g. 'resnet*'."), as_json: bool = JSON):
-    """Every registered model: name, domain, task, parameters, inputs, plugin."""
+    """Every registered model: name, domain, task, inputs, plugin (`zoo info` counts parameters)."""
+    # Specs only: building every model would make one plugin's missing library, or a
+    # large model's build time, every listing's problem.
     specs = [registry.get_model(n) for n in registry.list_models(pattern)]
-    rows = [{"name": s.name, "domain": s.domain, "task": s.task, "parameters": _params(s),
+    rows = [{"name": s.name, "domain": s.domain, "task": s.task,
              "inputs": [t.to_json() for t in s.inputs], "plugin": s.plugin} for s in specs]
     if as_json:
         return _emit_json(rows)
-    _table(["model", "domain", "task", "params", "inputs", "plugin"],
-           [[r["name"], r["domain"], r["task"], f"{r['parameters'] / 1e6:.2f}M", _signature(s), r["plugin"]]
-            for r, s in zip(rows, specs)])
+    _table(["model", "domain", "task", "inputs", "plugin"],
+           [[r["name"], r["domain"], r["task"], _signature(s), r["plugin"]] for r, s in zip(rows, specs)])
 
 
 def _params(spec) -> int:
-    return sum(p.numel() for p in spec.build().parameters())
+    try:
+        module = spec.build()
+    except Exception as exc:  # the plugin's code: say whose model failed, not where
+        raise PluginError(f"model {spec.name} (plugin {spec.plugin}) failed to build: {first_line(exc)}") from exc
+    return sum(p.numel() for p in module.parameters())
 
 
 @app.command()
 def info(model: str, as_json: bool = JSON):
-    """The full spec of MODEL: signature, dataset, recipe, metric, tolerances."""
+    """The full spec of MODEL: signature, dataset, recipe, metric, tolerances, parameters."""
     spec = registry.get_model(model)
     data = {**spec.to_json(), "parameters": _params(spec)}
     if as_json:
@@ -377,6 +390,9 @@ from . import cli_bench  # noqa: E402,F401  (registers `zoo bench` and `zoo opti
 
 
 def main() -> None:
+    plugins_log = logging.getLogger("zoo.plugins")
+    plugins_log.addHandler(_WarningLine())
+    plugins_log.propagate = False  # printed here, once, whatever the root logger does
     try:
         app()
     except ZooError as exc:

@@ -4,7 +4,9 @@ A plugin is a module or object with functions marked ``@zoo.hookimpl``, publishe
 through the entry-point group ``zoo`` (built-in plugins are discovered exactly the same
 way), loaded from a file with ``--plugin FILE``, or listed in ``ZOO_PLUGINS``
 (paths separated by ``os.pathsep``). Implementing a hook that is not defined here is an
-error at start-up, so a misspelled hook never fails silently.
+error at start-up for a local file, so a misspelled hook never fails silently; an
+installed distribution with one (written for another zoo version, say) is left out with
+a warning, as is a plugin that fails to import (see ``zoo.registry``).
 
 Both hooks take a ``register`` callback, as the ``llm`` tool's hooks do: a plugin calls
 it once per thing it adds. Every implementation is called; results are not used.
@@ -32,7 +34,8 @@ def zoo_register_models(register: Callable[["ModelSpec"], None]) -> None:
 
     :param register: call ``register(spec)`` with one :class:`zoo.ModelSpec` per model.
         A name already registered by any plugin raises :class:`zoo.errors.PluginError`
-        naming both plugins.
+        naming both plugins. If this hook raises, or registers something that is not a
+        ``ModelSpec``, none of the plugin's models are registered and a warning names it.
     """
 
 
@@ -45,5 +48,7 @@ def zoo_register_backends(register: Callable[["Backend"], None]) -> None:
     ``probe`` says why.
 
     :param register: call ``register(backend)`` with one :class:`zoo.Backend` instance
-        per backend. A duplicate name raises :class:`zoo.errors.PluginError`.
+        per backend. A duplicate name raises :class:`zoo.errors.PluginError`. If this
+        hook raises, or registers something that is not a ``Backend``, none of the
+        plugin's backends are registered and a warning names it.
     """

@@ -1,27 +1,38 @@
 """The plugin manager and the registry of models and backends built from it.
 
-Plugins come from the entry-point group ``zoo`` (built-in and third-party alike),
-from files named with ``--plugin`` or ``ZOO_PLUGINS``, or from ``pm.register`` in
-tests. The registry is built lazily on first use and rebuilt when plugins change.
+Plugins come from the entry-point group ``zoo`` (built-in and third-party alike), from
+files named with ``--plugin`` or ``ZOO_PLUGINS``, from ``zoo.register`` in a notebook
+or script (`zoo.inline`), or from `register_plugin` in tests. The registry is built
+lazily on first use and rebuilt when plugins change.
+
+The registry survives its plugins: a plugin that fails to import, whose hook raises, or
+that registers something that is not a spec or backend is left out, with one warning on
+the ``zoo.plugins`` logger that names it, and every other plugin still registers. Two
+things stay errors, because no single plugin can be left out for them: a name that two
+plugins register (which model it means would depend on install order), and a hook zoo
+does not define in a local file or `register_plugin` call (a typo must not be silent).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
+import logging
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hookspecs
 from .backend import Backend
-from .errors import PluginError, UnknownBackendError, UnknownModelError
+from .errors import PluginError, UnknownBackendError, UnknownModelError, first_line
 from .spec import ModelSpec
 
+log = logging.getLogger("zoo.plugins")
 pm = pluggy.PluginManager("zoo")
 pm.add_hookspecs(hookspecs)
 
@@ -30,15 +41,42 @@ _backends: dict[str, Backend] | None = None
 _entry_points_loaded = False
 #: plugin files loaded so far, so benchmark worker processes can load the same ones
 plugin_files: list[str] = []
+#: what users read for a plugin name: "zoo-vision (vision)" for an entry point, a file's name
+_labels: dict[str, str] = {}
+#: warnings already given, by plugin label: the registry is rebuilt whenever plugins
+#: change, and a broken plugin is reported once, not at every rebuild
+_warned: dict[str, set[str]] = {}
 
 
-def load_plugin_file(path: str | os.PathLike[str]) -> None:
-    """Load a local plugin module from a .py file and register it."""
+def _warn(label: str, message: str) -> None:
+    if message not in _warned.setdefault(label, set()):
+        _warned[label].add(message)
+        log.warning(message)
+
+
+def load_plugin_file(path: str | os.PathLike[str], *, warn: bool = False) -> None:
+    """Load a local plugin module from a .py file and register it.
+
+    A file that does not exist or fails to import raises `PluginError`; with `warn`
+    (``--plugin``, ``ZOO_PLUGINS``) it is left out with a warning instead, so the other
+    plugins still register. A hook zoo does not define is an error either way."""
     file = Path(path).expanduser().resolve()
-    if file.suffix != ".py" or not file.is_file():
-        raise PluginError(f"plugin file {path} does not exist or is not a .py file")
     if str(file) in plugin_files:
         return
+    try:
+        module = _import_file(path, file)
+    except PluginError as exc:
+        if not warn:
+            raise
+        _warn(file.name, f"{exc}; it is left out")
+        return
+    register_plugin(module, name=_plugin_name(file), label=file.name)
+    plugin_files.append(str(file))
+
+
+def _import_file(path: str | os.PathLike[str], file: Path) -> object:
+    if file.suffix != ".py" or not file.is_file():
+        raise PluginError(f"plugin file {path} does not exist or is not a .py file")
     name = _plugin_name(file)
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec and spec.loader
@@ -46,10 +84,9 @@ def load_plugin_file(path: str | os.PathLike[str]) -> None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise PluginError(f"plugin file {path} failed to load: {exc}") from exc
+        raise PluginError(f"plugin file {path} failed to load: {first_line(exc)}") from exc
     sys.modules[name] = module
-    register_plugin(module, name=name)
-    plugin_files.append(str(file))
+    return module
 
 
 def _plugin_name(file: Path) -> str:
@@ -67,20 +104,32 @@ def unload_plugin_file(path: str | os.PathLike[str]) -> None:
             unregister_plugin(plugin)
 
 
-def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object; a plugin with an unknown hook is refused and not kept."""
-    pm.register(plugin, name=name)
+def register_plugin(plugin: object, name: str | None = None, label: str | None = None) -> None:
+    """Register a plugin object; a plugin with an unknown hook is refused and not kept.
+
+    `label` is how messages and `zoo list` name it (default: its plugin name)."""
+    try:
+        name = pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:  # a hook's arguments differ from the spec's
+        raise PluginError(_invalid(exc, label or name or pm.get_canonical_name(plugin))) from exc
+    if name is None:  # blocked with pm.set_blocked
+        return
+    label = _labels[name] = label or name
     try:
         _check()
     except PluginError:
-        pm.unregister(plugin)
+        unregister_plugin(plugin)
         raise
     finally:
         invalidate()
+    if not pm.get_hookcallers(plugin):
+        _warn(label, f"plugin {label} implements no zoo hook; did you forget @zoo.hookimpl?")
 
 
 def unregister_plugin(plugin: object) -> None:
+    name = pm.get_name(plugin)
     pm.unregister(plugin)
+    _warned.pop(_labels.pop(name, name), None)  # registered again, it is reported again
     invalidate()
 
 
@@ -96,15 +145,20 @@ def _check() -> None:
         raise PluginError(_invalid(exc)) from exc
 
 
-def _invalid(exc: pluggy.PluginValidationError) -> str:
+def _invalid(exc: pluggy.PluginValidationError, label: str | None = None) -> str:
     """Name the plugin and the hooks it got wrong once, and the hooks that do exist."""
     callers = pm.get_hookcallers(exc.plugin) or []
     unknown = [h.name for h in callers if not h.has_spec()]
     defined = ", ".join(n for n in vars(hookspecs) if n.startswith("zoo_"))
-    name = pm.get_name(exc.plugin) or repr(exc.plugin)
+    name = label or _label(exc.plugin)
     if unknown:
         return f"plugin {name} implements {', '.join(unknown)}, which zoo does not define (hooks: {defined})"
-    return f"plugin {name} is invalid: {exc}"
+    return f"plugin {name} is invalid: {first_line(exc)}"
+
+
+def _label(plugin: object) -> str:
+    name = pm.get_name(plugin)
+    return _labels.get(name, name) if name else repr(plugin)
 
 
 def _load_plugins() -> None:
@@ -114,34 +168,63 @@ def _load_plugins() -> None:
     global _entry_points_loaded
     if not _entry_points_loaded:
         _entry_points_loaded = True
-        try:
-            pm.load_setuptools_entrypoints("zoo")
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(_invalid(exc)) from exc
-        except Exception as exc:
-            raise PluginError(f"an installed zoo plugin failed to load: {exc}") from exc
+        _load_entry_points()
     for entry in filter(None, os.environ.get("ZOO_PLUGINS", "").split(os.pathsep)):
-        load_plugin_file(entry)
+        load_plugin_file(entry, warn=True)
 
 
-def _collect(hook: pluggy.HookCaller, kind: str) -> dict:
+def _load_entry_points() -> None:
+    """Every installed ``zoo`` entry point. One that fails to import, or that implements
+    a hook zoo does not define (written for another zoo version, say), is left out with a
+    warning naming its distribution."""
+    for ep in importlib.metadata.entry_points(group="zoo"):
+        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+            continue
+        label = f"{ep.dist.name} ({ep.name})" if ep.dist else ep.name
+        try:
+            register_plugin(ep.load(), name=ep.name, label=label)
+        except PluginError as exc:
+            _warn(label, f"{exc}; it is left out")
+        except Exception as exc:
+            _warn(label, f"plugin {label} failed to load: {first_line(exc)}; it is left out")
+
+
+def _collect(hook: pluggy.HookCaller, kind: str, cls: type) -> dict[str, tuple[object, str]]:
+    """What each plugin registers through `hook`, by name, with the plugin's label.
+
+    A plugin whose hook raises or registers something that is not a `cls` is left out of
+    this hook, all of it (half a plugin's models would be a puzzle), with a warning."""
     found: dict[str, tuple[object, str]] = {}
-
     for impl in hook.get_hookimpls():
-        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-        dist = dict(pm.list_plugin_distinfo()).get(impl.plugin)
-        label = f"{dist.project_name} ({plugin_name})" if dist else plugin_name
+        label = _label(impl.plugin)
+        items: list[Any] = []
 
-        def register(item: object, _label: str = label) -> None:
-            name = getattr(item, "name", None)
-            if not isinstance(name, str):
-                raise PluginError(f"plugin {_label} registered a {kind} without a name: {item!r}")
-            if name in found:
-                raise PluginError(f"{kind} {name!r} is registered twice: by {found[name][1]} and by {_label}")
-            found[name] = (item, _label)
+        def register(item: object) -> None:
+            items.append(item)
 
-        impl.function(register=register)
+        try:
+            impl.function(register=register)
+            wrong = next(filter(None, (_wrong(item, kind, cls) for item in items)), None)
+        except Exception as exc:
+            wrong = f"failed in {hook.name}: {first_line(exc)}"
+        if wrong:
+            _warn(label, f"plugin {label} {wrong}; its {kind}s are left out")
+            continue
+        for item in items:
+            if item.name in found:
+                raise PluginError(f"{kind} {item.name!r} is registered twice: by {found[item.name][1]} and by {label}")
+            found[item.name] = (item, label)
     return found
+
+
+def _wrong(item: object, kind: str, cls: type) -> str | None:
+    """Why `item` cannot be registered as a `kind`, or None."""
+    name = getattr(item, "name", None)
+    if not isinstance(name, str):
+        return f"registered a {kind} without a name: {item!r}"
+    if not isinstance(item, cls):
+        return f"registered {name!r}, which is not a zoo.{cls.__name__}"
+    return None
 
 
 def models() -> dict[str, ModelSpec]:
@@ -149,13 +232,9 @@ def models() -> dict[str, ModelSpec]:
     if _models is None:
         _load_plugins()
         _check()
-        found = _collect(pm.hook.zoo_register_models, "model")
-        out = {}
-        for name, (spec, label) in sorted(found.items()):
-            if not isinstance(spec, ModelSpec):
-                raise PluginError(f"plugin {label} registered {name!r}, which is not a zoo.ModelSpec")
-            out[name] = spec if spec.plugin else replace(spec, plugin=label)
-        _models = out
+        found = _collect(pm.hook.zoo_register_models, "model", ModelSpec)
+        _models = {name: spec if spec.plugin else replace(spec, plugin=label)
+                   for name, (spec, label) in sorted(found.items())}
     return _models
 
 
@@ -164,10 +243,7 @@ def backends() -> dict[str, Backend]:
     if _backends is None:
         _load_plugins()
         _check()
-        found = _collect(pm.hook.zoo_register_backends, "backend")
-        for name, (backend, label) in found.items():
-            if not isinstance(backend, Backend):
-                raise PluginError(f"plugin {label} registered {name!r}, which is not a zoo.Backend")
+        found = _collect(pm.hook.zoo_register_backends, "backend", Backend)
         _backends = {name: b for name, (b, _) in sorted(found.items())}
     return _backends
 

@@ -1,0 +1,220 @@
+"""A registry that survives its plugins, tested as plugin authors meet it.
+
+Broken plugins are written as files in tmp_path and loaded with ``zoo --plugin FILE`` (or
+``ZOO_PLUGINS``) in a subprocess, or installed as a distribution by a ``.dist-info``
+directory on PYTHONPATH, which is all an entry point is to `importlib.metadata`. Each
+must cost one ``warning:`` line on stderr naming it, and every other model must still
+list. `zoo.register` is tested in this process, as a notebook would use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo import registry
+from zoo.errors import PluginError, ZooError
+
+MODEL = """\
+import numpy as np
+import torch
+
+import zoo
+
+
+def spec(name, build=lambda: torch.nn.Linear(4, 3)):
+    return zoo.ModelSpec(
+        name=name, domain="tabular", task="classification",
+        inputs=(zoo.TensorSpec("features", "float32", ("batch", 4)),),
+        outputs=(zoo.TensorSpec("logits", "float32", ("batch", 3)),),
+        build=build, sample=lambda batch, rng: {"features": rng.standard_normal((batch, 4)).astype(np.float32)},
+    )
+"""
+
+PLUGINS = {
+    "good.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n    register(spec('linear.good'))\n",
+    "missing_dependency.py": "import zoo_no_such_library\n" + MODEL,
+    "raising.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                          "    register(spec('linear.raising'))\n    raise RuntimeError('the model server is down')\n",
+    "confused.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                           "    register(spec('linear.confused'))\n    register('linear.other')\n",
+    "no_hookimpl.py": MODEL + "\n\ndef zoo_register_models(register):  # the decorator is missing\n"
+                              "    register(spec('linear.undecorated'))\n",
+    "build_fails.py": MODEL + "\n\ndef build():\n    import zoo_no_such_library  # noqa: F401\n\n\n"
+                              "@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                              "    register(spec('linear.unbuildable', build))\n",
+}
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    """`plugin(NAME)`: the file PLUGINS[NAME], written to tmp_path."""
+
+    def write(name: str) -> str:
+        path = tmp_path / name
+        path.write_text(PLUGINS[name])
+        return str(path)
+
+    return write
+
+
+def zoo_cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def listing(result: subprocess.CompletedProcess) -> tuple[set[str], list[str]]:
+    """The models `zoo list --json` printed, and its stderr lines; it must have succeeded."""
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return {row["name"] for row in json.loads(result.stdout)}, result.stderr.splitlines()
+
+
+# ---------------------------------------------------------------- broken plugin files
+
+
+def test_each_broken_plugin_file_is_one_warning_and_the_rest_still_list(plugin, tmp_path):
+    broken = [plugin(name) for name in ("missing_dependency.py", "raising.py", "confused.py", "no_hookimpl.py")]
+    args = [arg for path in [*broken, plugin("good.py")] for arg in ("--plugin", path)]
+    models, stderr = listing(zoo_cli(*args, "list", "--json", cwd=tmp_path))
+    assert sorted(stderr) == sorted([
+        f"warning: plugin file {broken[0]} failed to load: No module named 'zoo_no_such_library'; it is left out",
+        "warning: plugin raising.py failed in zoo_register_models: the model server is down; its models are left out",
+        "warning: plugin confused.py registered a model without a name: 'linear.other'; its models are left out",
+        "warning: plugin no_hookimpl.py implements no zoo hook; did you forget @zoo.hookimpl?",
+    ])
+    assert {"linear.good", "resnet8.digits"} <= models
+    # left out whole: what a broken plugin registered before it failed is not listed either
+    assert not {"linear.raising", "linear.confused", "linear.undecorated"} & models
+
+
+def test_a_plugin_in_zoo_plugins_that_fails_to_import_is_reported_once(plugin, tmp_path, monkeypatch, caplog):
+    # the registry loads ZOO_PLUGINS again whenever it is built (models, then backends)
+    monkeypatch.setenv("ZOO_PLUGINS", plugin("missing_dependency.py"))
+    registry.invalidate()  # a file that fails to import leaves nothing behind to clean up after
+    assert "resnet18" in zoo.list_models() and "onnxruntime" in registry.backends()
+    warned = [r.getMessage() for r in caplog.records if r.name == "zoo.plugins"]
+    assert len(warned) == 1 and "No module named 'zoo_no_such_library'" in warned[0]
+
+
+def test_zoo_list_builds_no_model_and_zoo_info_names_the_one_that_fails(plugin, tmp_path):
+    path = plugin("build_fails.py")
+    models, stderr = listing(zoo_cli("--plugin", path, "list", "--json", cwd=tmp_path))
+    assert "linear.unbuildable" in models and stderr == []
+    info = zoo_cli("--plugin", path, "info", "linear.unbuildable", cwd=tmp_path)
+    assert info.returncode == 1 and info.stderr.splitlines() == [
+        "error: model linear.unbuildable (plugin build_fails.py) failed to build: "
+        "No module named 'zoo_no_such_library'"]
+
+
+def test_a_model_name_two_plugins_register_is_still_an_error_naming_both(tmp_path):
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    for file in (first, second):
+        file.write_text(PLUGINS["good.py"])
+    result = zoo_cli("--plugin", str(first), "--plugin", str(second), "list", cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        "error: model 'linear.good' is registered twice: by first.py and by second.py"]
+
+
+# ---------------------------------------------------------------- broken distributions
+
+
+def install(site: Path, dist: str, module: str, source: str) -> None:
+    """A distribution `dist` with the entry point `zoo: <module>`, as pip would leave it."""
+    site.mkdir(exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[zoo]\n{module.removeprefix('zoo_')} = {module}\n")
+
+
+def test_broken_distributions_are_named_and_left_out(tmp_path):
+    site = tmp_path / "site"
+    install(site, "zoo-broken", "zoo_broken", "import zoo_no_such_library\n")
+    # written for a newer zoo, with a hook this one does not define
+    install(site, "zoo-future", "zoo_future", "import zoo\n\n\n@zoo.hookimpl\ndef zoo_register_datasets(register):\n"
+                                              "    pass\n")
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    result = zoo_cli("list", "--json", cwd=tmp_path, PYTHONPATH=path)
+    models, stderr = listing(result)
+    assert "resnet8.digits" in models
+    assert len(stderr) == 2, result.stderr
+    assert ("warning: plugin zoo-broken (broken) failed to load: No module named 'zoo_no_such_library'; "
+            "it is left out") in stderr
+    assert any(line.startswith("warning: plugin zoo-future (future) implements zoo_register_datasets, "
+                               "which zoo does not define") and line.endswith("; it is left out") for line in stderr)
+
+
+# ---------------------------------------------------------------- zoo.register, as in a notebook
+
+
+def mlp_spec(name: str = "mlp.inline", hidden: int = 8) -> zoo.ModelSpec:
+    """README's example, smaller: an MLP over 4 features."""
+    return zoo.ModelSpec(
+        name=name, domain="tabular", task="classification",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+        outputs=(zoo.TensorSpec("logits", "float32", ("batch", 3)),),
+        build=lambda: torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3)),
+        sample=lambda batch, rng: {"x": rng.standard_normal((batch, 4)).astype(np.float32)},
+        config={"hidden": hidden}, variant=partial(mlp_spec, name))
+
+
+@pytest.fixture
+def inline():
+    """`zoo.register`, with everything it registered taken back out after the test."""
+    names: list[str] = []
+
+    def register(item) -> None:
+        (zoo.register if isinstance(item, zoo.ModelSpec) else zoo.register_backend)(item)
+        names.append(item.name)
+
+    yield register
+    for name in names:
+        with contextlib.suppress(ZooError):  # the test took it out itself
+            zoo.unregister(name)
+
+
+def test_a_registered_spec_exports_loads_and_verifies(inline, repository):
+    inline(mlp_spec())
+    assert "mlp.inline" in zoo.list_models("mlp*")
+    assert zoo.get_model("mlp.inline", hidden=4).plugin == "zoo.register"
+    art = zoo.export("mlp.inline", backend="onnxruntime", random_init=True, repository=repository)
+    assert art.manifest["model"]["plugin"] == "zoo.register" and art.manifest["parity"]["passed"]
+    assert zoo.load(art.path)({"x": np.ones((2, 4), np.float32)})["logits"].shape == (2, 3)
+    assert zoo.verify(art.path)["parity"]["passed"]
+
+
+def test_register_makes_the_same_checks_as_a_plugin(inline):
+    with pytest.raises(PluginError, match="'resnet18' is registered twice") as exc:
+        inline(mlp_spec("resnet18"))
+    assert "zoo-vision" in str(exc.value) and "zoo.register" in str(exc.value)
+    assert zoo.get_model("resnet18").plugin.startswith("zoo-vision")  # refused, and nothing left behind
+    inline(mlp_spec())
+    with pytest.raises(PluginError, match=r"zoo.unregister\('mlp.inline'\) first"):
+        zoo.register(mlp_spec(hidden=16))
+    with pytest.raises(PluginError, match="takes a zoo.ModelSpec"):
+        zoo.register("mlp.inline")
+    with pytest.raises(ZooError, match="was not added with zoo.register"):
+        zoo.unregister("resnet18")
+
+
+def test_register_backend(inline):
+    onnxruntime = type(zoo.get_backend("onnxruntime"))
+    with pytest.raises(PluginError, match="'onnxruntime' is registered twice"):
+        inline(onnxruntime())
+    renamed = type("Renamed", (onnxruntime,), {"name": "onnxruntime-inline"})
+    inline(renamed())
+    assert isinstance(zoo.get_backend("onnxruntime-inline"), renamed)
+    zoo.unregister("onnxruntime-inline")
+    assert "onnxruntime-inline" not in registry.backends()
