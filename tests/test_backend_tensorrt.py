@@ -128,6 +128,16 @@ def test_other_tensorrt_version_is_refused_with_what_differs_and_how_to_rebuild(
     assert "`zoo export tiny.conv --backend tensorrt --precision fp16 --device cuda --force`" in msg
 
 
+def test_an_int8_artifact_of_either_name_is_rebuilt_as_tensorrts_static_int8() -> None:
+    """TensorRT int8 is static: a model that declares dynamic int8 has it as `...int8-static`."""
+    for name in ("exports/resnet8.digits.tensorrt.int8", "exports/minilm-l6.all-v2.tensorrt.int8-static"):
+        with pytest.raises(StaleArtifactError) as err:
+            TensorRTBackend().check_compatible({"tensorrt": "0.0.0"}, name)
+        model = Path(name).name.split(".tensorrt.")[0]
+        assert (f"`zoo export {model} --backend tensorrt --precision int8 --quantization static --device cuda "
+                f"--force`") in str(err.value)
+
+
 def test_other_gpu_is_refused() -> None:
     with pytest.raises(StaleArtifactError, match=r"on NVIDIA L4 \(sm_89\) \(GPU and compute capability differ\)"):
         check(provenance.Machine("10.3.0", "NVIDIA L4", "8.9"))

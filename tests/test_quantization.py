@@ -9,6 +9,7 @@ so PyTorch fp32 scores a perfect 0 error and any int8 rounding makes it worse; a
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -93,20 +94,108 @@ def test_int8_export_is_gated_and_verifies(name, backend, repository):
     assert report["precision"] == "int8" and report["parity"]["passed"]
 
 
-def test_onnxruntime_records_the_method_and_what_it_quantized(repository):
-    spec = zoo.get_model("resnet8.digits").tiny()
-    art = zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True)
-    q = art.manifest["backend"]["info"]["quantization"]
-    assert q["method"] == "static" and q["format"] == "QDQ" and q["per_channel"]
-    assert q["calibration_samples"] > 0 and q["quantized_ops"]["QuantizeLinear"] > 0
-    assert set(art.manifest["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"}  # no fp32 leftovers
+# -- one artifact per int8 method -------------------------------------------------------
 
-    dynamic = zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True,
-                         quantization="dynamic")  # the override rebuilds: the method is provenance
-    q = dynamic.manifest["backend"]["info"]["quantization"]
-    assert dynamic.manifest["quantization"] == q["method"] == "dynamic" and q["op_types"] == ["MatMul"]
-    assert "MatMulInteger" in q["quantized_ops"] and "QuantizeLinear" not in q["quantized_ops"]
-    assert dynamic.manifest["created"] != art.manifest["created"]
+NAMES = {"static": "resnet8.digits.onnxruntime.int8", "dynamic": "resnet8.digits.onnxruntime.int8-dynamic"}
+
+
+@pytest.fixture(scope="module")
+def both_methods(tmp_path_factory):
+    """Tiny resnet8.digits (its own method: static) exported with each int8 method into
+    one repository, static first, as a user overriding the method would."""
+    repository = tmp_path_factory.mktemp("both") / "exports"
+    spec = zoo.get_model("resnet8.digits").tiny()
+    arts = {m: zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True, quantization=m)
+            for m in ("static", "dynamic")}
+    return spec, repository, arts
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The int8 methods the onnxruntime backend is asked to build, in order: an export
+    that reuses its artifact builds nothing."""
+    backend = type(zoo.get_backend("onnxruntime"))
+    built, export = [], backend.export
+
+    def counting(self, module, spec, *args, **kwargs):
+        built.append(spec.quantization)
+        return export(self, module, spec, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "export", counting)
+    return built
+
+
+def test_each_int8_method_is_an_artifact_of_its_own_that_records_it(both_methods):
+    """The model's own method keeps `...int8`, the other is `...int8-dynamic`: the
+    dynamic export did not replace the static artifact."""
+    _, repository, arts = both_methods
+    assert sorted(p.name for p in repository.iterdir()) == sorted(NAMES.values())
+    for method, art in arts.items():
+        opened = zoo.Artifact.open(repository / NAMES[method])
+        assert opened.manifest == art.manifest and art.manifest["name"] == NAMES[method]
+        assert art.manifest["quantization"] == art.manifest["backend"]["info"]["quantization"]["method"] == method
+        assert f'name: "{NAMES[method]}"' in (art.path / "config.pbtxt").read_text()  # Triton's name is the directory's
+        assert set(art.manifest["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"}  # no leftovers
+
+    static = arts["static"].manifest["backend"]["info"]["quantization"]
+    assert static["format"] == "QDQ" and static["per_channel"]
+    assert static["calibration_samples"] > 0 and static["quantized_ops"]["QuantizeLinear"] > 0
+    dynamic = arts["dynamic"].manifest["backend"]["info"]["quantization"]
+    assert dynamic["op_types"] == ["MatMul"]
+    assert "MatMulInteger" in dynamic["quantized_ops"] and "QuantizeLinear" not in dynamic["quantized_ops"]
+
+
+def test_re_exporting_either_method_reuses_its_artifact(both_methods, builds):
+    spec, repository, arts = both_methods
+    for method in ("static", "dynamic"):
+        again = zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True, quantization=method)
+        assert again.path == arts[method].path and again.manifest == arts[method].manifest
+    plain = zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True)
+    assert plain.path == arts["static"].path  # no override: the model's own method
+    assert builds == []
+
+
+def test_an_artifact_recording_the_other_method_is_rebuilt(both_methods, repository, monkeypatch):
+    """Reuse compares the method in the manifest, not only the name (an artifact written
+    by a zoo that named both methods alike holds either)."""
+    spec, _, arts = both_methods
+    shutil.copytree(arts["static"].path, repository / NAMES["static"])
+    manifest = repository / NAMES["static"] / "zoo.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "quantization": "dynamic"}))
+
+    class Rebuilding(Exception):
+        pass
+
+    def rebuild(self, module, spec, *args, **kwargs):  # stop at the build: its start is the answer
+        raise Rebuilding(spec.quantization)
+
+    monkeypatch.setattr(type(zoo.get_backend("onnxruntime")), "export", rebuild)
+    with pytest.raises(Rebuilding, match="^static$"):
+        zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True)
+
+
+def test_a_model_whose_method_is_dynamic_gets_int8_static_for_the_override(repository):
+    spec = replace(zoo.get_model("resnet8.digits").tiny(), quantization="dynamic")
+    art = zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True, quantization="static")
+    assert art.path.name == "resnet8.digits.onnxruntime.int8-static" and art.manifest["quantization"] == "static"
+
+
+def test_bench_measures_the_models_own_method_and_leaves_the_other_alone(both_methods):
+    """`zoo bench` asks for the model's own int8 method: it reuses `...int8`, neither
+    measures nor rebuilds `...int8-dynamic`, and every int8 row (holes too) names its method."""
+    from zoo.bench.report import markdown
+
+    spec, repository, arts = both_methods
+    report = zoo.benchmark(spec, ["torch", "onnxruntime"], [1], precision="int8", repository=repository,
+                           random_init=True, warmup=1, min_time=0.01, min_iters=2)
+    hole, row = report["results"]
+    assert (hole["status"], hole["quantization"]) == ("unsupported", "static")
+    assert row["status"] == "ok", row
+    assert (row["quantization"], row["artifact"]) == ("static", NAMES["static"])
+    for art in arts.values():  # the static one reused, the dynamic one untouched
+        assert zoo.Artifact.open(art.path).manifest == art.manifest
+    text = markdown(report)
+    assert "| onnxruntime | int8 (static) |" in text and "- torch int8 (static) cpu: **unsupported**" in text
 
 
 # -- the metric gate, planted -----------------------------------------------------------

@@ -27,8 +27,16 @@ VERSION_DIR = "1"
 WEIGHTS = "weights.safetensors"
 
 
-def artifact_name(model: str, backend: str, precision: str) -> str:
-    return f"{model}.{backend}.{precision}"
+def artifact_name(model: str, backend: str, precision: str, method: str | None = None) -> str:
+    """`resnet8.digits.onnxruntime.int8`: an export's directory and Triton model name.
+
+    `method` is given only for an int8 method other than the model's own
+    (`ModelSpec.quantization`): `resnet8.digits.onnxruntime.int8-dynamic`, so static and
+    dynamic int8 of one model live side by side while the model's own keeps the plain
+    name. The suffix stays inside the last dot-separated field, the precision, which is
+    where readers of a name split it (`<model>.<backend>.<precision>`; model names hold dots).
+    """
+    return f"{model}.{backend}.{precision}" + (f"-{method}" if method else "")
 
 
 def safe_member(root: Path, rel: Any, artifact: str) -> Path:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .bench.report import precision_label
 from .cli import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
 from .errors import ZooError
 
@@ -25,10 +26,10 @@ def print_bench(report: dict[str, Any], console: Console | None = None) -> None:
     rows, holes = [], []
     for r in report["results"]:
         if r["status"] != "ok":
-            holes.append(f"{r['model']} {r['backend']} {r['precision']} {r['device']}: {r['status']}: {r['error']}")
+            holes.append(f"{r['model']} {r['backend']} {precision_label(r)} {r['device']}: {r['status']}: {r['error']}")
             continue
         lengths = ",".join(f"{k}={v}" for k, v in (r.get("lengths") or {}).items())
-        rows.append([r["model"], r["backend"], r["precision"], r["device"], r["batch"], lengths,
+        rows.append([r["model"], r["backend"], precision_label(r), r["device"], r["batch"], lengths,
                      _f(r["p50_ms"], ".3f"), _f(r["p90_ms"], ".3f"), _f(r["p99_ms"], ".3f"),
                      _f(r["throughput"], ".1f"), _f(r.get("peak_host_mb"), ".0f"),
                      _f(r.get("export_seconds"), ".1f"), _f((r.get("artifact_bytes") or 0) / 2**20, ".2f"),
@@ -48,7 +49,7 @@ def _progress() -> Progress:
 
 
 def _row_line(r: dict[str, Any]) -> str:
-    who = f"{r['model']} {r['backend']} {r['precision']} {r['device']}"
+    who = f"{r['model']} {r['backend']} {precision_label(r)} {r['device']}"
     if r["status"] != "ok":
         return f"[yellow]{escape(who)}: {r['status']}[/] {escape(r['error'])}"
     lengths = "".join(f" {k}={v}" for k, v in (r.get("lengths") or {}).items())
@@ -168,7 +169,7 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
 
 
 def _loadgen_line(r: dict[str, Any]) -> str:
-    who = escape(f"{r['model']} {r['backend']} {r['precision']} {r['device']} {r.get('scenario', '')}")
+    who = escape(f"{r['model']} {r['backend']} {precision_label(r)} {r['device']} {r.get('scenario', '')}")
     if r.get("peak_qps") is not None:
         return f"{who}: peak {r['peak_qps']:.1f} QPS within p99 {r['latency_bound_ms']:g} ms"
     if not r["valid"]:

@@ -8,7 +8,9 @@ also refused when its task metric falls further below fp32's than the spec allow
 (`zoo.verify.metric_report`).
 
 An artifact is reused when its provenance (weights sha256, model config, backend and
-library versions, precision, device) matches the request; otherwise it is rebuilt.
+library versions, precision and int8 method, device) matches the request; otherwise it
+is rebuilt. An int8 method other than the model's own is written under its own name
+(`zoo.artifact.artifact_name`), so neither method's artifact replaces the other's.
 """
 
 from __future__ import annotations
@@ -76,8 +78,10 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
 
     `quantization` ("static" | "dynamic") overrides the spec's int8 method for this
     export; backends read it as `spec.quantization`, so their interface does not change.
+    A method other than the spec's is written as `<model>.<backend>.int8-<method>`.
     """
-    spec = _quantized(get_model(model), precision, quantization)
+    declared = get_model(model)
+    spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
     spec.tolerance(precision)
@@ -91,7 +95,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
                   "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
                   "quantization": spec.quantization if precision == "int8" else None, **device_facts(device)}
-    final = Path(repository) / artifact_name(spec.name, be.name, precision)
+    other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
+    final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
     if final.exists() and not force:
         reused = _reusable(final, provenance)
         if reused is not None:

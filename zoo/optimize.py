@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import registry
-from .artifact import MANIFEST, Artifact, artifact_name
+from .artifact import MANIFEST, Artifact
 from .backend import Availability
 from .bench import benchmark
 from .checkpoint import Checkpoint
@@ -102,7 +102,7 @@ def optimize(model: str | ModelSpec, device: str = "cpu", objective: str = "late
                     "figures": {k: chosen.get(k) for k in _FIGURES}, "candidates": rows,
                     "environment": report.get("environment")}
         final = repository / result_name(spec.name, device, objective)
-        staged = staging / artifact_name(spec.name, chosen["backend"], chosen["precision"])
+        staged = staging / chosen["artifact"]  # the name export chose (an int8 method can be in it)
         art, verification = _install(spec, staged, final, evidence, threads)
         return {"model": spec.name, **evidence, "artifact": art.name, "path": str(art.path),
                 "verification": verification}

@@ -215,7 +215,8 @@ class ModelSpec:
     #: where the plugin measured what quantization costs and bounds it).
     tolerances: Mapping[str, Tolerance] = field(default_factory=_default_tolerances)
     #: the int8 method that fits this architecture (one of QUANTIZATIONS), required with an
-    #: "int8" tolerance; `zoo export --quantization` overrides it for one export.
+    #: "int8" tolerance; `zoo export --quantization` overrides it for one export, which is
+    #: then written as `<model>.<backend>.int8-<method>` beside this method's `...int8`.
     quantization: str | None = None
     #: returns a state dict of real pretrained weights shipped by a package; None: none.
     pretrained: Callable[[], Mapping[str, "torch.Tensor"]] | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ZooError
+from .report import precision_label
 
 
 def read_detail(path: Path) -> dict[str, Any]:
@@ -98,7 +99,8 @@ def print_loadgen(results: Sequence[Mapping[str, Any]], console, title: str = "M
 
     def row(r: Mapping[str, Any], label: str) -> None:
         # a combination of the matrix (zoo.bench.scenarios labels each result), else the target
-        who = " ".join(str(r[k]) for k in ("model", "backend", "precision", "device") if r.get(k)) or r.get("target")
+        who = " ".join(str(v) for v in (r.get("model"), r.get("backend"), precision_label(r), r.get("device"))
+                       if v) or r.get("target")
         verdict = r.get("status") if r.get("status") in ("unsupported", "failed") else (
             "VALID" if r.get("valid") else "INVALID")
         table.add_row(label, escape(str(who or "")), verdict,
@@ -109,7 +111,7 @@ def print_loadgen(results: Sequence[Mapping[str, Any]], console, title: str = "M
     captions = []
     for r in results:
         if "tried" in r:
-            label = {k: r[k] for k in ("model", "backend", "precision", "device") if k in r}
+            label = {k: r[k] for k in ("model", "backend", "precision", "quantization", "device") if k in r}
             for point in r["tried"]:
                 row({**label, **point}, "server (search)")
             captions.append(f"peak server QPS with p99 <= {r['latency_bound_ms']:g} ms: "

@@ -123,13 +123,21 @@ def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> ZooError | None:
     return None
 
 
+def int8_method(spec: ModelSpec, precision: str) -> str | None:
+    """The int8 method a combination measures: the spec's own (`ModelSpec.quantization`),
+    None below int8. Rows carry it, so a report says which int8 it measured."""
+    return spec.quantization if precision == "int8" else None
+
+
 def job_for(spec: ModelSpec, backend: str, precision: str, device: str, repository, checkpoint, random_init: bool,
             threads: int | None) -> dict[str, Any]:
     """What a combination's worker processes need to rebuild the spec and export it."""
     from ..registry import plugin_files
 
     return {"model": spec.name, "config": dict(spec.config), "backend": backend, "precision": precision,
-            "device": device, "repository": str(repository),
+            # the worker rebuilds the spec from the registry: the method travels explicitly, so
+            # a spec passed in with another method is measured (and named) as that method
+            "quantization": int8_method(spec, precision), "device": device, "repository": str(repository),
             "checkpoint": None if checkpoint is None else str(checkpoint), "random_init": random_init,
             "plugin_files": list(plugin_files), "threads": threads}
 
@@ -167,7 +175,8 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     rows: list[dict[str, Any]] = []
     combos = combinations(specs, backends, precisions, devices)
     for done, (spec, name, prec, dev) in enumerate(combos, 1):
-        base = {"model": spec.name, "backend": name, "precision": prec, "device": dev}
+        base = {"model": spec.name, "backend": name, "precision": prec, "quantization": int8_method(spec, prec),
+                "device": dev}
         hole = _hole(spec, name, prec, dev, batch_sizes, lengths)
         if hole is not None:
             new = [{**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",

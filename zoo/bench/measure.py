@@ -35,10 +35,10 @@ def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
 
     spec = _setup(job)
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
-                 checkpoint=job["checkpoint"], random_init=job["random_init"])
+                 checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"])
     metric = art.manifest.get("metric") or {}
     files = [p for p in (art.path / "1").rglob("*") if p.is_file()]
-    return {"path": str(art.path), "max_abs_error": art.manifest["parity"]["max_abs_error"],
+    return {"path": str(art.path), "artifact": art.name, "max_abs_error": art.manifest["parity"]["max_abs_error"],
             "metric_name": metric.get("name"), "metric": metric.get("artifact"),
             "metric_reference": metric.get("reference"), "metric_delta": metric.get("delta"),
             "higher_is_better": spec.metric.higher_is_better if spec.metric else None,

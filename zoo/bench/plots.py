@@ -19,6 +19,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from .report import precision_label
+
 Row = Mapping[str, Any]
 SUBPLOT_INCHES = (6.4, 4.2)
 
@@ -43,7 +45,7 @@ def _series(rows: list[Row], with_lengths: bool = True) -> dict[str, list[Row]]:
     devices = {r["device"] for r in rows}
     series: dict[str, list[Row]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["backend"], r["precision"], r["device"], r.get("batch") or 0)):
-        parts = [r["backend"], r["precision"]] + ([r["device"]] if len(devices) > 1 else [])
+        parts = [r["backend"], precision_label(r)] + ([r["device"]] if len(devices) > 1 else [])
         label = "/".join(parts) + (f" {_lengths(r)}" if with_lengths and r.get("lengths") else "")
         series[label].append(r)
     return dict(series)
@@ -123,7 +125,7 @@ def accuracy(report: Mapping[str, Any]) -> Figure | None:
         points = [min(s, key=lambda r: (r["batch"], sorted((r.get("lengths") or {}).items())))
                   for s in _series(rows, with_lengths=False).values()]
         for r in points:
-            label = f"{r['backend']}/{r['precision']}" + (f" ({r['quantization']})" if r.get("quantization") else "")
+            label = f"{r['backend']}/{precision_label(r)}"
             ax.scatter(r["p50_ms"], r["metric"])
             ax.annotate(label, (r["p50_ms"], r["metric"]), textcoords="offset points", xytext=(4, 4), fontsize="small")
         reference = next((r["metric_reference"] for r in rows if r.get("metric_reference") is not None), None)

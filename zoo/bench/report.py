@@ -29,6 +29,11 @@ CSV_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths", "st
               "load_seconds", "artifact_bytes", "peak_host_mb", "peak_cuda_mb")
 
 
+def precision_label(row: Row) -> str:
+    """`int8 (dynamic)`: a row's precision with the int8 method it measured, if any."""
+    return str(row.get("precision") or "") + (f" ({row['quantization']})" if row.get("quantization") else "")
+
+
 def load_report(path: str | Path) -> dict[str, Any]:
     """Read a `zoo bench` JSON report and check that it has rows to compare."""
     path = Path(path)
@@ -169,10 +174,9 @@ def _model_section(model: str, rows: list[Row]) -> list[str]:
         table = []
         for r in ok:
             ref = base.get((r["device"], r.get("batch"), _lengths(r.get("lengths"))))
-            precision = r["precision"] + (f" ({r['quantization']})" if r.get("quantization") else "")
             size = None if r.get("artifact_bytes") is None else r["artifact_bytes"] / 1e6
             delta = r.get("metric_delta")
-            table.append([r["backend"], precision, r["device"], r["batch"],
+            table.append([r["backend"], precision_label(r), r["device"], r["batch"],
                           *([_lengths(r.get("lengths")).replace(";", " ")] if show_lengths else []),
                           r["p50_ms"], r.get("p90_ms"), r.get("p99_ms"), r.get("throughput"),
                           "" if ref is None else f"{ref / r['p50_ms']:.2f}x", r.get("peak_host_mb"),
@@ -182,7 +186,7 @@ def _model_section(model: str, rows: list[Row]) -> list[str]:
         lines += _md_table(columns, table) + [""]
     for r in rows:
         if r["status"] != "ok":
-            where = " ".join(str(v) for v in (r["backend"], r["precision"], r["device"]))
+            where = " ".join(str(v) for v in (r["backend"], precision_label(r), r["device"]))
             batch = "" if r.get("batch") is None else f" batch {r['batch']}"
             lines.append(f"- {where}{batch}: **{r['status']}**: {' '.join(str(r.get('error', '')).split())}")
     if any(r["status"] != "ok" for r in rows):

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import UnsupportedError, ZooError
 from .env import environment
 from .loadgen import find_peak_qps, run_scenario, scenario_name
-from .matrix import _Failed, _hole, _in_own_process, _models, combinations, job_for
+from .matrix import _Failed, _hole, _in_own_process, _models, combinations, int8_method, job_for
 from .measure import export_job
 
 
@@ -83,7 +83,8 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
         add(_scenarios(url, None, names, settings, output_dir / "server", model=served), label)
     else:
         for spec, backend, prec, dev in combinations(specs, backends, precisions, devices):
-            label = {"model": spec.name, "backend": backend, "precision": prec, "device": dev}
+            label = {"model": spec.name, "backend": backend, "precision": prec,
+                     "quantization": int8_method(spec, prec), "device": dev}
             hole = _hole(spec, backend, prec, dev, [batch], None)
             if hole is not None:
                 status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"

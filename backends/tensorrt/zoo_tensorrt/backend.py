@@ -176,7 +176,9 @@ def _check_int8(spec: "ModelSpec") -> None:
 
 
 def _model_and_precision(artifact: str) -> tuple[str, str]:
-    """(`resnet8.digits`, `fp16`) from `exports/resnet8.digits.tensorrt.fp16` (the repository layout)."""
+    """(`resnet8.digits`, `fp16`) from `exports/resnet8.digits.tensorrt.fp16` (the repository layout);
+    an int8 method in the name (`int8-static`, `zoo.artifact.artifact_name`) is left out: the
+    rebuild command names TensorRT's only one."""
     name = Path(artifact).name
     head, sep, precision = name.rpartition(".tensorrt.")
-    return (head, precision) if sep and head else ("MODEL", "PRECISION")
+    return (head, precision.partition("-")[0]) if sep and head else ("MODEL", "PRECISION")

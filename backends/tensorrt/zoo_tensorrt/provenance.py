@@ -41,7 +41,10 @@ def weights_sha256(module: "torch.nn.Module") -> str:
 
 
 def rebuild_command(model: str, precision: str, device: str = "cuda") -> str:
-    return f"zoo export {model} --backend tensorrt --precision {precision} --device {device} --force"
+    # TensorRT's int8 is always static (calibrated Q/DQ): naming it rebuilds the same
+    # artifact whichever method the model declares (`...int8` or `...int8-static`)
+    method = " --quantization static" if precision == "int8" else ""
+    return f"zoo export {model} --backend tensorrt --precision {precision}{method} --device {device} --force"
 
 
 def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: str,
