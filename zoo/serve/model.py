@@ -260,7 +260,8 @@ class ServedModel:
                     "device": self.artifact.device,
                     "axes": {k: [r.min, r.opt, r.max] for k, r in self.spec.axes.items()},
                     "parity": m.get("parity"), "domain_check": m.get("domain"), "metric": m.get("metric"),
-                    "batching": self.policy.to_json(), "domain_native": raw, "state": self.state},
+                    "batching": self.policy.to_json(), "domain_native": raw, "state": self.state,
+                    "value_ranges": {t.name: list(t.value_range) for t in self.spec.inputs if t.value_range}},
         }
 
     @property

@@ -45,6 +45,7 @@ UNOFFERED = {"sequence_id": "sequence batching", "sequence_start": "sequence bat
              "shared_memory_byte_size": "shared memory", "shared_memory_offset": "shared memory"}
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
+ABSENT = object()  # a field left out of the request, as against one given as null
 
 
 @dataclass
@@ -87,10 +88,10 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         raise ProtocolError(f"the request body is not valid JSON ({_json_reason(exc)})") from None
     if not isinstance(doc, dict):
         raise ProtocolError("the request must be a JSON object with an `inputs` list")
-    parameters = _parameters(doc.get("parameters"), "request")
+    parameters = _parameters(doc.get("parameters", ABSENT), "request")
     request_id = doc.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise ProtocolError("`id` must be a string")
+    if "id" in doc and not isinstance(request_id, str):
+        raise ProtocolError("`id` must be a string (leave it out for none)")
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list):
         raise ProtocolError("`inputs` must be a list of tensors")
@@ -159,8 +160,9 @@ def _json_reason(exc: Exception) -> str:
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:
-    """The `parameters` object of the request, an input or an output (`where`)."""
-    if value is None:
+    """The `parameters` object of the request, an input or an output (`where`); ABSENT
+    when it is left out (null is not an object, so it is refused as the protocol types it)."""
+    if value is ABSENT:
         return {}
     if not isinstance(value, dict):
         raise ProtocolError(f"`parameters` of the {where} must be an object")
@@ -188,7 +190,7 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
         raise ProtocolError(f"{where}: `datatype` {shown} is not a datatype (one of {', '.join(dt.NUMPY_TYPES)})")
     shape = _shape(item.get("shape"), where)
     count = math.prod(shape)
-    parameters = _parameters(item.get("parameters"), where)
+    parameters = _parameters(item.get("parameters", ABSENT), where)
     size = parameters.get("binary_data_size")
     if size is not None:
         if "data" in item:
@@ -273,6 +275,9 @@ def _typed(flat: list, datatype: str, where: str) -> np.ndarray:
         wide = np.array(flat, dtype=np.float64)
     except OverflowError:
         raise ProtocolError(f"{where}: a value is outside the range of {datatype}") from None
+    if not np.isfinite(wide).all():  # a number such as 1e999, which JSON parsers read as infinity
+        raise ProtocolError(f"{where}: a value is outside the range of {datatype} (JSON numbers must be finite; "
+                            "send non-finite floats as binary data)")
     narrow = wide.astype(np.float16 if datatype == "FP16" else np.float32 if datatype in ("FP32", "BF16")
                          else np.float64)
     if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):
@@ -292,7 +297,7 @@ def _outputs(value: Any) -> dict[str, bool] | None:
         name = item["name"]
         if name in wanted:
             raise ProtocolError(f"output {name[:200]!r} is requested more than once")
-        binary = _parameters(item.get("parameters"), f"output {name[:200]!r}").get("binary_data", None)
+        binary = _parameters(item.get("parameters", ABSENT), f"output {name[:200]!r}").get("binary_data", None)
         if binary is not None and not isinstance(binary, bool):
             raise ProtocolError(f"output {name!r}: parameter binary_data must be true or false")
         wanted[name] = binary
