@@ -7,6 +7,7 @@ and the inference's, not the exporter's, and a crash in either is one failed row
 
 from __future__ import annotations
 
+import logging
 import resource
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +22,9 @@ def _setup(job: Mapping[str, Any]):
     import torch
 
     from ..registry import get_model, load_plugin_file
+
+    # a broken plugin was reported once by the parent; each worker rebuilding the registry need not repeat it
+    logging.getLogger("zoo.plugins").setLevel(logging.ERROR)
 
     for file in job["plugin_files"]:
         load_plugin_file(file)
