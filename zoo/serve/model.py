@@ -213,12 +213,15 @@ class ServedModel:
                 raise InputError(f"model {self.name}: {reason}")
 
     def _side_digest(self, inputs: dict[str, np.ndarray]) -> bytes:
+        """What decides which requests may share a batch: their side inputs, byte for byte."""
+        if not self.side_inputs:
+            return b""
         digest = hashlib.blake2b(digest_size=16)
         for name in self.side_inputs:
             array = inputs[name]
             digest.update(repr((array.dtype.str, array.shape)).encode())
             digest.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode())
-        return digest.digest() if self.side_inputs else b""
+        return digest.digest()
 
     def _wanted_outputs(self, request: InferRequest, raw: bool) -> list[str]:
         # a model with preprocessing but no postprocessing (a language model) answers tensors
