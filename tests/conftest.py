@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import pytest
 import torch
@@ -26,3 +27,24 @@ def pytest_collection_modifyitems(config, items):
 def repository(tmp_path):
     """An empty model repository per test."""
     return tmp_path / "exports"
+
+
+@pytest.fixture
+def plugin_warnings():
+    """The messages the registry logs about broken plugins during the test, read from the
+    `zoo.plugins` logger itself, so that what other code did to logging (levels,
+    propagation, disabled loggers) earlier in the session cannot hide them."""
+    log = logging.getLogger("zoo.plugins")
+    messages: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    saved = log.disabled, log.level, logging.root.manager.disable
+    log.disabled, log.level = False, logging.WARNING
+    logging.disable(logging.NOTSET)
+    log.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        log.removeHandler(handler)
+        log.disabled, log.level = saved[0], saved[1]
+        logging.disable(saved[2])

@@ -98,12 +98,13 @@ def test_each_broken_plugin_file_is_one_warning_and_the_rest_still_list(plugin, 
     assert not {"linear.raising", "linear.confused", "linear.undecorated"} & models
 
 
-def test_a_plugin_in_zoo_plugins_that_fails_to_import_is_reported_once(plugin, tmp_path, monkeypatch, caplog):
+def test_a_plugin_in_zoo_plugins_that_fails_to_import_is_reported_once(plugin, tmp_path, monkeypatch,
+                                                                      plugin_warnings):
     # the registry loads ZOO_PLUGINS again whenever it is built (models, then backends)
     monkeypatch.setenv("ZOO_PLUGINS", plugin("missing_dependency.py"))
     registry.invalidate()  # a file that fails to import leaves nothing behind to clean up after
     assert "resnet18" in zoo.list_models() and "onnxruntime" in registry.backends()
-    warned = [r.getMessage() for r in caplog.records if r.name == "zoo.plugins"]
+    warned = plugin_warnings
     assert len(warned) == 1 and "No module named 'zoo_no_such_library'" in warned[0]
 
 

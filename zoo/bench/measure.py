@@ -23,9 +23,6 @@ def _setup(job: Mapping[str, Any]):
 
     from ..registry import get_model, load_plugin_file
 
-    # a broken plugin was reported once by the parent; each worker rebuilding the registry need not repeat it
-    logging.getLogger("zoo.plugins").setLevel(logging.ERROR)
-
     for file in job["plugin_files"]:
         load_plugin_file(file)
     if job["threads"]:
@@ -185,6 +182,8 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     sys.stdout.flush()
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # a broken plugin was reported once by the parent; a worker rebuilding the registry need not repeat it
+    logging.getLogger("zoo.plugins").setLevel(logging.ERROR)
     try:
         conn.send(("ok", fn(job)))
     except UnsupportedError as exc:
