@@ -193,8 +193,9 @@ async def repository_index(request: Request) -> Response:
             rows.append({"name": name, "version": model.version, "state": model.state, "reason": model.reason})
         else:
             rows.append({"name": name, "state": "UNAVAILABLE", "reason": skipped.get(name, "not loaded")})
+    listed = {r["name"] for r in rows}  # a loaded model whose directory was removed since is still listed
     rows += [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
-             for m in zoo.models.values() if m.name not in {r["name"] for r in rows}]
+             for m in zoo.models.values() if m.name not in listed]
     if ready_only:
         rows = [r for r in rows if r["state"] == "READY"]
     return JSONResponse(sorted(rows, key=lambda r: r["name"]))
