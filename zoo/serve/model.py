@@ -64,8 +64,11 @@ class ServedModel:
 
     def _sample(self) -> dict[str, np.ndarray]:
         """The model's own sample at its smallest batch: the health probe until a request succeeds."""
-        sample = self.spec.sample(self.spec.axes["batch"].min, np.random.default_rng(0))
-        return {t.name: np.asarray(sample[t.name], dtype=dt.numpy_of(dt.v2_name(t.dtype))) for t in self.spec.inputs}
+        return self._typed(self.spec.sample(self.spec.axes["batch"].min, np.random.default_rng(0)))
+
+    def _typed(self, inputs) -> dict[str, np.ndarray]:
+        """A plugin's arrays (sample, preprocess) as the arrays a request of the wire types gives."""
+        return {t.name: np.asarray(inputs[t.name], dtype=dt.numpy_of(dt.v2_name(t.dtype))) for t in self.spec.inputs}
 
     async def stop(self, timeout: float) -> None:
         self.state, self.reason = UNAVAILABLE, "unloading"
@@ -166,7 +169,7 @@ class ServedModel:
         except Exception as exc:  # a plugin bug, not the client's fault: details go to the log
             log.error("model %s: preprocess failed: %s", self.name, exc, exc_info=exc)
             raise ZooError(f"model {self.name} could not preprocess the request") from None
-        return {t.name: np.asarray(inputs[t.name], dtype=dt.numpy_of(dt.v2_name(t.dtype))) for t in self.spec.inputs}
+        return self._typed(inputs)
 
     def _tensor_inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
         want = {t.name: t for t in self.spec.inputs}
