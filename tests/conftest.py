@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 
 import pytest
 import torch
+
+import zoo
+from zoo.errors import ZooError
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
@@ -48,3 +52,19 @@ def plugin_warnings():
         log.removeHandler(handler)
         log.disabled, log.level = saved[0], saved[1]
         logging.disable(saved[2])
+
+
+@pytest.fixture
+def inline():
+    """`zoo.register`, as a notebook uses it, with everything registered taken back out
+    after the test."""
+    names: list[str] = []
+
+    def register(item) -> None:
+        (zoo.register if isinstance(item, zoo.ModelSpec) else zoo.register_backend)(item)
+        names.append(item.name)
+
+    yield register
+    for name in names:
+        with contextlib.suppress(ZooError):  # the test took it out itself
+            zoo.unregister(name)

@@ -9,7 +9,6 @@ list. `zoo.register` is tested in this process, as a notebook would use it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -169,21 +168,6 @@ def mlp_spec(name: str = "mlp.inline", hidden: int = 8) -> zoo.ModelSpec:
         build=lambda: torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3)),
         sample=lambda batch, rng: {"x": rng.standard_normal((batch, 4)).astype(np.float32)},
         config={"hidden": hidden}, variant=partial(mlp_spec, name))
-
-
-@pytest.fixture
-def inline():
-    """`zoo.register`, with everything it registered taken back out after the test."""
-    names: list[str] = []
-
-    def register(item) -> None:
-        (zoo.register if isinstance(item, zoo.ModelSpec) else zoo.register_backend)(item)
-        names.append(item.name)
-
-    yield register
-    for name in names:
-        with contextlib.suppress(ZooError):  # the test took it out itself
-            zoo.unregister(name)
 
 
 def test_a_registered_spec_exports_loads_and_verifies(inline, repository):

@@ -33,8 +33,19 @@ class UnsupportedError(ZooError):
     """A precision or device the backend (or the device) does not support."""
 
 
+class SpecError(ZooError):
+    """A model does not do what its spec says (an output's name, dtype or shape, a sample
+    that ignores its batch size, non-finite outputs): `zoo check` lists every departure,
+    one per line, and `zoo export` refuses with the same lines before any backend work."""
+
+
 class ExportError(ZooError):
     """The model could not be converted to the backend's format."""
+
+
+class SignatureError(ZooError):
+    """A module does not fit its spec's signature: a forward that cannot be bound to the
+    spec's inputs by name, or a result whose outputs do not match the spec's names."""
 
 
 class CheckpointError(ZooError):
@@ -47,6 +58,11 @@ class ArtifactError(ZooError):
 
 class StaleArtifactError(ArtifactError):
     """An artifact built with other library versions or for another device."""
+
+
+class PluginNotLoadedError(ZooError):
+    """An artifact runs without the plugin that defined its model, but this needs it
+    (building the PyTorch module, domain-native inputs): the message says what to install."""
 
 
 class VerificationError(ZooError):

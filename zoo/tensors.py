@@ -25,8 +25,8 @@ def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
     """`torch.export` dynamic shapes, one entry per positional input in spec order.
 
     One `Dim` per axis name, shared by every input that uses it, so the exporter knows
-    that "batch" is the same size everywhere. Positional, because a module's argument
-    names need not match the spec's input names.
+    that "batch" is the same size everywhere. Positional: exporters capture the module
+    through `zoo.signature.Signature`, which takes the inputs in spec order.
     """
     dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()}
     return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items()} for t in spec.inputs)
@@ -77,15 +77,10 @@ def check_names(inputs: Mapping[str, Any], spec: ModelSpec) -> None:
 
 
 def call_module(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Run a zoo module: positional inputs in spec order; a tensor, tuple or dict out."""
-    result = module(*(inputs[t.name] for t in spec.inputs))
-    if isinstance(result, torch.Tensor):
-        result = (result,)
-    if isinstance(result, Mapping):
-        return {t.name: result[t.name] for t in spec.outputs}
-    if len(result) != len(spec.outputs):
-        raise ZooError(f"model {spec.name} returned {len(result)} outputs, its spec names {len(spec.outputs)}")
-    return {t.name: r for t, r in zip(spec.outputs, result)}
+    """Run a zoo module: inputs bound by name, outputs flattened by name (`zoo.signature`)."""
+    from .signature import call, flatten
+
+    return flatten(call(module, spec, inputs), spec)
 
 
 def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -24,6 +24,7 @@ import torch
 
 from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
+from zoo.signature import Signature
 from zoo.tensors import dynamic_shapes
 
 #: 18 is the opset torch's ONNX translation library is written against and is read by
@@ -37,8 +38,8 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                 path: str | Path, *, precision: str = "fp32", opset: int = DEFAULT_OPSET) -> dict[str, Any]:
     """Write `module` as an ONNX model at `path` and check it.
 
-    `module` is called with the spec's inputs as positional arguments in spec order (as
-    `zoo.tensors.call_module` does); `example` is a realistic batch keyed by input name,
+    `module` is captured through `zoo.signature.Signature`: inputs bound by name and
+    outputs flattened by name, as the PyTorch reference calls it; `example` is a realistic batch keyed by input name,
     whose batch size is not 1 (a size-1 example would be specialized to a constant).
     `precision` "fp16" converts the graph to float16 with ONNX Runtime's own tool while
     keeping float32 inputs and outputs, so the signature does not change, and numerically
@@ -54,7 +55,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         raise UnsupportedError(f"model {spec.name} has string tensors, which ONNX export does not carry; "
                                "export the numeric model and keep pre/post-processing in Python")
     path = Path(path)
-    wrapped = _Signature(module, spec).eval()
+    wrapped = Signature(module, spec).eval()
     args = tuple(example[t.name] for t in spec.inputs)
     external = sum(p.numel() * p.element_size() for p in module.parameters()) > _EXTERNAL_DATA_BYTES
     info: dict[str, Any]
@@ -68,6 +69,9 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         info = {"exporter": "dynamo"}
     except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
         _remove(path)
+        cause = _zoo_cause(dynamo_exc)
+        if cause is not None:  # the module does not fit its spec: no exporter can help
+            raise cause from None
         try:
             with _quiet():
                 torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset,
@@ -95,27 +99,16 @@ def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
     return {t.name: t.dynamic_axes for t in spec.inputs + spec.outputs if t.dynamic_axes}
 
 
-class _Signature(torch.nn.Module):
-    """Returns the module's outputs as a tuple in spec order, whatever it returns.
-
-    A module may return a tensor, a tuple or a dict; the exporters flatten a dict in its
-    own key order, which would silently pair output names with the wrong tensors.
-    """
-
-    def __init__(self, module: torch.nn.Module, spec: ModelSpec) -> None:
-        super().__init__()
-        self.module = module
-        self.output_names = tuple(t.name for t in spec.outputs)
-
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        result = self.module(*inputs)
-        if isinstance(result, torch.Tensor):
-            result = (result,)
-        elif isinstance(result, Mapping):
-            result = tuple(result[name] for name in self.output_names)
-        if len(result) != len(self.output_names):
-            raise ZooError(f"the module returned {len(result)} outputs; its spec names {len(self.output_names)}")
-        return tuple(result)
+def _zoo_cause(exc: BaseException) -> ZooError | None:
+    """The zoo error under an exporter's own wrapping of it, if any (the dynamo exporter
+    re-raises what the traced module raised as its TorchExportError)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ZooError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 @contextlib.contextmanager

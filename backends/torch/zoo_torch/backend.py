@@ -21,6 +21,7 @@ import torch
 
 from zoo import Availability, Backend, ModelSpec
 from zoo.errors import ArtifactError, ExportError, ZooError, first_line
+from zoo.signature import Signature
 from zoo.tensors import PRECISION_DTYPES, dynamic_shapes, to_torch
 
 from .shapes import check_shapes, row_major
@@ -52,10 +53,12 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     dtype = PRECISION_DTYPES[precision]
     # a copy: the program keeps references to the module's parameters, and the
     # caller's reference must stay fp32
-    module = copy.deepcopy(module).to(dtype)
-    args = tuple(v.to(dtype) if v.is_floating_point() else v for v in example.values())
+    module = Signature(copy.deepcopy(module).to(dtype), spec)
+    args = tuple(v.to(dtype) if v.is_floating_point() else v for v in (example[t.name] for t in spec.inputs))
     try:
-        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes(spec))
+        # keyed by the signature's one (variadic) parameter; the program takes the inputs
+        # in spec order and returns a plain tuple, so loading it needs no plugin's classes
+        program = torch.export.export(module, args, dynamic_shapes={"inputs": dynamic_shapes(spec)})
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
