@@ -106,7 +106,9 @@ def test_manifest_records_provenance(repository):
     assert m["model"]["name"] == "resnet8.digits" and m["model"]["plugin"].startswith("zoo-vision")
     assert m["backend"]["versions"]["onnxruntime"]
     assert m["precision"] == "fp32" and m["device"] == "cpu"
-    assert set(m["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"}
+    vectors = {s["file"] for s in m["test_data"]["sets"]}
+    assert set(m["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"} | vectors
+    assert vectors == {f"test_data/set_{i}.safetensors" for i in range(3)}  # smallest, typical, largest batch
     assert m["signature"]["axes"]["batch"] == [1, 8, 64]
     assert m["metric"]["name"] == "accuracy" and m["metric"]["delta"] == pytest.approx(0, abs=0.01)
 

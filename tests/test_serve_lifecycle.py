@@ -45,8 +45,13 @@ def faulty_server(serve_repo, tmp_path_factory, plugin):
     orphan = repo / "orphan.onnxruntime.fp32"
     shutil.copytree(serve_repo / ONNX, orphan)
     manifest = json.loads((orphan / "zoo.json").read_text())
-    manifest["model"]["name"] = "orphan.model"  # a model whose plugin is not installed
+    manifest["model"]["name"] = "orphan.model"  # a model whose plugin is not installed: served all the same
     (orphan / "zoo.json").write_text(json.dumps(manifest))
+    stale = repo / "stale.onnxruntime.fp32"
+    shutil.copytree(serve_repo / ONNX, stale)
+    manifest = json.loads((stale / "zoo.json").read_text())
+    manifest["signature"]["outputs"][0]["shape"] = ["batch", 11]  # exported from another version of the model
+    (stale / "zoo.json").write_text(json.dumps(manifest))
     proc = ServerProcess(repo, "--model-control", "--max-queue-size", "2", "--max-queue-delay-ms", "0",
                          log=repo.parent / "server.log")
     try:
@@ -65,12 +70,13 @@ def infer(server, first: float, model: str = FAULTY, timeout: float = 30) -> htt
 def test_skipped_artifacts_say_why(faulty_server):
     log = faulty_server.log()
     assert "skipped broken.onnxruntime.fp32" in log and "does not match its sha256" in log
-    assert "skipped orphan.onnxruntime.fp32" in log and "unknown model 'orphan.model'" in log
+    assert "skipped stale.onnxruntime.fp32" in log and f"another version of model {DIGITS}" in log
     index = {row["name"]: row for row in httpx.post(f"{faulty_server.url}/v2/repository/index").json()}
-    assert index[FAULTY]["state"] == index[ONNX]["state"] == "READY"
-    assert index["broken.onnxruntime.fp32"]["state"] == "UNAVAILABLE"
+    # no plugin registers orphan.model: its manifest describes it, and it is served
+    assert index[FAULTY]["state"] == index[ONNX]["state"] == index["orphan.onnxruntime.fp32"]["state"] == "READY"
+    assert index["broken.onnxruntime.fp32"]["state"] == index["stale.onnxruntime.fp32"]["state"] == "UNAVAILABLE"
     assert "sha256" in index["broken.onnxruntime.fp32"]["reason"]
-    assert "/" not in index["orphan.onnxruntime.fp32"]["reason"].replace("zoo export", "")
+    assert "/" not in index["stale.onnxruntime.fp32"]["reason"].replace("zoo export", "")
 
 
 def test_backend_failure_then_recovery(faulty_server, plugin):

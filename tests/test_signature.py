@@ -56,6 +56,7 @@ def test_inputs_reach_the_parameters_of_their_own_name(inline, repository, backe
     inline(spec)
     assert binding(Mixer(), spec) == KEYWORD
     art = zoo.export("mixer.keyword", backend=backend, repository=repository)
+    assert art.manifest["model"]["binding"] == KEYWORD
     inputs = {"input_ids": np.array([[3, 4, 5, 6, 7, 8]]), "token_type_ids": np.array([[0, 0, 1, 1, 0, 1]]),
               "attention_mask": np.array([[1, 1, 1, 0, 0, 0]])}
     np.testing.assert_array_equal(zoo.load(art.path)(inputs)["mixed"], expected(inputs))

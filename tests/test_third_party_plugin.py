@@ -84,6 +84,12 @@ def test_installed_plugin_model_exports(example_plugin, repository):
     assert "zoo-example-plugin" in manifest["model"]["plugin"]
     assert manifest["weights"]["source"].startswith("random init")
     assert manifest["parity"]["passed"]
+    assert manifest["model"]["origin"]["distribution"] == "zoo-example-plugin"
+    # this process never loaded the plugin: the artifact verifies by its test vectors and
+    # says which distribution rebuilds its PyTorch module
+    assert zoo.verify(artifact)["reference"] == "test vectors"
+    with pytest.raises(zoo.ZooError, match=r"distribution zoo-example-plugin.*pip install zoo-example-plugin"):
+        zoo.Artifact.open(artifact).spec().build()
 
 
 def test_uninstalling_the_distribution_removes_its_model(example_plugin):

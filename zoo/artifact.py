@@ -4,11 +4,15 @@
         1/model.onnx          the backend's model file(s); "1" is Triton's version directory
         config.pbtxt          Triton model configuration
         weights.safetensors   the fp32 reference weights, so `zoo verify` needs nothing else
-        zoo.json              the manifest: provenance, signature, file hashes, parity report
+        test_data/set_N.safetensors   inputs and PyTorch fp32 outputs (`zoo.vectors`)
+        zoo.json              the manifest: provenance, the model as its spec describes it,
+                              signature, file hashes, parity report
 
 Opening an artifact validates the manifest before anything is loaded: every path it
 names stays inside the directory (no absolute paths, no `..`, no symlinks), every file's
 sha256 matches, and the backend can read what the recorded library versions wrote.
+It needs no model plugin: without one, its spec is the one its manifest describes
+(`zoo.standalone`) and its test vectors are its reference.
 """
 
 from __future__ import annotations
@@ -116,13 +120,25 @@ class Artifact:
             if check_hashes and sha256_file(member) != digest:
                 raise ArtifactError(f"artifact {label}: file {rel} does not match its sha256 in the manifest "
                                     f"(corrupted or modified); re-export it with `zoo export --force`")
+        for entry in (manifest.get("test_data") or {}).get("sets", []):
+            axes = entry.get("axes") if isinstance(entry, dict) else None
+            if not isinstance(axes, dict) or entry.get("file") not in files or not isinstance(axes.get("batch"), int):
+                raise ArtifactError(f"artifact {label}: manifest names test vectors {entry!r} that are not "
+                                    f"among its hashed files, or without their sizes; re-export it")
         return cls(path, manifest)
 
     def spec(self):
-        """The model spec this artifact was exported from, at its recorded config."""
-        from .registry import get_model
+        """The model spec this artifact was exported from: its plugin's at the recorded
+        config where the plugin is loaded, else the one the manifest describes (`zoo.standalone`)."""
+        from .standalone import artifact_spec
 
-        return get_model(self.model, **self.manifest["model"].get("config", {}))
+        return artifact_spec(self)
+
+    def test_vectors(self) -> list:
+        """The stored inputs and PyTorch fp32 outputs (`zoo.vectors.VectorSet`s); [] if none."""
+        from .vectors import read
+
+        return read(self)
 
     def load(self, threads: int | None = None, device: str | None = None):
         """A `Runner` for this artifact, after checking the backend can run it here."""

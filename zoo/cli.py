@@ -198,6 +198,36 @@ def _without_option(argv: list[str], name: str) -> list[str]:
 
 
 @app.command()
+def check(model: str, config: List[str] = typer.Option([], "--config", "-c", help="Architecture config KEY=VALUE "
+                                                       "(repeatable), e.g. width=8."),
+          precision: str = typer.Option("fp32", help="The precision whose tolerance the magnitude warning uses."),
+          device: str = "cpu",
+          checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL "
+                                                    "where it exists, else random init)."),
+          random_init: bool = typer.Option(False, help="Check untrained weights even where a checkpoint exists."),
+          as_json: bool = JSON):
+    """Check MODEL against its spec as `zoo export` relies on it: samples, forward, output names, dtypes, shapes.
+
+    Exits non-zero, with one line per problem, where `zoo export` would refuse."""
+    from .check import check_model
+
+    spec = registry.get_model(model, **_config(config))
+    report, source = check_model(spec, checkpoint, random_init, precision, device)
+    for warning in report.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+    if as_json:
+        _emit_json({**report.to_json(), "weights": source})
+    else:
+        _table(["check", "batch", "result", "problems"],
+               [[c.name, c.batch, "passed" if c.passed else "skipped" if c.skipped else "FAILED",
+                 "\n".join(c.problems) or c.skipped] for c in report.checks],
+               title=f"{spec.name} ({source}) against its spec")
+    report.raise_for_failures()
+    if not as_json:
+        out.print("[green]meets its spec[/green]")
+
+
+@app.command()
 def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
            precision: str = "fp32", device: str = "cpu", repository: Path = REPOSITORY,
            checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
@@ -219,6 +249,9 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     out.print(f"{art.path}{f' ({method} int8)' if method else ''}: max |error| vs PyTorch fp32 "
               f"{parity['max_abs_error']:.3g} (tolerance atol {parity['tolerance']['atol']:g}, "
               f"rtol {parity['tolerance']['rtol']:g})")
+    relative = sorted({c["output"] for c in parity["checks"] if c.get("relative")})
+    if relative:
+        out.print(f"held to a tenth of their magnitude, being under 10x the atol: {', '.join(relative)}")
     if art.manifest.get("metric"):
         m = art.manifest["metric"]
         allowed = f", allowed worsening {m['allowed_drop']:g}" if m.get("allowed_drop") is not None else ""
@@ -238,7 +271,10 @@ def _artifact_path(artifact: str, repository: Path) -> Path:
 @app.command()
 def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its name in the repository."),
            repository: Path = REPOSITORY, threads: Optional[int] = None, as_json: bool = JSON):
-    """Re-check ARTIFACT: file hashes, parity with PyTorch, and the task metric."""
+    """Re-check ARTIFACT: file hashes, parity with PyTorch, its test vectors, and the task metric.
+
+    Without the plugin that defined its model, the stored test vectors are the reference,
+    and the task metric and domain check are reported as skipped."""
     from .verify import verify_artifact
 
     report = verify_artifact(_artifact_path(artifact, repository), threads=threads)
@@ -246,10 +282,18 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
         return _emit_json(report)
     _table(["batch", "output", "max |error|", "passed"],
            [[c["batch"], c["output"], f"{c['max_abs_error']:.3g}", c["passed"]] for c in report["parity"]["checks"]],
-           title=f"{report['artifact']}: parity vs PyTorch fp32")
+           title=f"{report['artifact']}: parity vs {report['reference']}")
+    vectors = report.get("test_vectors") or {}
+    if vectors:
+        out.print(escape(f"test vectors: skipped: {vectors['skipped']}" if "skipped" in vectors else
+                         f"test vectors: {vectors['sets']} sets reproduce, max |error| {vectors['max_abs_error']:.3g}"))
+    for name, key in (("domain check", "domain"), ("metric", "metric")):
+        if "skipped" in (report.get(key) or {}):
+            out.print(escape(f"{name}: skipped: {report[key]['skipped']}"))
     for key, value in (report.get("domain") or {}).items():
-        out.print(f"{key}: {value:.6g}" if isinstance(value, float) else f"{key}: {value}")
-    if "metric" in report:
+        if key != "skipped":
+            out.print(f"{key}: {value:.6g}" if isinstance(value, float) else f"{key}: {value}")
+    if "name" in report.get("metric", {}):
         m = report["metric"]
         out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
     out.print("[green]verified[/green]")

@@ -7,6 +7,11 @@ a failed or interrupted export never leaves a directory that loads. An int8 arti
 also refused when its task metric falls further below fp32's than the spec allows
 (`zoo.verify.metric_report`).
 
+The artifact carries what it needs to run and be checked without the plugin that
+defined its model: the spec's description in the manifest (`zoo.standalone`) and test
+vectors, inputs with the PyTorch fp32 outputs at the smallest, typical and largest
+sizes, which the runner reproduces before the artifact is written (`zoo.vectors`).
+
 An artifact is reused when its provenance (weights sha256, model config, backend and
 library versions, precision and int8 method, device) matches the request; otherwise it
 is rebuilt. An int8 method other than the model's own is written under its own name
@@ -26,13 +31,16 @@ from typing import Any, Mapping
 import torch
 from safetensors.torch import save_file
 
-from . import __version__
+from . import __version__, vectors
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
+from .check import check
 from .checkpoint import Checkpoint, default_path, load_checkpoint
 from .errors import ArtifactError, BackendUnavailableError, CheckpointError, UnsupportedError
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
+from .signature import binding
+from .standalone import model_record, signature
 from .tensors import cpu_state_dict, example_inputs, state_dict_sha256
 from .train import module_fn
 from .triton import model_config
@@ -76,6 +84,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
            quantization: str | None = None) -> Artifact:
     """Export `model` through `backend` and write a verified artifact into `repository`.
 
+    `model` is a registered name or a `ModelSpec`, registered or not: the artifact
+    describes its model itself, so it loads and verifies where no plugin registers it.
     `quantization` ("static" | "dynamic") overrides the spec's int8 method for this
     export; backends read it as `spec.quantization`, so their interface does not change.
     A method other than the spec's is written as `<model>.<backend>.int8-<method>`.
@@ -102,6 +112,12 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         if reused is not None:
             return reused
 
+    # what every step below relies on, before any backend work: one line per departure
+    checked = check(spec, module, precision, device)
+    for warning in checked.warnings:
+        log.warning("%s", warning)
+    checked.raise_for_failures()
+
     start = time.perf_counter()
     with atomic_directory(final) as tmp:
         model_file = tmp / VERSION_DIR / be.filename
@@ -116,21 +132,22 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         report = parity(spec, reference, runner, precision)
         domain = domain_report(spec, reference, runner, precision)
         metric = metric_report(spec, reference, runner, precision)
+        vector_sets, test_data = vectors.record(spec, reference, tmp)
+        vectors.check(spec, runner, vector_sets, precision)  # so that `zoo verify` passes on what is written
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
         (tmp / "config.pbtxt").write_text(model_config(name, spec, be.triton, be.filename, device))
         files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {
             "format": FORMAT, "name": name, "zoo_version": __version__,
-            "model": {"name": spec.name, "plugin": spec.plugin, "config": dict(spec.config),
-                      "domain": spec.domain, "task": spec.task},
+            # how the module took its inputs ("keyword", or "positional" where its forward names none)
+            "model": {**model_record(declared), "binding": binding(module, spec)},
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
-            "signature": {"inputs": [t.to_json() for t in spec.inputs], "outputs": [t.to_json() for t in spec.outputs],
-                          "axes": {k: [r.min, r.opt, r.max] for k, r in spec.axes.items()}},
-            "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
+            "signature": signature(spec), "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
+            "test_data": test_data,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "export_seconds": round(time.perf_counter() - start, 3),
             "parity": report, "domain": domain, "metric": metric,
@@ -163,5 +180,7 @@ def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
                 "precision": m["precision"], "device": m["device"], "quantization": m.get("quantization"),
                 "device_name": m.get("device_name"),
                 "compute_capability": m.get("compute_capability")}
+    if "test_data" not in m:  # exported before artifacts carried test vectors: rebuilt with them
+        return None
     return art if recorded == dict(provenance) else None
 

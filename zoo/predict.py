@@ -28,10 +28,15 @@ def predictor(model: str | None = None, artifact: str | Path | None = None,
     if artifact is not None:
         from .artifact import Artifact
 
+        from .standalone import with_raw_inputs
+
         art = Artifact.open(artifact)
-        if model is not None and get_model(model).name != art.model:
+        if model is not None and model != art.model:  # a name: the artifact needs no plugin to know its own
             raise ZooError(f"artifact {art.name} holds model {art.model}, not {model}")
-        return art.spec(), art.load(threads=threads, device=device), f"artifact {art.name}"
+        spec = art.spec()
+        if spec.raw_kind is None and art.manifest["model"].get("raw_input"):  # its plugin is not loaded
+            spec = with_raw_inputs(spec, art.manifest["model"])
+        return spec, art.load(threads=threads, device=device), f"artifact {art.name}"
     if model is None:
         raise ZooError("name a model or an artifact")
     from .export import reference_module

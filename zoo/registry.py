@@ -43,6 +43,9 @@ _entry_points_loaded = False
 plugin_files: list[str] = []
 #: what users read for a plugin name: "zoo-vision (vision)" for an entry point, a file's name
 _labels: dict[str, str] = {}
+#: where a plugin comes from, by label: {"distribution": name, "version": v} or {"file": name};
+#: manifests record it, so an artifact can say what to install when its plugin is absent
+_origins: dict[str, dict[str, str]] = {}
 #: warnings already given, by plugin label: the registry is rebuilt whenever plugins
 #: change, and a broken plugin is reported once, not at every rebuild
 _warned: dict[str, set[str]] = {}
@@ -70,7 +73,7 @@ def load_plugin_file(path: str | os.PathLike[str], *, warn: bool = False) -> Non
             raise
         _warn(file.name, f"{exc}; it is left out")
         return
-    register_plugin(module, name=_plugin_name(file), label=file.name)
+    register_plugin(module, name=_plugin_name(file), label=file.name, origin={"file": file.name})
     plugin_files.append(str(file))
 
 
@@ -104,10 +107,12 @@ def unload_plugin_file(path: str | os.PathLike[str]) -> None:
             unregister_plugin(plugin)
 
 
-def register_plugin(plugin: object, name: str | None = None, label: str | None = None) -> None:
+def register_plugin(plugin: object, name: str | None = None, label: str | None = None,
+                    origin: dict[str, str] | None = None) -> None:
     """Register a plugin object; a plugin with an unknown hook is refused and not kept.
 
-    `label` is how messages and `zoo list` name it (default: its plugin name)."""
+    `label` is how messages and `zoo list` name it (default: its plugin name); `origin`
+    where it comes from (see `plugin_origin`)."""
     try:
         name = pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:  # a hook's arguments differ from the spec's
@@ -115,6 +120,8 @@ def register_plugin(plugin: object, name: str | None = None, label: str | None =
     if name is None:  # blocked with pm.set_blocked
         return
     label = _labels[name] = label or name
+    if origin:
+        _origins[label] = dict(origin)
     try:
         _check()
     except PluginError:
@@ -129,7 +136,9 @@ def register_plugin(plugin: object, name: str | None = None, label: str | None =
 def unregister_plugin(plugin: object) -> None:
     name = pm.get_name(plugin)
     pm.unregister(plugin)
-    _warned.pop(_labels.pop(name, name), None)  # registered again, it is reported again
+    label = _labels.pop(name, name)
+    _warned.pop(label, None)  # registered again, it is reported again
+    _origins.pop(label, None)
     invalidate()
 
 
@@ -181,8 +190,9 @@ def _load_entry_points() -> None:
         if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
             continue
         label = f"{ep.dist.name} ({ep.name})" if ep.dist else ep.name
+        origin = {"distribution": ep.dist.name, "version": ep.dist.version} if ep.dist else None
         try:
-            register_plugin(ep.load(), name=ep.name, label=label)
+            register_plugin(ep.load(), name=ep.name, label=label, origin=origin)
         except PluginError as exc:
             _warn(label, f"{exc}; it is left out")
         except Exception as exc:
@@ -270,6 +280,12 @@ def get_backend(name: str) -> Backend:
     if name not in found:
         raise UnknownBackendError(f"unknown backend {name!r}; registered: {', '.join(found) or 'none'}")
     return found[name]
+
+
+def plugin_origin(label: str) -> dict[str, str]:
+    """Where the plugin labelled `label` comes from: {"distribution": name, "version": v}
+    for an installed distribution, {"file": name} for a plugin file, {} if unknown."""
+    return dict(_origins.get(label, {}))
 
 
 def plugin_names() -> Iterable[str]:

@@ -261,6 +261,14 @@ class ModelSpec:
             if unknown or tol.compare == ():
                 raise ZooError(f"model {self.name}: the {precision} tolerance compares outputs {unknown or '()'}; "
                                f"name at least one of its outputs {sorted(outputs)}")
+        # 0-d tensors do not survive the whole path: numpy's ascontiguousarray (the torch
+        # runners) makes them shape [1], Triton needs dims [1] with an empty reshape, whose
+        # clients then send [1] where zoo serve expects []. One value is shape (1,).
+        for kind, t in [("input", t) for t in self.inputs] + [("output", t) for t in self.outputs]:
+            if t.shape == ():
+                raise ZooError(f"model {self.name}: {kind} {t.name!r} has shape (), and 0-d tensors are not "
+                               f"supported end to end (Triton and the torch runners send them as shape [1]); "
+                               f"declare shape (1,) for one value per request, or ('batch',) for one per row")
         for t in self.inputs:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:

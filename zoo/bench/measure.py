@@ -18,23 +18,26 @@ import numpy as np
 from .stats import summarize
 
 
-def _setup(job: Mapping[str, Any]):
+def _setup(job: Mapping[str, Any]) -> None:
+    """The parent's plugin files and thread count. Measuring needs no model plugin: an
+    artifact describes its model itself (`Artifact.spec`)."""
     import torch
 
-    from ..registry import get_model, load_plugin_file
+    from ..registry import load_plugin_file
 
     for file in job["plugin_files"]:
         load_plugin_file(file)
     if job["threads"]:
         torch.set_num_threads(job["threads"])
-    return get_model(job["model"], **job["config"])
 
 
 def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
     """Export (or reuse) the verified artifact; its path and the facts its manifest holds."""
     from ..export import export
+    from ..registry import get_model
 
-    spec = _setup(job)
+    _setup(job)
+    spec = get_model(job["model"], **job["config"])
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
                  checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"])
     metric = art.manifest.get("metric") or {}

@@ -1,0 +1,144 @@
+"""The module a zoo_hf spec builds: a transformers model behind the zoo's signature.
+
+`HFModule.forward` takes the spec's inputs as parameters of the same names, in the
+spec's order (input_ids, attention_mask, token_type_ids), so the core may call it by
+keyword or positionally, and returns a plain dict of tensors keyed by the spec's output
+names: exported programs never hold a transformers `ModelOutput`.
+
+Models are built with transformers' Auto classes from a config, in float32 (a config's
+own `dtype`, often float16, would otherwise decide), with no key/value cache (a cache
+object is state an exporter cannot capture and one forward pass never reuses), and with
+PyTorch's scaled-dot-product attention, which `torch.export` and the ONNX dynamo
+exporter both capture with dynamic batch and sequence axes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from zoo.errors import CheckpointError, UnsupportedError
+
+#: task -> the transformers Auto class that builds its model, and that class's public
+#: mapping from config class to model class.
+TASKS = {
+    "feature-extraction": ("AutoModel", "MODEL_MAPPING"),
+    "text-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING"),
+    "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING"),
+    "fill-mask": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING"),
+    "text-generation": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING"),
+}
+POOLINGS = ("mean", "cls", "none")
+#: the only inputs passed on, in this order (BERT's); the spec lists a prefix of them.
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ATTENTION = "sdpa"
+
+
+def check_task(config: Any, task: str) -> None:
+    """That transformers has a `task` model for `config` (without importing its code)."""
+    import transformers
+
+    if task not in TASKS:
+        raise UnsupportedError(f"task {task!r} is not one zoo_hf builds; tasks: {', '.join(TASKS)}")
+    auto, mapping = TASKS[task]
+    if type(config) not in getattr(transformers, mapping):
+        raise UnsupportedError(f"transformers has no {task} model ({auto}) for model type {config.model_type!r}")
+
+
+def build(config: Any, task: str, inputs: tuple[str, ...], pooling: str, normalize: bool) -> "HFModule":
+    """A randomly initialized model for `config` (a copy: transformers writes to it).
+
+    The spec's inputs were chosen from the config alone, since importing a model's code
+    costs seconds in every process that lists models; here its forward is at hand and
+    must take each of them."""
+    import transformers
+
+    auto = getattr(transformers, TASKS[task][0])
+    model = auto.from_config(copy.deepcopy(config), dtype=torch.float32, attn_implementation=ATTENTION)
+    takes = inspect.signature(model.forward).parameters
+    missing = [name for name in inputs if name not in takes]
+    if missing:
+        raise UnsupportedError(f"{type(model).__name__}.forward takes no {', '.join(missing)}, which its config "
+                               f"implies (type_vocab_size {getattr(config, 'type_vocab_size', None)}); zoo_hf "
+                               f"cannot export this model")
+    return HFModule(model, task, pooling, normalize)
+
+
+def pretrained_state(directory: str, config: Any, task: str) -> dict[str, torch.Tensor]:
+    """The directory's safetensors weights as a state dict of `HFModule`, loaded by
+    transformers itself (its renames of old checkpoints, shards, tied weights), offline.
+
+    A head the checkpoint has no weights for would be random: that is refused."""
+    import transformers
+
+    auto = getattr(transformers, TASKS[task][0])
+    with _no_progress_bar():
+        model, info = auto.from_pretrained(directory, config=copy.deepcopy(config), local_files_only=True,
+                                           use_safetensors=True, dtype=torch.float32, attn_implementation=ATTENTION,
+                                           output_loading_info=True)
+    if info["missing_keys"] or info["mismatched_keys"]:
+        missing = sorted(info["missing_keys"]) + sorted(str(k[0] if isinstance(k, tuple) else k)
+                                                        for k in info["mismatched_keys"])
+        raise CheckpointError(f"{directory} has no weights (or weights of another shape) for {len(missing)} tensors of "
+                              f"{type(model).__name__}, e.g. {', '.join(missing[:4])}: the {task} model would be "
+                              f"partly random. Register it with a task its checkpoint was trained for")
+    return {f"model.{k}": v for k, v in model.state_dict().items()}
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr, noise in `zoo` commands' output."""
+    from transformers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
+class HFModule(torch.nn.Module):
+    """`model` with named tensor inputs and a dict of named outputs; see the module docstring.
+
+    Outputs: "sentence_embedding" [batch, hidden] (feature extraction, mean or [CLS] pooled,
+    L2-normalized if `normalize`), "last_hidden_state" [batch, seq, hidden] (pooling
+    "none"), otherwise the head's "logits". Not "embedding": torch.onnx's dynamo exporter
+    names the value of a model's first `aten.embedding` so, and an output of the same
+    name makes the ONNX graph invalid; sentence-transformers' own name is this one."""
+
+    def __init__(self, model: torch.nn.Module, task: str, pooling: str = "none", normalize: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.task = task
+        self.pooling = pooling if task == "feature-extraction" else "none"
+        self.normalize = normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        kwargs = {"input_ids": input_ids}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        # the first field is last_hidden_state (base models) or logits (heads, without labels),
+        # whether the model returns a ModelOutput or, with return_dict off, a tuple
+        hidden = self.model(**kwargs)[0]
+        if self.task != "feature-extraction":
+            return {"logits": hidden}
+        if self.pooling == "none":
+            return {"last_hidden_state": hidden}
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        elif attention_mask is None:
+            pooled = hidden.mean(dim=1)
+        else:  # the mean over real tokens, as sentence-transformers' Pooling computes it
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return {"sentence_embedding": F.normalize(pooled, p=2, dim=-1) if self.normalize else pooled}

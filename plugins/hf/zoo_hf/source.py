@@ -1,0 +1,105 @@
+"""Where a model's files are: a local directory or the local Hugging Face cache, never the network.
+
+A source is a directory (`save_pretrained` output, a sentence-transformers folder, a
+`git clone` of a hub repository) or a hub id ("org/name") already in the cache that
+`huggingface-cli download` and `from_pretrained` fill. The cache is found as
+`huggingface_hub` finds it: `HF_HUB_CACHE`, else `HF_HOME`/hub, else
+`XDG_CACHE_HOME`/huggingface/hub, else ~/.cache/huggingface/hub, read when asked (not at
+import), so a changed environment is seen.
+
+Weights are read from safetensors only. `pytorch_model.bin` and friends are pickles:
+loading one runs whatever code it was made to run, so a directory with nothing else is
+refused rather than loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from zoo.errors import CheckpointError
+
+#: the files that hold weights as safetensors, one file or shards with an index.
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
+#: weight files zoo will not read: pickles (torch.load) and other frameworks' formats.
+PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth", "model.ckpt")
+OTHER_FORMATS = ("tf_model.h5", "flax_model.msgpack", "model.onnx")
+#: what a hub id looks like: "name" or "org/name" (letters, digits, -, _, .)
+_HUB_ID = re.compile(r"[\w.\-]+(/[\w.\-]+)?")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+class ModelNotFoundError(CheckpointError):
+    """A model's files are not where zoo looked (a directory, the local cache); nothing is downloaded."""
+
+
+class UnsafeWeightsError(CheckpointError):
+    """A model's weights exist only in a format that zoo refuses to load (pickles)."""
+
+
+def hub_cache() -> Path:
+    """The local Hugging Face hub cache directory, resolved from the environment now."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def resolve(source: str | os.PathLike[str], revision: str = "main") -> Path:
+    """The directory holding `source`'s files: the directory itself, or the cached snapshot
+    of hub id `source` at `revision` (a branch, tag or commit the cache has).
+
+    Raises `ModelNotFoundError` naming every place it looked."""
+    path = Path(source).expanduser()
+    looked = [f"directory {path.resolve()}"]
+    if path.is_dir():
+        return _checked(path)
+    if isinstance(source, str) and _HUB_ID.fullmatch(source):
+        repo = hub_cache() / f"models--{source.replace('/', '--')}"
+        looked.append(f"the Hugging Face cache {repo} (revision {revision!r}; "
+                      f"cache from HF_HUB_CACHE, HF_HOME or ~/.cache/huggingface)")
+        snapshot = _snapshot(repo, revision)
+        if snapshot is not None:
+            return _checked(snapshot)
+    raise ModelNotFoundError(
+        f"no Hugging Face model {str(source)!r}: looked in {' and in '.join(looked)}. zoo never downloads; put "
+        f"config.json, model.safetensors and the tokenizer files in a directory, or fetch the model into the "
+        f"cache first (`huggingface-cli download ORG/NAME`) where HF_HUB_CACHE or HF_HOME points")
+
+
+def _snapshot(repo: Path, revision: str) -> Path | None:
+    """The cache's snapshot for `revision`: refs/<revision> names the commit, or it is one."""
+    ref = repo / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    if not _COMMIT.fullmatch(commit):
+        return None
+    snapshot = repo / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+def _checked(directory: Path) -> Path:
+    """`directory` if it has a config and safetensors weights; refuse pickled weights by name."""
+    if not (directory / "config.json").is_file():
+        raise ModelNotFoundError(f"{directory} has no config.json, so it is not a transformers model directory "
+                                 f"(it holds {_listing(directory)})")
+    if any((directory / name).is_file() for name in SAFETENSORS):
+        return directory
+    pickles = [name for name in PICKLES if (directory / name).is_file()]
+    if pickles:
+        raise UnsafeWeightsError(
+            f"{directory} has its weights only as {', '.join(pickles)}: a pickle, which runs arbitrary code when "
+            f"loaded, so zoo does not load it. Convert it once on a machine where you trust the file (load it with "
+            f"transformers and call save_pretrained(..., safe_serialization=True)) to get model.safetensors")
+    others = [name for name in OTHER_FORMATS if (directory / name).is_file()]
+    raise ModelNotFoundError(f"{directory} has no model.safetensors (nor a sharded model.safetensors.index.json)"
+                             + (f"; {', '.join(others)} is not a format zoo loads" if others else "")
+                             + f"; it holds {_listing(directory)}")
+
+
+def _listing(directory: Path, limit: int = 12) -> str:
+    names = sorted(p.name for p in directory.iterdir())
+    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return shown or "nothing"

@@ -1,0 +1,276 @@
+"""`hf_model`: a `zoo.ModelSpec` for a Hugging Face transformers model.
+
+    spec = zoo_hf.hf_model("bge-small.en", "/models/bge-small-en-v1.5")   # pooling from its folder
+    zoo.register(spec)                                  # or register(spec) in a plugin's hook
+
+The signature comes from the model's config: token ids, the attention mask (not for
+causal language models: see `_input_names`), token types where the config has more than
+one (the build checks that the forward takes each); the outputs from the task. Nothing
+is fetched: the files come from a directory or the local cache (`zoo_hf.source`), the
+weights from safetensors only, the config from `transformers`' local-only loaders.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from zoo import AxisRange, ModelSpec, TensorSpec, Tolerance
+from zoo.errors import ToleranceError, UnsupportedError, ZooError
+
+from . import module, text
+from .source import resolve
+
+#: the longest sequence exported when neither the caller nor the model's folder says
+#: (sentence-transformers' max_seq_length): BERT's 512, where attention's quadratic cost
+#: and the engines' optimization profiles stay sensible; `max_length` raises it.
+DEFAULT_MAX_LENGTH = 512
+#: architecture sizes `get_model(name, **config)` may change (a random-init variant), as
+#: transformers names them for every model (attribute aliases map GPT-2's n_embd ...).
+ARCHITECTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+#: the variant the test suite runs when the caller gives none: BERT-sized shapes shrunk.
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+#: models whose position ids count from pad_token_id + 1 (RoBERTa's embeddings), so
+#: pad_token_id + 1 of max_position_embeddings are never a token's position.
+PADDING_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+                            "data2vec-text", "mpnet", "longformer", "ibert", "xmod", "luke", "esm")
+#: fp32: ONNX Runtime and OpenVINO agree with PyTorch to 2e-7 on the models registered here
+#: (tools/hf_models.py), at seq 1 and the longest too; 1e-4 leaves room for other CPUs'
+#: kernels and for larger logits. bf16 (torch, CPU) measured up to 4e-3. fp16 (GPU only)
+#: is zoo_nlp's MiniLM bound, not measured here.
+TOLERANCES = {"fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(5e-3, 2e-2), "bf16": Tolerance(2e-2, 5e-2)}
+#: the least cosine an embedding through an artifact may have with PyTorch fp32's.
+MIN_COSINE = {"fp32": 0.999, "fp16": 0.999, "bf16": 0.999, "int8": 0.99}
+
+
+def hf_model(name: str, source: Any, *, task: str = "feature-extraction", pooling: str | None = None,
+             normalize: bool | None = None, max_length: int | None = None, config: Mapping[str, int] | None = None,
+             tiny: Mapping[str, int] | None = None, revision: str = "main", description: str = "",
+             tolerances: Mapping[str, Tolerance] | None = None, quantization: str | None = None) -> ModelSpec:
+    """A spec for the transformers model at `source`.
+
+    source: a directory with config.json and model.safetensors (and tokenizer.json for
+      text inputs), a hub id already in the local cache ("org/name" at `revision`), or a
+      `transformers.PretrainedConfig` for a randomly initialized model without files.
+    task: "feature-extraction", "text-classification", "token-classification",
+      "fill-mask" or "text-generation" (the Auto class each builds: `module.TASKS`).
+    pooling, normalize: feature extraction only: "mean" over real tokens, "cls" (the
+      first token) or "none" (every token's "last_hidden_state"), L2-normalized or not.
+      By default what a sentence-transformers folder says (1_Pooling, Normalize), else
+      mean pooling without normalization.
+    max_length: the longest sequence in tokens (default: the folder's sentence-transformers
+      max_seq_length, else 512), capped by the model's positions.
+    config: architecture overrides (`ARCHITECTURE` keys): a random-init variant.
+    tiny: the overrides the test suite runs (default `TINY` where the model has those
+      sizes and is larger; {} keeps the model as it is).
+    tolerances, quantization: per-precision bounds (default `TOLERANCES`); an "int8" entry
+      needs a `quantization` method ("dynamic" for transformers).
+    """
+    directory, base = _load_config(source, revision)
+    module.check_task(base, task)
+    folder = _sentence_transformers(directory) if directory is not None else {}
+    if task == "feature-extraction":
+        if pooling is None and folder.get("other_modules"):
+            raise UnsupportedError(f"model {name}: its sentence-transformers modules include "
+                                   f"{', '.join(folder['other_modules'])}, which zoo_hf does not export, so its "
+                                   f"embeddings would not be the folder's; pass pooling= (and normalize=) to export "
+                                   f"the transformer's own pooled output")
+        pooling = pooling or folder.get("pooling", "mean")
+        normalize = folder.get("normalize", False) if normalize is None else normalize
+        if pooling not in module.POOLINGS:
+            raise UnsupportedError(f"model {name}: pooling {pooling!r} is not one zoo_hf builds "
+                                   f"({', '.join(module.POOLINGS)}); pass pooling= to choose one")
+    elif pooling is not None or normalize:
+        raise ZooError(f"model {name}: pooling and normalize apply to feature-extraction, not {task}")
+    hf_config = _configured(base, config or {})
+    arch = {k: getattr(hf_config, k) for k in ARCHITECTURE if isinstance(getattr(hf_config, k, None), int)}
+    changed = {k for k in arch if getattr(base, k) != arch[k]}
+    real = directory is not None and not changed
+    names = _input_names(hf_config, task)
+    seq_max = _longest(hf_config, max_length or folder.get("max_length") or DEFAULT_MAX_LENGTH)
+    output, postprocess = _outputs(task, pooling, hf_config)
+    pad_id = _pad_id(hf_config)
+    tokenizer = directory / "tokenizer.json" if directory is not None else None
+    codec = (text.TextCodec(tokenizer, names, seq_max, pad_id, keep_last=task == "text-generation")
+             if tokenizer is not None and tokenizer.is_file() else None)
+    sample = codec.sample if codec else partial(text.random_sample, names=names, vocab_size=hf_config.vocab_size,
+                                                type_vocab_size=getattr(hf_config, "type_vocab_size", 0),
+                                                length=min(16, seq_max), pad_id=pad_id)
+    if codec and task == "fill-mask":
+        postprocess = codec.top_tokens
+    embedding = output.name == "sentence_embedding"
+    options = {"task": task, "pooling": pooling, "normalize": normalize, "max_length": max_length, "tiny": tiny,
+               "revision": revision, "description": description, "tolerances": tolerances,
+               "quantization": quantization}
+    tiny = {k: v for k, v in TINY.items() if k in arch and arch[k] > v} if tiny is None else dict(tiny)
+    return ModelSpec(
+        name=name,
+        domain="nlp",
+        task=task,
+        description=description or _describe(hf_config, task, pooling, normalize, directory, source, real),
+        inputs=_inputs(hf_config, names),
+        outputs=(output,),
+        # batch: 1 to 32 covers online and batched serving; seq: any length the model has
+        # positions for up to `max_length`, tuned at 128 tokens (a sentence or two)
+        axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(1, min(128, seq_max), seq_max)},
+        build=partial(module.build, hf_config, task, names, pooling or "none", bool(normalize)),
+        sample=sample,
+        config=arch,
+        tiny_config=tiny,
+        variant=partial(_variant, name, source, options),
+        tolerances=dict(tolerances or TOLERANCES),
+        quantization=quantization,
+        pretrained=partial(module.pretrained_state, str(directory), hf_config, task) if real else None,
+        domain_check=partial(embedding_check, codec.examples if codec else partial(_seeded, sample, 16))
+        if embedding else None,
+        raw_kind="text" if codec else None,
+        preprocess=codec.preprocess if codec else None,
+        postprocess=postprocess if codec else None,
+        detokenize=codec.detokenize if codec and task == "text-generation" else None,
+    )
+
+
+def _variant(name: str, source: Any, options: Mapping[str, Any], **config: int) -> ModelSpec:
+    """`hf_model` for another architecture config: what `ModelSpec.configure` calls."""
+    return hf_model(name, source, config=config, **options)
+
+
+def _seeded(sample: Callable[..., dict[str, np.ndarray]], batch: int) -> dict[str, np.ndarray]:
+    return sample(batch, np.random.default_rng(0))
+
+
+def _load_config(source: Any, revision: str) -> tuple[Path | None, Any]:
+    """The model's directory (None for a config object) and its transformers config."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(source, PretrainedConfig):
+        return None, source
+    directory = resolve(source, revision)
+    try:
+        return directory, AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError, OSError) as exc:  # an unknown model_type, custom code, a broken file
+        raise UnsupportedError(f"{directory}/config.json is not a config this transformers can build without "
+                               f"running the model's own code: {str(exc).splitlines()[0]}") from None
+
+
+def _configured(base: Any, overrides: Mapping[str, int]) -> Any:
+    """A copy of `base` with architecture overrides (through transformers' attribute aliases)."""
+    unknown = sorted(set(overrides) - set(ARCHITECTURE))
+    if unknown:
+        raise ZooError(f"config {unknown} cannot be changed here; architecture keys: {', '.join(ARCHITECTURE)}")
+    config = copy.deepcopy(base)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    # one forward pass, nothing to reuse: a key/value cache is only state for exporters to trip on
+    config.use_cache = False
+    return config
+
+
+def _input_names(config: Any, task: str) -> tuple[str, ...]:
+    """The inputs, a prefix of `module.INPUTS`: token ids, the attention mask, and token
+    types where the config has more than one (BERT's sentence pairs; `module.build`
+    checks that the forward takes each).
+
+    Causal language models take token ids alone: they are right-padded, which cannot
+    change the logits at an item's own positions, and `zoo generate` feeds one input."""
+    if task == "text-generation":
+        return ("input_ids",)
+    return module.INPUTS if getattr(config, "type_vocab_size", 0) > 1 else module.INPUTS[:2]
+
+
+def _inputs(config: Any, names: tuple[str, ...]) -> tuple[TensorSpec, ...]:
+    highest = {"input_ids": config.vocab_size - 1, "attention_mask": 1,
+               "token_type_ids": getattr(config, "type_vocab_size", 1) - 1}
+    return tuple(TensorSpec(n, "int64", ("batch", "seq"), value_range=(0, highest[n])) for n in names)
+
+
+def _longest(config: Any, max_length: int) -> int:
+    """The longest sequence: `max_length`, within the positions the model has."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:  # relative or rotary positions: no table to run past
+        return max_length
+    if config.model_type in PADDING_OFFSET_POSITIONS:
+        positions -= (config.pad_token_id or 0) + 1
+    return max(1, min(positions, max_length))
+
+
+def _pad_id(config: Any) -> int:
+    for key in ("pad_token_id", "eos_token_id"):
+        value = getattr(config, key, None)
+        value = value[0] if isinstance(value, (list, tuple)) and value else value
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _outputs(task: str, pooling: str | None, config: Any) -> tuple[TensorSpec, Callable | None]:
+    """The task's output and its per-item JSON."""
+    labels = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+    if task == "feature-extraction":
+        if pooling == "none":
+            return TensorSpec("last_hidden_state", "float32", ("batch", "seq", config.hidden_size)), text.hidden_states
+        return TensorSpec("sentence_embedding", "float32", ("batch", config.hidden_size)), text.embeddings
+    if task == "text-classification":
+        multi = config.problem_type == "multi_label_classification"
+        return (TensorSpec("logits", "float32", ("batch", config.num_labels)),
+                partial(text.classifications, labels=labels, multi_label=multi))
+    if task == "token-classification":
+        return (TensorSpec("logits", "float32", ("batch", "seq", config.num_labels)),
+                partial(text.token_labels, labels=labels))
+    return TensorSpec("logits", "float32", ("batch", "seq", config.vocab_size)), None  # fill-mask, text-generation
+
+
+def _sentence_transformers(directory: Path) -> dict[str, Any]:
+    """What a sentence-transformers folder says: its pooling ("mean", "cls", or the modes
+    it names that zoo_hf does not build), normalization, length, and any module after the
+    transformer that zoo_hf would leave out (a Dense projection)."""
+    found: dict[str, Any] = {}
+    modules = _json(directory / "modules.json") or []
+    for m in modules:
+        kind = m.get("type", "").rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            config = _json(directory / m.get("path", "") / "config.json") or {}
+            modes = [k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v]
+            found["pooling"] = "+".join({"mean_tokens": "mean", "cls_token": "cls"}.get(x, x) for x in modes)
+        elif kind not in ("Transformer", "Normalize"):
+            found.setdefault("other_modules", []).append(kind)
+    if modules:
+        found["normalize"] = any(m.get("type", "").endswith(".Normalize") for m in modules)
+    st = _json(directory / "sentence_bert_config.json")
+    if st and isinstance(st.get("max_seq_length"), int):
+        found["max_length"] = st["max_seq_length"]
+    return found
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _describe(config: Any, task: str, pooling: str | None, normalize: bool | None, directory: Path | None,
+              source: Any, real: bool) -> str:
+    arch = f"{config.model_type} ({config.num_hidden_layers} layers x {config.hidden_size})"
+    what = {"feature-extraction": f"{pooling} pooling{', L2-normalized' if normalize else ''}" if pooling != "none"
+            else "token embeddings"}.get(task, task)
+    weights = f"weights from {source if isinstance(source, str) else directory}" if real else "random init"
+    return f"transformers {arch}, {what}; {weights}"
+
+
+def embedding_check(examples: Callable[[], Mapping[str, np.ndarray]], reference, runner,
+                    precision: str = "fp32") -> dict[str, Any]:
+    """Embeddings must point where PyTorch's do: every example's cosine with the
+    reference reaches `MIN_COSINE` at the artifact's precision (what retrieval needs)."""
+    min_cosine = MIN_COSINE.get(precision, MIN_COSINE["fp32"])
+    inputs = examples()
+    want = np.asarray(reference(inputs)["sentence_embedding"], dtype=np.float64)
+    got = np.asarray(runner(inputs)["sentence_embedding"], dtype=np.float64)
+    cosine = np.sum(want * got, axis=1) / (np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1))
+    worst = float(cosine.min())
+    if not worst >= min_cosine:
+        raise ToleranceError(f"an embedding through the artifact has cosine {worst:.6f} with PyTorch's, "
+                             f"below {min_cosine} for {precision}")
+    return {"examples": len(cosine), "min_cosine": worst, "threshold": min_cosine}

@@ -1,0 +1,153 @@
+"""Text in and out: a model directory's `tokenizer.json` run by Hugging Face `tokenizers`
+(the same Rust code `transformers`' fast tokenizers run), sample inputs, and one JSON
+result per item for each task.
+
+Lists of texts are padded to their longest item and truncated at the spec's longest
+sequence; the attention mask keeps padding out of every real token's result. Models
+without a mask input (causal language models) are right-padded, which cannot change
+the logits at an item's own positions, and keep a long prompt's last tokens.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from zoo.errors import InputError
+
+#: realistic inputs for `sample` and the embedding check: 3 to ~70 tokens, punctuation,
+#: digits, accents, emoji, a question, a sentence past most models' common lengths.
+SENTENCES = (
+    "A man is playing a guitar.",
+    "How do I reset my password?",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The stock market fell sharply on Tuesday after the central bank raised interest rates by half a point.",
+    "Cats sleep.",
+    "Is it going to rain in Paris tomorrow afternoon?",
+    "Zürich's café served crème brûlée, naïvely délicieux.",
+    "In 2023, revenue grew by 17.5% to $4.2 billion.",
+    "I love pizza 🍕 and sushi 🍣!",
+    "Tokenizers split rare words like 'electroencephalography' into pieces.",
+    "The committee, after weeks of deliberation and several heated public hearings, finally approved the revised "
+    "budget, which allocates more money to schools, public transport and the maintenance of bridges.",
+    "Please turn off the lights when you leave the room.",
+)
+
+
+def decode_items(items: Sequence[bytes]) -> list[str]:
+    """Each item as text; an item that is not UTF-8 is an InputError naming it."""
+    if not items:
+        raise InputError("give at least one text")
+    texts = []
+    for i, item in enumerate(items):
+        try:
+            texts.append(bytes(item).decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InputError(f"item {i + 1} is not valid UTF-8 text: byte {exc.start} "
+                             f"({bytes(item)[exc.start:exc.start + 1]!r}) {exc.reason}") from None
+    return texts
+
+
+class TextCodec:
+    """A directory's tokenizer.json for a spec's inputs (`names`), truncating at
+    `max_length` tokens: from the end for classifiers and encoders, from the start for
+    causal language models (`keep_last`), whose next token follows the prompt's end."""
+
+    def __init__(self, path: Path, names: Sequence[str], max_length: int, pad_id: int | None, keep_last: bool):
+        self.path, self.names, self.max_length = Path(path), tuple(names), max_length
+        self.pad_id, self.keep_last = pad_id, keep_last
+
+    def __getstate__(self) -> dict[str, Any]:  # a spec travels to benchmark workers; the tokenizer reloads there
+        return {k: v for k, v in self.__dict__.items() if k != "tokenizer"}
+
+    @cached_property
+    def tokenizer(self):
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(self.path))
+        # a tokenizer.json may carry the padding and truncation of its upload (all-MiniLM-L6-v2:
+        # fixed 128); the spec's longest sequence and padding to the longest item replace them
+        padding = tok.padding or {}
+        pad_id = padding.get("pad_id", self.pad_id if self.pad_id is not None else 0)
+        tok.enable_padding(pad_id=pad_id, pad_token=tok.id_to_token(pad_id) or padding.get("pad_token", "[PAD]"))
+        tok.enable_truncation(max_length=self.max_length, direction="left" if self.keep_last else "right")
+        return tok
+
+    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        encodings = self.tokenizer.encode_batch(list(texts))
+        for i, e in enumerate(encodings):
+            if not sum(e.attention_mask):
+                raise InputError(f"item {i + 1} has no tokens: give at least one character of text")
+        fields = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+        return {name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64) for name in self.names}
+
+    def preprocess(self, items: Sequence[bytes]) -> dict[str, np.ndarray]:
+        """UTF-8 texts -> the spec's int64 inputs, padded to the longest item."""
+        return self.encode(decode_items(items))
+
+    def sample(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Real sentences, drawn with replacement, tokenized as `preprocess` does."""
+        return self.encode([SENTENCES[i] for i in rng.integers(0, len(SENTENCES), size=batch)])
+
+    def examples(self) -> dict[str, np.ndarray]:
+        """Every sentence of `SENTENCES` once: what the embedding check compares."""
+        return self.encode(SENTENCES)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def top_tokens(self, outputs: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+        """Fill-mask: the most likely token at every position (a [MASK]'s fill among them)."""
+        best = np.asarray(outputs["logits"]).argmax(axis=-1)
+        return [{"tokens": [self.tokenizer.id_to_token(int(i)) for i in row]} for row in best]
+
+
+def random_sample(batch: int, rng: np.random.Generator, *, names: Sequence[str], vocab_size: int,
+                  type_vocab_size: int, length: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Token ids drawn within the vocabulary for models without a tokenizer: each row
+    `length`/2 to `length` tokens long, right-padded with `pad_id` to the longest and
+    masked, as `preprocess` pads texts; with two token types, the second half of each row
+    is the second segment. Causal models (no mask input) get full rows of one length."""
+    lengths = rng.integers(max(1, length // 2), length + 1, size=batch)
+    width = int(lengths.max())
+    if "attention_mask" not in names:
+        lengths[:] = width
+    positions = np.arange(width)[None, :]
+    real = positions < lengths[:, None]
+    inputs = {"input_ids": np.where(real, rng.integers(0, vocab_size, size=(batch, width)), pad_id),
+              "attention_mask": real,
+              "token_type_ids": real & (positions >= (lengths[:, None] + 1) // 2) if type_vocab_size > 1
+              else np.zeros_like(real)}
+    return {name: inputs[name].astype(np.int64) for name in names}
+
+
+def embeddings(outputs: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    return [{"embedding": [float(v) for v in row]} for row in np.asarray(outputs["sentence_embedding"])]
+
+
+def hidden_states(outputs: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    return [{"last_hidden_state": row.tolist()} for row in np.asarray(outputs["last_hidden_state"], dtype=np.float64)]
+
+
+def classifications(outputs: Mapping[str, np.ndarray], labels: Sequence[str],
+                    multi_label: bool = False) -> list[dict[str, Any]]:
+    """The most likely label, its probability and every label's: softmax over the logits,
+    or independent sigmoids for a multi-label classifier (config.problem_type)."""
+    logits = np.asarray(outputs["logits"], dtype=np.float64)
+    if multi_label:
+        probs = 1 / (1 + np.exp(-logits))
+    else:
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return [{"label": labels[int(p.argmax())], "score": float(p.max()),
+             "scores": {label: float(v) for label, v in zip(labels, p)}} for p in probs]
+
+
+def token_labels(outputs: Mapping[str, np.ndarray], labels: Sequence[str]) -> list[dict[str, Any]]:
+    """The most likely label of every position, padding included (the outputs do not say
+    where an item ends; a list of one text has none)."""
+    best = np.asarray(outputs["logits"]).argmax(axis=-1)
+    return [{"labels": [labels[int(i)] for i in row]} for row in best]

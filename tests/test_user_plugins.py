@@ -1,0 +1,195 @@
+"""Plugins as their authors meet the zoo: the files in tests/user_plugins, each taken
+through `zoo check`, `zoo export`, `zoo bench` with `--plugin` in fresh `zoo` processes,
+then verified and served by processes that never load the plugin (the artifacts carry
+their signature and test vectors). Requests are sent by Triton's own HTTP client.
+
+Every process is a real `python -m zoo` or a short script using the public API; nothing
+here runs in the test process but the client. The processes are shared by the tests
+below through module fixtures, so the file starts each command once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zoo.artifact import Artifact
+
+PLUGINS = Path(__file__).parent / "user_plugins"
+#: model -> the plugin file that defines it, exported through onnxruntime
+MODELS = {"scorer.mixed": "mixed_outputs.py", "bag.varlen": "variable_length.py",
+          "calibrated.side": "side_input.py", "bert-tiny.modeloutput": "model_output.py",
+          "gate.kwonly": "keyword_only.py", "mlp.cancer": "tabular_int8.py"}
+BACKEND_PLUGIN = "onnx_reference_backend.py"
+
+
+def zoo_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def plugin(model: str) -> list[str]:
+    return ["--plugin", str(PLUGINS / MODELS[model])]
+
+
+def name(model: str, precision: str = "fp32") -> str:
+    return f"{model}.onnxruntime.{precision}"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """Every model checked and exported by its author's commands: `zoo check`, then
+    `zoo train` where the model is trained here, then `zoo export` (fp32, and int8 for
+    the model that offers it); the user's own backend exports one model too."""
+    work = tmp_path_factory.mktemp("users")
+    for model in MODELS:
+        checked = zoo_cli(*plugin(model), "check", model, "--json", cwd=work)
+        assert checked.returncode == 0, checked.stderr
+        (work / f"{model}.check.json").write_text(checked.stdout)
+    trained = zoo_cli(*plugin("mlp.cancer"), "train", "mlp.cancer", cwd=work)
+    assert trained.returncode == 0, trained.stderr
+    for model, precision in [*((m, "fp32") for m in MODELS), ("mlp.cancer", "int8")]:
+        exported = zoo_cli(*plugin(model), "export", model, "-b", "onnxruntime", "--precision", precision,
+                           *([] if model == "mlp.cancer" else ["--random-init"]), "-r", "exports", cwd=work)
+        assert exported.returncode == 0, f"{model} {precision}: {exported.stderr}"
+    own = zoo_cli("--plugin", str(PLUGINS / BACKEND_PLUGIN), *plugin("gate.kwonly"), "export", "gate.kwonly",
+                  "-b", "onnx-reference", "--random-init", "-r", "own", cwd=work)
+    assert own.returncode == 0, own.stderr
+    return work
+
+
+def test_each_plugin_meets_its_spec(work):
+    for model in MODELS:
+        report = json.loads((work / f"{model}.check.json").read_text())
+        assert report["passed"], (model, report)
+
+
+def test_a_0d_input_is_refused_when_the_plugin_registers(tmp_path):
+    listed = zoo_cli("--plugin", str(PLUGINS / "scalar_input.py"), "list", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "shift.scalar" not in {row["name"] for row in json.loads(listed.stdout)}
+    assert "scalar_input.py" in listed.stderr and "'offset'" in listed.stderr and "(1,)" in listed.stderr
+
+
+@pytest.fixture(scope="module")
+def verified(work) -> dict:
+    """`zoo.verify` and `zoo.load` of every artifact by a process that loads no plugin."""
+    script = (
+        "import json, sys, zoo\n"
+        "from zoo.artifact import Artifact\n"
+        "out = {}\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        report = zoo.verify(path)\n"
+        "        out[path] = {'passed': report['parity']['passed'], 'reference': report.get('reference'),\n"
+        "                     'metric': report.get('metric')}\n"
+        "    except zoo.ZooError as exc:\n"
+        "        out[path] = {'error': f'{type(exc).__name__}: {exc}'}\n"
+        "print(json.dumps(out))\n")
+    paths = sorted(str(p) for p in (work / "exports").iterdir()) + [str(work / "own" / "gate.kwonly.onnx-reference.fp32")]
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    done = subprocess.run([sys.executable, "-c", script, *paths], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {Path(k).name: v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_artifact_verifies_against_its_test_vectors_without_the_plugin(verified, model):
+    report = verified[name(model)]
+    assert report.get("passed") is True, report
+    assert "test vectors" in json.dumps(report["reference"]), report
+
+
+def test_the_int8_artifact_verifies_without_the_plugin(verified, work):
+    assert verified[name("mlp.cancer", "int8")].get("passed") is True
+    manifest = json.loads((work / "exports" / name("mlp.cancer", "int8") / "zoo.json").read_text())
+    # the trained model holds its stated quality through the int8 artifact
+    assert manifest["metric"]["artifact"] >= 0.95 and manifest["quantization"] == "dynamic"
+
+
+def test_a_third_party_backend_artifact_names_the_backend_it_needs(verified):
+    error = verified["gate.kwonly.onnx-reference.fp32"].get("error", "")
+    assert "onnx-reference" in error, error
+
+
+def test_the_third_party_backend_verifies_with_its_plugin(work):
+    done = zoo_cli("--plugin", str(PLUGINS / BACKEND_PLUGIN), "verify", "own/gate.kwonly.onnx-reference.fp32",
+                   "--json", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["parity"]["passed"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(work):
+    """`zoo serve` of the repository, with no plugin loaded."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    log = open(work / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", "exports", "--port", str(port), "--threads", "1"],
+                            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    import httpx
+
+    url = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (work / "serve.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_artifact_serves_its_test_vectors_without_the_plugin(server, work, model):
+    import tritonclient.http as triton
+
+    art = Artifact.open(work / "exports" / name(model))
+    client = triton.InferenceServerClient(server)
+    assert client.is_model_ready(art.name)
+    for vectors in art.test_vectors():
+        inputs = []
+        for key, value in vectors.inputs.items():
+            tensor = triton.InferInput(key, list(value.shape), triton.np_to_triton_dtype(value.dtype))
+            tensor.set_data_from_numpy(value)
+            inputs.append(tensor)
+        result = client.infer(art.name, inputs)
+        for key, want in vectors.outputs.items():
+            got = result.as_numpy(key)
+            assert got.dtype == want.dtype and got.shape == want.shape, (key, got.dtype, got.shape)
+            if np.issubdtype(want.dtype, np.floating):
+                np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3, atol=1e-4)
+            else:
+                np.testing.assert_array_equal(got, want)
+
+
+def test_every_model_benchmarks_with_its_plugin(work):
+    files = [f for model in MODELS for f in plugin(model)]
+    done = zoo_cli(*files, "bench", ",".join(MODELS), "--backends", "onnxruntime", "--batch-sizes", "1",
+                   "--min-time", "0.05", "-r", "exports", "--report-dir", "bench", cwd=work, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((work / "bench" / "report.json").read_text())["results"]
+    assert {r["model"] for r in rows} == set(MODELS)
+    assert all(r["p50_ms"] > 0 for r in rows)

@@ -1,0 +1,45 @@
+"""A user's plugin: an MLP trained here on scikit-learn's breast-cancer data, offered in
+int8 (dynamic quantization) with the accuracy it may lose stated."""
+
+import numpy as np
+import torch
+
+import zoo
+
+FEATURES = 30
+
+
+def load(split):
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_breast_cancer(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)  # standardized by the training split alone
+    x, y = (x_train, y_train) if split == "train" else (x_test, y_test)
+    return {"features": ((x - mean) / std).astype(np.float32)}, y.astype(np.int64)
+
+
+def build():
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+
+
+def accuracy(outputs, targets):
+    return float((outputs["logits"].argmax(axis=1) == targets).mean())
+
+
+@zoo.hookimpl
+def zoo_register_models(register):
+    register(zoo.ModelSpec(
+        name="mlp.cancer", domain="tabular", task="classification",
+        inputs=(zoo.TensorSpec("features", "float32", ("batch", FEATURES)),),
+        outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
+        build=build,
+        sample=lambda batch, rng: {"features": load("test")[0]["features"][rng.integers(0, 143, batch)]},
+        axes={"batch": zoo.AxisRange(1, 8, 64)},
+        dataset=zoo.Dataset("scikit-learn breast cancer: 569 tumours, 30 features, 75/25 split", load),
+        loss=lambda outputs, targets: torch.nn.functional.cross_entropy(outputs["logits"], targets),
+        metric=zoo.Metric("accuracy", accuracy),
+        recipe=zoo.Recipe(epochs=20, batch_size=32, lr=1e-2, weight_decay=1e-4, target=0.95),
+        quantization="dynamic",
+        tolerances={"fp32": zoo.Tolerance(1e-4, 1e-4), "int8": zoo.Tolerance(0.5, 0.1, metric_drop=0.02)}))

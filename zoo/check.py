@@ -1,0 +1,245 @@
+"""`zoo check`: does the PyTorch module do what its spec says, before any backend sees it.
+
+Everything an export writes is derived from the spec: the exporters trace the module
+with the spec's dynamic axes, `config.pbtxt` and the server's checks are written from
+its signature, and parity samples it at the smallest, typical and largest batch. A
+module whose output is (batch, 3) under a spec saying (batch, 2) would otherwise export
+with a configuration that says [-1, 2]; a `sample` that ignores its batch size would
+make parity claim batches it never ran. So `check` draws the sample and runs the module
+as an export does, at each of those batch sizes, and collects every departure from the
+spec, one line each naming the model, the field and what was expected:
+
+- sample: every input present, with the spec's dtype and rank, fixed sizes exact, the
+  batch axis the size asked for, other dynamic axes within their range and the same in
+  every input that names them, values within `value_range`;
+- forward: the module takes the spec's inputs by name and returns exactly its outputs
+  (`zoo.tensors.call_module` binds and flattens them, and names what is missing or extra);
+- outputs: dtypes as declared (a "float32" output is float32: the reference is fp32),
+  fixed sizes exact, each symbolic size equal to that axis's size in the inputs, and
+  every floating value finite.
+
+It also warns when an output's magnitude at the typical batch is so small against the
+precision's `atol` that parity holds it relative to its scale instead
+(`zoo.verify.effective_atol`). `zoo export` runs it before any backend work and refuses
+with the same lines (`SpecError`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from .errors import PluginError, SpecError, ZooError, first_line
+from .spec import ModelSpec, TensorSpec
+from .tensors import TORCH_DTYPES, as_numpy, call_module, to_torch
+from .train import ieee_fp32
+from .verify import RELATIVE_BELOW
+
+
+@dataclass
+class Check:
+    """One check at one batch size: what it is and what was wrong (nothing: it passed)."""
+
+    name: str  # "sample" | "forward" | "outputs"
+    batch: int
+    problems: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why it did not run (the sample it needs is wrong)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and self.skipped is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.name, "batch": self.batch, "passed": self.passed, "problems": self.problems,
+                "skipped": self.skipped}
+
+
+@dataclass
+class Report:
+    model: str
+    precision: str
+    checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[str]:
+        return [p for c in self.checks for p in c.problems]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            raise SpecError("\n".join(self.failures))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "precision": self.precision, "passed": self.passed,
+                "checks": [c.to_json() for c in self.checks], "warnings": self.warnings}
+
+
+def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", device: str = "cpu",
+          seed: int = 0) -> Report:
+    """Run `module` (eval mode, on `device`) as an export will, and report every departure from `spec`.
+
+    The samples are drawn as parity draws them (the same seed, the same batch sizes), so
+    what is checked here is what parity will compare."""
+    report = Report(spec.name, precision)
+    rng = np.random.default_rng(seed)
+    typical = spec.axes["batch"].opt
+    for batch in spec.batch_sizes():
+        sample = Check("sample", batch)
+        report.checks.append(sample)
+        try:
+            inputs = spec.sample(batch, rng)
+        except Exception as exc:  # the plugin's code: say whose sample failed, and how
+            sample.problems.append(f"{spec.name}: sample({batch}, rng) raised {type(exc).__name__}: {first_line(exc)}")
+            inputs = None
+        sizes = _check_sample(spec, inputs, batch, sample.problems) if inputs is not None else None
+        forward, outputs = Check("forward", batch), Check("outputs", batch)
+        report.checks += [forward, outputs]
+        if sizes is None:
+            forward.skipped = outputs.skipped = f"the sample at batch {batch} does not meet the spec"
+            continue
+        try:
+            result = _run(module, spec, inputs, device)
+        except ZooError as exc:  # call_module's: the names the forward and the spec disagree on
+            forward.problems.append(f"{spec.name}: at batch {batch}: {exc}")
+        except Exception as exc:
+            forward.problems.append(f"{spec.name}: forward at batch {batch} raised {type(exc).__name__}: "
+                                    f"{first_line(exc)}")
+        if forward.problems:
+            outputs.skipped = f"the forward at batch {batch} failed"
+            continue
+        _check_outputs(spec, result, batch, sizes, outputs.problems)
+        if batch == typical and precision in spec.tolerances:
+            report.warnings += _small_outputs(spec, result, batch, precision)
+    return report
+
+
+def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_init: bool = False,
+                precision: str = "fp32", device: str = "cpu") -> tuple[Report, str]:
+    """`zoo check`: the report for the module an export would use, and where its weights
+    came from. A trainable model without a checkpoint is checked at random init: the
+    signature does not depend on training."""
+    from .checkpoint import default_path
+    from .export import reference_module  # export imports this module
+
+    if checkpoint is None and spec.trainable and not default_path(spec.name).exists():
+        random_init = True
+    try:
+        module, source = reference_module(spec, checkpoint, random_init)
+    except ZooError:
+        raise
+    except Exception as exc:  # the plugin's build: say whose model failed, not where
+        raise PluginError(f"model {spec.name} (plugin {spec.plugin}) failed to build: {first_line(exc)}") from exc
+    return check(spec, module.to(device), precision, device), source
+
+
+def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], device: str) -> dict[str, Any]:
+    with torch.inference_mode(), ieee_fp32(device):
+        return call_module(module, spec, to_torch(inputs, spec, device))
+
+
+def _shape(t: TensorSpec) -> str:
+    return "(" + ", ".join(map(str, t.shape)) + ("," if len(t.shape) == 1 else "") + ")"
+
+
+def _check_sample(spec: ModelSpec, inputs: Any, batch: int, problems: list[str]) -> dict[str, int] | None:
+    """The size of every dynamic axis in a sample that meets the spec; else None, with `problems`."""
+    where = f"{spec.name}: sample({batch})"
+    if not isinstance(inputs, Mapping):
+        problems.append(f"{where} returned {type(inputs).__name__}; the spec expects a dict of arrays by input name")
+        return None
+    want = [t.name for t in spec.inputs]
+    missing, extra = [n for n in want if n not in inputs], sorted(set(inputs) - set(want))
+    if missing or extra:
+        problems.append(f"{where} has inputs {sorted(inputs)}; the spec names {want} (missing {missing}, "
+                        f"unexpected {extra})")
+    sizes: dict[str, tuple[int, str]] = {"batch": (batch, "the batch size asked for")}
+    for t in spec.inputs:
+        if t.name not in inputs:
+            continue
+        array = as_numpy(inputs[t.name])
+        if not _dtype_matches(array.dtype, t.dtype):
+            problems.append(f"{where}: input {t.name!r} has dtype {array.dtype}; the spec declares {t.dtype}")
+        if array.ndim != len(t.shape):
+            problems.append(f"{where}: input {t.name!r} has shape {list(array.shape)}; the spec declares "
+                            f"{_shape(t)}, rank {len(t.shape)}")
+            continue
+        for d, (got, dim) in enumerate(zip(array.shape, t.shape)):
+            if isinstance(dim, int):
+                if got != dim:
+                    problems.append(f"{where}: input {t.name!r} has shape {list(array.shape)}; the spec declares "
+                                    f"{_shape(t)}, so dimension {d} must be {dim}")
+                continue
+            size, first = sizes.setdefault(dim, (got, f"input {t.name!r}"))
+            r = spec.axes[dim]
+            if got != size:
+                problems.append(f"{where}: input {t.name!r} has {dim} = {got} (dimension {d}); expected {size}, "
+                                f"as in {first}" + (": a sample must honour the batch size it is given"
+                                                    if dim == "batch" else ""))
+            elif not r.min <= got <= r.max:
+                problems.append(f"{where}: input {t.name!r} has {dim} = {got} (dimension {d}); the spec's range "
+                                f"for {dim!r} is {r.min} to {r.max}")
+        if t.dtype != "string" and array.size and (reason := t.out_of_range(array)) is not None:
+            problems.append(f"{where}: {reason}")
+    return None if problems else {axis: size for axis, (size, _) in sizes.items()}
+
+
+def _dtype_matches(got: np.dtype, declared: str) -> bool:
+    if declared == "string":
+        return got.kind in "OSU"
+    if declared == "bfloat16":  # numpy has none: such inputs travel as float32 (as on the wire)
+        return got == np.float32
+    return got == np.dtype(declared)
+
+
+def _check_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, sizes: Mapping[str, int],
+                   problems: list[str]) -> None:
+    where = f"{spec.name}: at batch {batch}"
+    for t in spec.outputs:
+        value = result[t.name]
+        if not isinstance(value, torch.Tensor):
+            problems.append(f"{where}: output {t.name!r} is a {type(value).__name__}; the spec declares a "
+                            f"{t.dtype} tensor {_shape(t)}")
+            continue
+        want_dtype = TORCH_DTYPES.get(t.dtype)
+        if want_dtype is not None and value.dtype != want_dtype:
+            fp32 = " (the PyTorch reference is fp32)" if t.dtype == "float32" else ""
+            problems.append(f"{where}: output {t.name!r} has dtype {str(value.dtype).removeprefix('torch.')}; "
+                            f"the spec declares {t.dtype}{fp32}")
+        shape = list(value.shape)
+        expected = [d if isinstance(d, int) else sizes.get(d) for d in t.shape]
+        if len(shape) != len(t.shape) or any(w is not None and g != w for g, w in zip(shape, expected)):
+            known = ", ".join(f"{a} = {sizes[a]}" for a in dict.fromkeys(d for d in t.shape if d in sizes))
+            problems.append(f"{where}: output {t.name!r} has shape {shape}; the spec declares {_shape(t)}"
+                            + (f" with {known}" if known else "") + ", i.e. "
+                            + str([w if w is not None else d for w, d in zip(expected, t.shape)]).replace("'", ""))
+        if value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                problems.append(f"{where}: output {t.name!r} has {bad} non-finite values (NaN or infinity) "
+                                f"of {value.numel()}")
+
+
+def _small_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, precision: str) -> list[str]:
+    """Warnings for gated float outputs too small for the precision's `atol` to mean anything."""
+    tol, warnings = spec.tolerances[precision], []
+    for t in spec.outputs:
+        value = result[t.name]
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()) or not tol.compares(t.name):
+            continue
+        finite = value[torch.isfinite(value)]
+        scale = float(finite.abs().max()) if finite.numel() else 0.0
+        if scale >= RELATIVE_BELOW * tol.atol or precision == "int8":  # int8: see `zoo.verify.parity`
+            continue
+        how = ("parity holds it to the absolute atol alone, which any output near 0 passes" if scale == 0 else
+               f"parity holds it to {1 / RELATIVE_BELOW:g} of its magnitude instead (relative)")
+        warnings.append(f"{spec.name}: output {t.name!r} has magnitude {scale:.3g} at batch {batch}, under "
+                        f"{RELATIVE_BELOW:g}x the {precision} atol {tol.atol:g}; {how}")
+    return warnings

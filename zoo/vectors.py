@@ -1,0 +1,198 @@
+"""Test vectors: inputs and the PyTorch fp32 reference's outputs, stored in the artifact.
+
+The ONNX model zoo ships `test_data_set_N/input_*.pb` and `output_*.pb` beside each
+model, so any runtime can check itself without the training code. Every artifact here
+carries the same in safetensors (no pickle, no protobuf): `test_data/set_N.safetensors`
+with tensors `input.<name>` and `output.<name>`, and the size of every dynamic axis in
+the file's metadata. `zoo verify` holds the runner to them, with or without the plugin
+that defined the model, and a model known only by its artifact samples inputs from them.
+
+Sets are taken at the smallest, typical and largest batch, every other dynamic axis at
+its own smallest, typical and largest size along with it (`at_length`: sampled content
+cut or repeated), from the spec's `sample` with a fixed seed. A set stays under
+SET_BYTES: one that would exceed it is recorded at a smaller batch, and the manifest's
+`test_data.notes` say so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .artifact import safe_member
+from .errors import ArtifactError, VerificationError
+from .spec import AxisRange, ModelSpec, TensorSpec
+from .tensors import as_numpy, to_torch
+from .verify import parity
+
+TEST_DATA = "test_data"
+#: the largest a set's inputs and outputs may be together: artifacts stay small to copy
+SET_BYTES = 2 << 20
+SEED = 0
+ROLES = ("min", "opt", "max")
+
+ArrayFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class VectorSet:
+    file: str  # its path inside the artifact
+    axes: dict[str, int]  # the size of every dynamic axis, "batch" included
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+
+def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[VectorSet], dict[str, Any]]:
+    """Write the sets under `root`/test_data; them, and the manifest's "test_data" entry."""
+    from .bench.measure import lengths_of
+    strings = [t.name for t in spec.inputs + spec.outputs if t.dtype == "string"]
+    if strings:
+        return [], {"sets": [], "notes": [f"none recorded: tensors {strings} are strings, which safetensors "
+                                          "does not store"]}
+    sets: list[VectorSet] = []
+    notes: list[str] = []
+    seen: set[tuple] = set()
+    for role in ROLES:
+        axes = {name: getattr(r, role) for name, r in spec.axes.items()}
+        wanted, least = axes["batch"], spec.axes["batch"].min
+        # sized from the signature first, so a large model's reference never runs at a batch
+        # whose outputs (a language model's logits) would not be kept anyway
+        while _expected_bytes(spec, axes) > SET_BYTES and axes["batch"] > least:
+            axes["batch"] = max(least, axes["batch"] * SET_BYTES // _expected_bytes(spec, axes))
+        inputs, outputs = _draw(spec, reference, axes)
+        while _nbytes(inputs, outputs) > SET_BYTES and axes["batch"] > least:  # outputs the signature does not size
+            axes["batch"] = max(least, axes["batch"] * SET_BYTES // _nbytes(inputs, outputs))
+            inputs, outputs = _draw(spec, reference, axes)
+        if axes["batch"] != wanted:
+            notes.append(f"the {role} set is recorded at batch {axes['batch']}, not {wanted}: it would exceed "
+                         f"{SET_BYTES >> 20} MiB")
+        sizes = {"batch": axes["batch"], **lengths_of(spec, inputs)}
+        if tuple(sorted(sizes.items())) in seen:
+            continue
+        seen.add(tuple(sorted(sizes.items())))
+        file = f"{TEST_DATA}/set_{len(sets)}.safetensors"
+        (root / TEST_DATA).mkdir(exist_ok=True)
+        tensors = {f"input.{k}": v.contiguous() for k, v in inputs.items()}
+        tensors |= {f"output.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in outputs.items()}
+        save_file(tensors, str(root / file), metadata={"axes": json.dumps(sizes), "seed": str(SEED)})
+        sets.append(VectorSet(file, sizes, {k: as_numpy(v) for k, v in inputs.items()}, outputs))
+    entry = {"sets": [{"file": s.file, "axes": s.axes} for s in sets], "seed": SEED, "max_set_bytes": SET_BYTES,
+             "notes": notes}
+    return sets, entry
+
+
+def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
+    """Typed inputs (torch, CPU) from the spec's sample at these sizes, and the reference's outputs."""
+    from .bench.measure import at_length
+    inputs = spec.sample(axes["batch"], np.random.default_rng(SEED))
+    for axis, size in axes.items():
+        if axis != "batch":
+            inputs = at_length(spec, inputs, axis, size)
+    typed = to_torch(inputs, spec)
+    declared = {t.name: t.dtype for t in spec.outputs}
+    # in the declared dtype where numpy has it (a float16 output stays float16, exactly:
+    # the reference computed it so); bfloat16, which numpy lacks, is kept as float32
+    return typed, {k: _as_declared(as_numpy(v), declared[k]) for k, v in reference(typed).items()}
+
+
+def _as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
+    return array.astype(dtype) if dtype != "bfloat16" and array.dtype != np.dtype(dtype) else array
+
+
+def _stored(tensor: torch.Tensor) -> np.ndarray:
+    """A stored tensor in its own dtype (float16 stays float16); bfloat16, which numpy
+    lacks, as float32."""
+    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+
+
+def _expected_bytes(spec: ModelSpec, axes: Mapping[str, int]) -> int:
+    """A set's size at these axis sizes as the signature states it; an output with a size
+    named by no axis counts as nothing here (`_nbytes` measures it once computed)."""
+    total = 0
+    for t in spec.inputs + spec.outputs:
+        dims = [axes.get(d) if isinstance(d, str) else d for d in t.shape]
+        if None not in dims:
+            total += math.prod(dims) * (2 if t.dtype == "bfloat16" else np.dtype(t.dtype).itemsize)
+    return total
+
+
+def _nbytes(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, np.ndarray]) -> int:
+    return sum(t.numel() * t.element_size() for t in inputs.values()) + sum(a.nbytes for a in outputs.values())
+
+
+def read(art) -> list[VectorSet]:
+    """The artifact's stored sets (files hash-checked when it was opened); [] if it has none."""
+    spec_inputs = [t["name"] for t in art.manifest["signature"]["inputs"]]
+    spec_outputs = [t["name"] for t in art.manifest["signature"]["outputs"]]
+    sets = []
+    for item in (art.manifest.get("test_data") or {}).get("sets", []):
+        tensors = load_file(str(safe_member(art.path, item["file"], art.name)))
+        inputs = {k.removeprefix("input."): _stored(v) for k, v in tensors.items() if k.startswith("input.")}
+        outputs = {k.removeprefix("output."): _stored(v) for k, v in tensors.items() if k.startswith("output.")}
+        if sorted(inputs) != sorted(spec_inputs) or sorted(outputs) != sorted(spec_outputs):
+            raise ArtifactError(f"artifact {art.name}: test vectors {item['file']} hold inputs {sorted(inputs)} "
+                                f"and outputs {sorted(outputs)}, not the signature's; re-export it")
+        sets.append(VectorSet(item["file"], dict(item["axes"]), inputs, outputs))
+    return sets
+
+
+def check(spec: ModelSpec, runner: ArrayFn, sets: Sequence[VectorSet], precision: str) -> dict[str, Any]:
+    """The runner on every set's inputs against its stored outputs, held as parity holds
+    it (`zoo.verify.parity`, the precision's tolerance); a typed error naming the set."""
+    checks, worst = [], 0.0
+    for vs in sets:
+        stored = replace(spec, sample=lambda batch, rng, vs=vs: dict(vs.inputs))
+        try:
+            report = parity(stored, lambda inputs, vs=vs: vs.outputs, runner, precision,
+                            batch_sizes=(vs.axes["batch"],))
+        except VerificationError as exc:
+            raise type(exc)(f"test vectors {vs.file}: {exc}") from None
+        worst = max(worst, report["max_abs_error"])
+        checks += [{**c, "set": vs.file, "axes": vs.axes} for c in report["checks"]]
+    return {"precision": precision, "tolerance": spec.tolerance(precision).to_json(), "max_abs_error": worst,
+            "sets": len(sets), "checks": checks, "passed": True}
+
+
+def sampler(sets: Callable[[], Sequence[VectorSet]], inputs: Sequence[TensorSpec],
+            axes: Mapping[str, AxisRange]) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    """A `sample` for a model known only by its artifact: rows of the stored set at the
+    typical sizes (drawn by `rng`, repeated past its batch), or, where the artifact holds
+    no sets, values synthesized within each input's dtype and value_range."""
+
+    def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        found = sets()
+        if not found:
+            return synthesize(inputs, axes, batch, rng)
+        typical = [s for s in found if all(s.axes.get(a) == r.opt for a, r in axes.items() if a != "batch")]
+        source = max(typical or found, key=lambda s: s.axes["batch"])
+        rows = np.resize(rng.permutation(source.axes["batch"]), batch)
+        return {t.name: np.take(source.inputs[t.name], rows, axis=t.shape.index("batch")) if "batch" in t.shape
+                else source.inputs[t.name].copy() for t in inputs}
+
+    return sample
+
+
+def synthesize(inputs: Sequence[TensorSpec], axes: Mapping[str, AxisRange], batch: int,
+               rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs of the right shapes (other axes at their typical size), dtypes and ranges."""
+    out = {}
+    for t in inputs:
+        shape = [batch if d == "batch" else axes[d].opt if isinstance(d, str) else d for d in t.shape]
+        if t.dtype == "string":
+            out[t.name] = np.full(shape, b"", dtype=object)
+        elif t.dtype == "bool":
+            out[t.name] = rng.integers(0, 2, shape).astype(bool)
+        elif t.dtype in ("float32", "float16", "bfloat16"):
+            low, high = t.value_range or (-1.0, 1.0)
+            out[t.name] = rng.uniform(low, high, shape).astype("float32" if t.dtype == "bfloat16" else t.dtype)
+        else:
+            low, high = t.value_range or (0, 1)
+            out[t.name] = rng.integers(int(np.ceil(low)), int(np.floor(high)) + 1, shape).astype(t.dtype)
+    return out
