@@ -126,8 +126,8 @@ def test_to_torch_keeps_bool_outputs_bool():
 
 def test_shared_axes_share_one_dim_and_dict_outputs_keep_their_names(tmp_path):
     class Pair(torch.nn.Module):
-        def forward(self, a, b):  # argument names differ from the spec's on purpose
-            return {"total": a.sum(1, keepdim=True) + b.sum(1, keepdim=True), "diff": a - b}
+        def forward(self, y, x):  # in another order than the spec's: bound by name
+            return {"total": x.sum(1, keepdim=True) + y.sum(1, keepdim=True), "diff": x - y}
 
     spec = zoo.ModelSpec(
         name="pair.test", domain="test", task="test",
