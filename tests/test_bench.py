@@ -86,6 +86,9 @@ def test_a_failing_combination_is_reported_and_the_rest_go_on(repository, failin
     """An exporter error, a segfault while loading, a builder that never returns, a backend
     that cannot run here: each is one row with its reason, and the last backend still runs."""
     seen = []
+    # exported beforehand (the bench reuses it) so the 10 s that catches the hang is not
+    # spent on the sound backend's export in a fresh worker on a slow machine
+    zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
     report = zoo.benchmark(SPEC, ["broken-test", "crash-test", "hang-test", "tensorrt", "onnxruntime"], [1],
                            repository=repository, random_init=True, timeout=10, **FAST,
                            on_combination=lambda done, total, label: seen.append((done, total)))
@@ -94,7 +97,7 @@ def test_a_failing_combination_is_reported_and_the_rest_go_on(repository, failin
     assert crashed["status"] == "failed" and "crashed" in crashed["error"] and "-11" in crashed["error"]
     assert hung["status"] == "failed" and "timed out after 10 s" in hung["error"]
     assert unsupported["status"] == "unsupported" and "does not run on cpu" in unsupported["error"]
-    assert ok["status"] == "ok" and ok["p50_ms"] > 0
+    assert ok["status"] == "ok" and ok["p50_ms"] > 0, ok.get("error")
     assert seen == [(i, 5) for i in range(1, 6)]
 
 
