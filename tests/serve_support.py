@@ -113,13 +113,15 @@ class ServerProcess:
     """`python -m zoo --plugin tests/serve_plugin.py serve REPO --port P ARGS` as a subprocess."""
 
     def __init__(self, repository: Path, *args: str, log: Path) -> None:
-        self.port = free_port()
+        self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"  # tritonclient.grpc takes HOST:PORT
         self.log_path = log
         env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "serve",
-                                          str(repository), "--port", str(self.port), "--threads", "1", *args],
+                                          str(repository), "--port", str(self.port), "--grpc-port", str(self.grpc_port),
+                                          "--threads", "1", *args],
                                          stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
 
     def wait_ready(self, timeout: float = 180.0) -> "ServerProcess":
@@ -161,9 +163,11 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server(serve_repo, tmp_path_factory) -> Iterator[ServerProcess]:
-    """The shared server: every artifact of `serve_repo`, a 1 MiB request limit, and a
-    5 ms queue delay so concurrent requests batch."""
+    """The shared server: every artifact of `serve_repo` over HTTP and gRPC, a 1 MiB
+    request limit, a 5 ms queue delay so concurrent requests batch, and system shared
+    memory on."""
     proc = ServerProcess(serve_repo, "--max-request-size", str(1 << 20), "--max-queue-delay-ms", "5",
+                         "--shared-memory", "system",
                          log=tmp_path_factory.mktemp("server") / "server.log")
     try:
         yield proc.wait_ready()

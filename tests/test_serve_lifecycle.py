@@ -1,7 +1,8 @@
 """The server's life: artifacts it cannot load are skipped with the reason; a backend
 failure in the middle of a request gives that request a prompt 500, readiness shows the
 recovery, and the next request succeeds; a full queue answers 503 at once; models load
-and unload by name only when enabled; SIGTERM finishes in-flight requests.
+and unload by name only when enabled (over HTTP and gRPC); SIGTERM finishes in-flight
+requests of both front ends.
 
 The failures are real: the test plugin's `faulty` backend (tests/serve_plugin.py,
 loaded into the server with `--plugin`) raises or stalls inside its runner on
@@ -133,15 +134,55 @@ def test_model_control_by_name_only(faulty_server):
     assert infer(faulty_server, 0.5, model=ONNX).status_code == 200
 
 
+def test_model_control_and_shared_memory_over_grpc(faulty_server):
+    import tritonclient.grpc as triton_grpc
+    from tritonclient.utils import InferenceServerException
+
+    with triton_grpc.InferenceServerClient(faulty_server.grpc_url) as client:
+        client.unload_model(ONNX)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index[ONNX]["state"] == "UNAVAILABLE" and index[ONNX]["reason"] == "unloaded"
+        with pytest.raises(InferenceServerException) as info:
+            client.is_model_ready(ONNX)
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("..")
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        client.load_model(ONNX)
+        assert client.is_model_ready(ONNX)
+        with pytest.raises(InferenceServerException) as info:  # this server was started without it
+            client.register_system_shared_memory("r", "/zoo-none", 64)
+        assert info.value.status() == "StatusCode.UNIMPLEMENTED" and "--shared-memory system" in info.value.message()
+        assert "system_shared_memory" not in client.get_server_metadata(as_json=True)["extensions"]
+    refused = httpx.get(f"{faulty_server.url}/v2/systemsharedmemory/status")
+    assert refused.status_code == 403 and "--shared-memory system" in refused.json()["error"]
+
+
 def test_sigterm_finishes_in_flight_requests(faulty_server, plugin):
-    """Last in this module: it stops the server."""
+    """Last in this module: it stops the server, while one request is in flight over
+    HTTP and one over gRPC; both are answered."""
+    import tritonclient.grpc as triton_grpc
+
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(response=infer(faulty_server, plugin.SLOW)))
-    thread.start()
-    time.sleep(0.5)  # the slow request is now running
+
+    def over_grpc() -> None:
+        with triton_grpc.InferenceServerClient(faulty_server.grpc_url) as client:
+            data = np.full((1, 1, 8, 8), 0.25, np.float32)
+            data.flat[0] = plugin.SLOW
+            item = triton_grpc.InferInput("image", [1, 1, 8, 8], "FP32")
+            item.set_data_from_numpy(data)
+            result["grpc"] = client.infer(FAULTY, [item], client_timeout=60).as_numpy("logits")
+
+    threads = [threading.Thread(target=lambda: result.update(response=infer(faulty_server, plugin.SLOW))),
+               threading.Thread(target=over_grpc)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # the slow requests are now running or queued
     # uvicorn re-raises the signal after its graceful shutdown, so the exit status says SIGTERM
     assert faulty_server.terminate(timeout=60) in (0, -signal.SIGTERM)
-    thread.join(10)
+    for thread in threads:
+        thread.join(10)
     assert result["response"].status_code == 200
+    assert result["grpc"].shape == (1, 10)
     log = faulty_server.log()
     assert "Waiting for background tasks" in log or "Application shutdown complete" in log, log[-2000:]

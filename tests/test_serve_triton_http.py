@@ -21,7 +21,7 @@ Not ported, and why:
 - generate_endpoint_test.py, generate_error_status_test.py, llm_test.py: the generate extension and LLMs.
 - http_basic_auth_test.py, http_restricted_api_test.py, http_client_plugin_test.py: Triton-only features.
 - parameters_test.py test_headers*: header forwarding (--http-header-forward-pattern) is Triton-only.
-- python_http_aio_test.py statistics, trace and shared-memory calls: extensions we do not implement (404).
+- python_http_aio_test.py trace calls: an extension we do not implement (404).
 - test.sh sequence clients and CUDA shared memory clients: sequence batching and CUDA shm are Triton-only.
 """
 
@@ -247,7 +247,7 @@ def test_load_oversized_file_parameter(server: ServerProcess) -> None:
 # ---------------------------------------------------------------- many chunks (http_request_many_chunks.py)
 
 #: (Triton's test, route, our status): Triton answers 400 to each (its parser or raw-input check);
-#: ours has no trace/logging/shared-memory/generate routes (404) and model control is off (403).
+#: ours has no trace/logging/CUDA-shared-memory/generate routes (404) and model control is off (403).
 CHUNKED_ROUTES = [
     pytest.param(f"/v2/models/{RAGGED}/infer", 400, id="test_infer"),
     pytest.param("/v2/repository/index", 400, id="test_registry_index"),
@@ -255,7 +255,7 @@ CHUNKED_ROUTES = [
     pytest.param(f"/v2/repository/models/{ONNX}/unload", 403, id="test_model_control-unload"),
     pytest.param(f"/v2/models/{RAGGED}/trace/setting", 404, id="test_trace"),
     pytest.param("/v2/logging", 404, id="test_logging"),
-    pytest.param("/v2/systemsharedmemory/region/r/register", 404, id="test_system_shm_register"),
+    pytest.param("/v2/systemsharedmemory/region/r/register", 400, id="test_system_shm_register"),
     pytest.param("/v2/cudasharedmemory/region/r/register", 404, id="test_cuda_shm_register"),
     pytest.param(f"/v2/models/{RAGGED}/generate", 404, id="test_generate"),
 ]
@@ -344,8 +344,8 @@ def test_params_reserved_rejected(client: triton_http.InferenceServerClient, ser
 
 
 def test_http_aio_client(server: ServerProcess) -> None:
-    # Triton: TestHttpAioClient (is_server_live ... unload_model); statistics, trace and
-    # shared-memory calls are left out (extensions we do not implement).
+    # Triton: TestHttpAioClient (is_server_live ... unload_model, get_inference_statistics,
+    # the system shared memory calls); trace calls are left out (an extension we do not implement).
     async def run() -> None:
         c = triton_aio.InferenceServerClient(server.url.removeprefix("http://"))
         try:
@@ -357,6 +357,12 @@ def test_http_aio_client(server: ServerProcess) -> None:
             for call in (c.load_model, c.unload_model):  # Triton: "...not allowed if polling is enabled"
                 with pytest.raises(InferenceServerException, match="--model-control"):
                     await call(ONNX)
+            stats = (await c.get_inference_statistics(ONNX))["model_stats"]
+            assert [s["name"] for s in stats] == [ONNX] and "success" in stats[0]["inference_stats"]
+            assert isinstance(await c.get_system_shared_memory_status(), list)
+            await c.unregister_system_shared_memory()
+            with pytest.raises(InferenceServerException, match="unknown shared memory region"):
+                await c.get_system_shared_memory_status("no-such-region")
         finally:
             await c.close()
 

@@ -142,7 +142,8 @@ def server(work):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
     log = open(work / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", "exports", "--port", str(port), "--threads", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", "exports", "--port", str(port), "--grpc-port", "0",
+                             "--threads", "1"],
                             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     import httpx
 

@@ -376,7 +376,12 @@ def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
 @app.command()
 def serve(repository: Path = typer.Argument(Path("exports"), help="The model repository that `zoo export` writes."),
           host: str = typer.Option("127.0.0.1", help="Interface to bind; the default answers this machine only."),
-          port: int = typer.Option(8000, help="TCP port."),
+          port: int = typer.Option(8000, help="HTTP port."),
+          grpc_port: int = typer.Option(8001, help="gRPC port (Triton's GRPCInferenceService), on the same "
+                                        "interface; 0 turns gRPC off."),
+          shared_memory: str = typer.Option("none", help="`system`: let same-host clients pass tensors in POSIX "
+                                            "shared memory regions they register (Triton's extension); `none`: "
+                                            "off."),
           max_batch_size: Optional[int] = typer.Option(None, help="Rows per execution (default: config.pbtxt, "
                                                        "else the model's largest batch)."),
           max_queue_delay_ms: Optional[float] = typer.Option(None, help="How long a request may wait for others "
@@ -411,12 +416,18 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
             raise InputError(f"{name} must be at least 1, got {value}")
     if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
         raise InputError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
+    if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
+        raise InputError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
+    if shared_memory not in ("none", "system"):
+        raise InputError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
+                         "offered)")
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
                            preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
                            else None, instances=instances, max_queue_size=max_queue_size,
                            batching=not no_batching, ragged=not no_ragged, threads=threads)
     run(Settings(repository, options, max_request_bytes=max_request_size, model_control=model_control,
-                 request_timeout=request_timeout, shutdown_timeout=shutdown_timeout),
+                 request_timeout=request_timeout, shutdown_timeout=shutdown_timeout, host=host, grpc_port=grpc_port,
+                 shared_memory=shared_memory == "system"),
         host=host, port=port, log_level=log_level.lower())
 
 

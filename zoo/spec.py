@@ -47,6 +47,11 @@ class TensorSpec:
     #: value outside it (400 naming the input) before it reaches the engine, where an
     #: out-of-range index would fail the whole batch or read past an embedding table.
     value_range: tuple[float, float] | None = None
+    #: outputs: the class names along the last axis (a classifier's logits), one per
+    #: index. Metadata, not signature: an artifact's manifest records them beside the
+    #: model, and the server appends them to the classification extension's
+    #: "score:index:label" strings (Triton's `label_filename`).
+    labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -56,6 +61,26 @@ class TensorSpec:
             if self.dtype in ("string", "bool") or not low <= high:
                 raise ZooError(f"tensor {self.name!r}: value_range must be (low, high) with low <= high on a "
                                f"numeric dtype, got {self.value_range!r} on {self.dtype}")
+        if self.labels is not None:
+            self._check_labels()
+
+    def _check_labels(self) -> None:
+        labels = self.labels
+        if not isinstance(labels, (tuple, list)) or not all(isinstance(x, str) for x in labels):
+            raise ZooError(f"tensor {self.name!r}: labels must be a sequence of strings, one class name per index "
+                           f"of the last axis, got {labels!r}")
+        labels = tuple(labels)
+        object.__setattr__(self, "labels", labels)  # a list given: stored as a tuple (hashable, like the rest)
+        broken = [x for x in labels if "\n" in x or "\r" in x]
+        if broken:  # Triton's label files hold one label a line
+            raise ZooError(f"tensor {self.name!r}: labels hold one line each; {broken[0]!r} has a line break")
+        last = self.shape[-1] if self.shape else None
+        if self.dtype in ("string", "bool") or not isinstance(last, int):
+            raise ZooError(f"tensor {self.name!r}: labels name the classes along a numeric output's last axis, "
+                           f"which must have a fixed size; it is {self.dtype}{list(self.shape)}")
+        if len(labels) != last:
+            raise ZooError(f"tensor {self.name!r}: {len(labels)} labels for a last axis of {last} classes "
+                           f"({self.dtype}{list(self.shape)}); give one label per class")
 
     @property
     def dynamic_axes(self) -> dict[int, str]:
@@ -78,6 +103,8 @@ class TensorSpec:
         data: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
         if self.value_range is not None:
             data["value_range"] = list(self.value_range)
+        if self.labels is not None:
+            data["labels"] = list(self.labels)
         return data
 
 
@@ -269,6 +296,10 @@ class ModelSpec:
                 raise ZooError(f"model {self.name}: {kind} {t.name!r} has shape (), and 0-d tensors are not "
                                f"supported end to end (Triton and the torch runners send them as shape [1]); "
                                f"declare shape (1,) for one value per request, or ('batch',) for one per row")
+        labelled = [t.name for t in self.inputs if t.labels is not None]
+        if labelled:
+            raise ZooError(f"model {self.name}: input {labelled[0]!r} has labels; labels name the classes of an "
+                           f"output")
         for t in self.inputs:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:

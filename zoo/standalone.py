@@ -9,10 +9,10 @@ model may not be installed where the artifact runs, or the model came from
   its signature is no longer the manifest's (the artifact came from another version of
   the model, and its runner would be fed and read by the wrong signature);
 - else the spec rebuilt here from the manifest: name, domain, task, signature with value
-  ranges, axes, tolerances, int8 method and config, whose `sample` draws from the stored
-  test vectors (`zoo.vectors`). What needs the plugin's code raises
-  `PluginNotLoadedError` saying what to install: `build` (the PyTorch module) and, in
-  `zoo predict`, domain-native inputs.
+  ranges, axes, tolerances, int8 method, config and its outputs' class labels, whose
+  `sample` draws from the stored test vectors (`zoo.vectors`). What needs the plugin's
+  code raises `PluginNotLoadedError` saying what to install: `build` (the PyTorch
+  module) and, in `zoo predict`, domain-native inputs.
 """
 
 from __future__ import annotations
@@ -36,16 +36,24 @@ RECORDED = ("name", "plugin", "config", "domain", "task", "description", "tolera
 
 def model_record(spec: ModelSpec) -> dict[str, Any]:
     """The manifest's "model" block: what `described_spec` rebuilds the spec from, and
-    where its plugin comes from (`registry.plugin_origin`), to say what to install."""
+    where its plugin comes from (`registry.plugin_origin`), to say what to install.
+    Outputs' class labels are kept here, {output: [label, ...]} for the outputs that have
+    them, not in the signature: renaming a class does not make an artifact stale."""
     data = spec.to_json()
-    return {**{k: data[k] for k in RECORDED}, "generates_text": spec.detokenize is not None,
-            "origin": registry.plugin_origin(spec.plugin)}
+    labels = {t.name: list(t.labels) for t in spec.outputs if t.labels is not None}
+    return {**{k: data[k] for k in RECORDED}, **({"labels": labels} if labels else {}),
+            "generates_text": spec.detokenize is not None, "origin": registry.plugin_origin(spec.plugin)}
 
 
 def signature(spec: ModelSpec) -> dict[str, Any]:
-    """The manifest's "signature" block."""
-    return {"inputs": [t.to_json() for t in spec.inputs], "outputs": [t.to_json() for t in spec.outputs],
+    """The manifest's "signature" block: names, dtypes, shapes and value ranges (not
+    labels, which the "model" block records)."""
+    return {"inputs": [_signed(t) for t in spec.inputs], "outputs": [_signed(t) for t in spec.outputs],
             "axes": {k: [r.min, r.opt, r.max] for k, r in spec.axes.items()}}
+
+
+def _signed(t: TensorSpec) -> dict[str, Any]:
+    return {k: v for k, v in t.to_json().items() if k != "labels"}
 
 
 def artifact_spec(art) -> ModelSpec:
@@ -99,13 +107,17 @@ def described_spec(art) -> ModelSpec:
         axes = {k: AxisRange(*v) for k, v in sig["axes"].items()}
         # manifests written before they recorded every tolerance: the one parity was held to
         tolerances = model.get("tolerances") or {manifest["precision"]: manifest["parity"]["tolerance"]}
+        labels = model.get("labels") or {}  # manifests written before labels: none
+        unknown = sorted(set(labels) - {t["name"] for t in sig["outputs"]})
+        if unknown:
+            raise ValueError(f"labels for {unknown}, which are not its outputs")
 
         def build():
             raise PluginNotLoadedError(needs_plugin(model, "rebuild its PyTorch module"))
 
         return ModelSpec(
             name=model["name"], domain=model.get("domain", ""), task=model.get("task", ""), inputs=inputs,
-            outputs=tuple(_tensor(t) for t in sig["outputs"]), build=build,
+            outputs=tuple(_tensor(t, labels.get(t["name"])) for t in sig["outputs"]), build=build,
             sample=sampler(functools.cache(art.test_vectors), inputs, axes), axes=axes,
             description=model.get("description", ""), config=dict(model.get("config", {})),
             tolerances={p: _tolerance(t) for p, t in tolerances.items()},
@@ -115,10 +127,10 @@ def described_spec(art) -> ModelSpec:
                             f"({type(exc).__name__}: {exc}); re-export it") from None
 
 
-def _tensor(data: Mapping[str, Any]) -> TensorSpec:
+def _tensor(data: Mapping[str, Any], labels: list[str] | None = None) -> TensorSpec:
     value_range = data.get("value_range")
     return TensorSpec(data["name"], data["dtype"], tuple(data["shape"]),
-                      tuple(value_range) if value_range is not None else None)
+                      tuple(value_range) if value_range is not None else None, labels)
 
 
 def _tolerance(data: Mapping[str, Any]) -> Tolerance:

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,17 +32,16 @@ from ..errors import ZooError
 from . import repository
 from .errors import (
     ModelControlDisabledError,
-    ModelNotFoundError,
     PayloadTooLargeError,
     ProtocolError,
     UnsupportedMediaError,
-    reason_for,
     scrub,
     status_for,
 )
 from .metrics import Metrics
 from .model import ServedModel
-from .protocol import HEADER_LENGTH, decode_request, encode_response
+from .protocol import HEADER_LENGTH, InferRequest, decode_request, encode_response
+from .service import Server
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # bodies larger than this are decoded in a worker thread, off the event loop
@@ -57,50 +55,9 @@ class Settings:
     model_control: bool = False  # load/unload over /v2/repository/models/...
     request_timeout: float = 60.0  # seconds a request may wait for its model
     shutdown_timeout: float = 30.0  # seconds queued work may take to finish at shutdown
-
-
-class Server:
-    """What the routes share: the served models, their aliases, what was skipped, metrics."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.models: dict[str, ServedModel] = {}
-        self.aliases: dict[str, str] = {}
-        self.skipped: list[repository.Skipped] = []
-        self.metrics = Metrics()
-        self.control = asyncio.Lock()
-
-    def add(self, model: ServedModel, runners: list) -> None:
-        model.on_batch = lambda works, rows, m=model: self.metrics.observe_batch(m.name, m.version, rows)
-        model.start(runners)
-        self.models[model.name] = model
-        self._alias()
-        log.info("serving %s (%s, %s, %s; batching %s)", model.name, model.artifact.backend, model.artifact.precision,
-                 model.artifact.device, model.policy.to_json())
-
-    def _alias(self) -> None:
-        """A bare model name (`resnet8.digits`) names its artifact when exactly one is loaded."""
-        by_model: dict[str, list[str]] = {}
-        for m in self.models.values():
-            by_model.setdefault(m.spec.name, []).append(m.name)
-        self.aliases = {model: names[0] for model, names in by_model.items() if len(names) == 1}
-
-    def model(self, name: str, version: str | None = None) -> ServedModel:
-        model = self.models.get(name) or self.models.get(self.aliases.get(name, ""))
-        if model is None:
-            several = sorted(m.name for m in self.models.values() if m.spec.name == name)
-            if several:
-                raise ModelNotFoundError(f"model {name} is served by several artifacts, name one: {several}")
-            raise ModelNotFoundError(f"unknown model {name[:200]!r}; loaded: {sorted(self.models) or 'none'}")
-        if version is not None and version != model.version:
-            raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
-        return model
-
-    def ready(self) -> tuple[bool, str]:
-        for m in self.models.values():
-            if not m.ready:
-                return False, f"model {m.name} is not ready: {m.reason}"
-        return True, ""
+    host: str = "127.0.0.1"  # the address both front ends bind
+    grpc_port: int = 0  # the gRPC front end's port; 0: no gRPC
+    shared_memory: bool = False  # the system shared memory extension (same-host clients)
 
 
 # ---------------------------------------------------------------- routes
@@ -110,9 +67,14 @@ def _zoo(request: Request) -> Server:
     return request.app.state.zoo
 
 
+def extensions(settings: Settings) -> list[str]:
+    """The protocol extensions this server offers, as `GET /v2` and gRPC ServerMetadata list them."""
+    offered = ["binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics"]
+    return offered + (["system_shared_memory"] if settings.shared_memory else [])
+
+
 async def server_metadata(request: Request) -> Response:
-    return JSONResponse({"name": "zoo", "version": __version__,
-                         "extensions": ["binary_tensor_data", "model_repository", "model_configuration"]})
+    return JSONResponse({"name": "zoo", "version": __version__, "extensions": extensions(_zoo(request).settings)})
 
 
 async def live(request: Request) -> Response:
@@ -145,28 +107,29 @@ def _model(request: Request) -> ServedModel:
 
 async def infer(request: Request) -> Response:
     zoo = _zoo(request)
-    start = time.perf_counter()
-    model = _model(request)
-    labels = (model.name, model.version)
-    zoo.metrics.requests.labels(*labels).inc()
-    try:
+
+    async def decode(model: ServedModel) -> InferRequest:
         body = await request.body()
         header = request.headers.get(HEADER_LENGTH)
         if header is not None and header.strip() == "0":  # a raw binary request: the body is the one input
-            decoded = model.raw_request(body)
-        elif len(body) > OFFLOAD_BYTES:
-            decoded = await asyncio.to_thread(decode_request, body, header)
-        else:
-            decoded = decode_request(body, header)
-        outputs, work = await model.infer(decoded, zoo.settings.request_timeout)
-        wanted = decoded.outputs or {}
-        binary = {t.name: decoded.binary_output if wanted.get(t.name) is None else wanted[t.name] for t in outputs}
-        content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
-    except Exception as exc:
-        zoo.metrics.failures.labels(*labels, reason_for(exc)).inc()
-        raise
-    zoo.metrics.observe_request(*labels, time.perf_counter() - start, work.started - work.enqueued, work.compute)
+            return model.raw_request(body)
+        if len(body) > OFFLOAD_BYTES:
+            return await asyncio.to_thread(decode_request, body, header)
+        return decode_request(body, header)
+
+    model, decoded, outputs = await zoo.infer(request.path_params["model"], request.path_params.get("version"),
+                                              decode)
+    wanted = decoded.outputs or {}
+    binary = {t.name: decoded.binary_output if t.name not in wanted or wanted[t.name].binary is None
+              else wanted[t.name].binary for t in outputs}
+    content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
     return Response(content, headers=headers)
+
+
+async def statistics(request: Request) -> Response:
+    """Triton's statistics extension: every model's, or one model's (and version's)."""
+    stats = _zoo(request).statistics(request.path_params.get("model", ""), request.path_params.get("version", ""))
+    return JSONResponse({"model_stats": stats})
 
 
 async def repository_index(request: Request) -> Response:
@@ -185,20 +148,7 @@ async def repository_index(request: Request) -> Response:
         if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
             raise ProtocolError("the repository index request body is a JSON object whose `ready` is true or false")
         ready_only = doc.get("ready", False)
-    skipped = {s.name: s.reason for s in zoo.skipped}
-    rows = []
-    for name in await asyncio.to_thread(repository.artifact_names, zoo.settings.repository):
-        model = zoo.models.get(name)
-        if model is not None:
-            rows.append({"name": name, "version": model.version, "state": model.state, "reason": model.reason})
-        else:
-            rows.append({"name": name, "state": "UNAVAILABLE", "reason": skipped.get(name, "not loaded")})
-    listed = {r["name"] for r in rows}  # a loaded model whose directory was removed since is still listed
-    rows += [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
-             for m in zoo.models.values() if m.name not in listed]
-    if ready_only:
-        rows = [r for r in rows if r["state"] == "READY"]
-    return JSONResponse(sorted(rows, key=lambda r: r["name"]))
+    return JSONResponse(await zoo.index(ready_only))
 
 
 async def load_model(request: Request) -> Response:
@@ -212,27 +162,14 @@ async def load_model(request: Request) -> Response:
         if not isinstance(doc, dict) or doc.get("parameters"):
             raise ProtocolError("load takes no parameters: configuration and file overrides are not supported")
     name = request.path_params["model"]
-    path = repository.find_artifact(zoo.settings.repository, name)
-    async with zoo.control:
-        model, runners = await asyncio.to_thread(repository.open_model, path, zoo.settings.options)
-        old = zoo.models.pop(name, None)
-        if old is not None:
-            await old.stop(zoo.settings.shutdown_timeout)
-        zoo.add(model, runners)
-        zoo.skipped = [s for s in zoo.skipped if s.name != name]
+    await zoo.load(name)
     return JSONResponse({"name": name, "state": "READY"})
 
 
 async def unload_model(request: Request) -> Response:
     zoo = _control(request)
     name = request.path_params["model"]
-    async with zoo.control:
-        model = zoo.models.pop(name, None)
-        if model is None:
-            raise ModelNotFoundError(f"model {name[:200]!r} is not loaded")
-        zoo._alias()
-        await model.stop(zoo.settings.shutdown_timeout)
-        zoo.skipped = [*(s for s in zoo.skipped if s.name != name), repository.Skipped(name, "unloaded")]
+    await zoo.unload(name)
     return JSONResponse({"name": name, "state": "UNAVAILABLE"})
 
 
@@ -250,12 +187,47 @@ async def metrics(request: Request) -> Response:
     return Response(content, media_type=content_type)
 
 
+async def shm_register(request: Request) -> Response:
+    """System shared memory: register a region (`{"key", "offset", "byte_size"}`)."""
+    zoo = _zoo(request)
+    body = await request.body()
+    try:
+        doc = json.loads(body, parse_constant=lambda name: None)
+    except (ValueError, RecursionError):
+        raise ProtocolError("the register request body must be a JSON object with key, offset and byte_size") \
+            from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("key"), str) or type(doc.get("byte_size")) is not int \
+            or type(doc.get("offset", 0)) is not int:
+        raise ProtocolError("the register request body must be a JSON object with a `key` string and integer "
+                            "`offset` and `byte_size`")
+    zoo.regions.register(request.path_params["region"], doc["key"], doc.get("offset", 0), doc["byte_size"])
+    return JSONResponse({})
+
+
+async def shm_unregister(request: Request) -> Response:
+    _zoo(request).regions.unregister(request.path_params.get("region"))
+    return JSONResponse({})
+
+
+async def shm_status(request: Request) -> Response:
+    return JSONResponse(_zoo(request).regions.status(request.path_params.get("region")))
+
+
+SHM = "/v2/systemsharedmemory"
 MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version}"
 ROUTES = [
     Route("/v2", server_metadata, methods=["GET"]),
     Route("/v2/health/live", live, methods=["GET"]),
     Route("/v2/health/ready", ready, methods=["GET"]),
+    Route("/v2/models/stats", statistics, methods=["GET"]),
+    Route(MODEL + "/stats", statistics, methods=["GET"]),
+    Route(VERSION + "/stats", statistics, methods=["GET"]),
+    Route(SHM + "/status", shm_status, methods=["GET"]),
+    Route(SHM + "/region/{region}/status", shm_status, methods=["GET"]),
+    Route(SHM + "/region/{region}/register", shm_register, methods=["POST"]),
+    Route(SHM + "/unregister", shm_unregister, methods=["POST"]),
+    Route(SHM + "/region/{region}/unregister", shm_unregister, methods=["POST"]),
     *(r for base in (MODEL, VERSION) for r in (
         Route(base, model_metadata, methods=["GET"]),
         Route(base + "/ready", model_ready, methods=["GET"]),
@@ -362,8 +334,17 @@ def create_app(settings: Settings) -> Starlette:
             zoo.add(model, runners)
         if not zoo.models:
             log.warning("no artifact in %s can run here; serving none", settings.repository)
-        yield
-        await asyncio.gather(*(m.stop(settings.shutdown_timeout) for m in zoo.models.values()))
+        front = None
+        try:
+            if settings.grpc_port:
+                from .grpc_service import start_grpc  # grpcio: imported only when gRPC is on
+
+                front = await start_grpc(zoo, settings.host, settings.grpc_port)
+            yield
+        finally:
+            if front is not None:  # in-flight gRPC calls finish (up to the shutdown timeout) first
+                await front.stop(settings.shutdown_timeout)
+            await zoo.stop()
 
     app = Starlette(routes=ROUTES, lifespan=lifespan,
                     exception_handlers={HTTPException: on_http_error, ZooError: on_error, Exception: on_error})

@@ -76,6 +76,8 @@ class Work:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float = 0.0  # when its batch began executing
     compute: float = 0.0  # seconds its batch spent in the runner
+    compute_input: float = 0.0  # seconds its batch spent being merged (padding, concatenation)
+    compute_output: float = 0.0  # seconds its batch's outputs took to be split back per request
 
     @property
     def key(self) -> tuple:
@@ -236,10 +238,10 @@ class Batcher:
         for w in works:
             w.started = start
         try:
-            results, seconds, fault = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
+            results, clock, fault = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
         except Exception as exc:  # merging or splitting broke: a server bug, never the client's
             log.error("model %s: batch of %d could not be executed: %s", self.name, rows, exc, exc_info=exc)
-            results, seconds, fault = [exc] * len(works), 0.0, exc
+            results, clock, fault = [exc] * len(works), (0.0, 0.0, 0.0), exc
         finally:
             self._slots.release()
         if fault is not None:
@@ -247,7 +249,7 @@ class Batcher:
                       exc_info=fault)
         answered, refused = 0, 0
         for w, result in zip(works, results):
-            w.compute = seconds
+            w.compute_input, w.compute, w.compute_output = clock
             if isinstance(result, BaseException):
                 result = self._failure(result, fault)
                 refused += 1
@@ -277,27 +279,27 @@ class Batcher:
                                   f"{list(self.input_names)} (other requests succeed, so check them against "
                                   f"the model's metadata): {reason}")
 
-    def _run(self, works: list[Work]) -> tuple[list[Result], float, BaseException | None]:
+    def _run(self, works: list[Work]) -> tuple[list[Result], tuple[float, float, float], BaseException | None]:
         """In a worker thread, on a free instance: each request's outputs or the error it
-        alone causes, the seconds in the runner, and the backend fault if the runner is broken."""
+        alone causes, the seconds spent merging, in the runner and splitting, and the
+        backend fault if the runner is broken."""
         pool = self._pool
         runner = pool.get()
+        clock = [0.0, 0.0, 0.0]
         try:
-            start = time.perf_counter()
             try:
-                return split(self._call(runner, works), works, self.ragged_dims), time.perf_counter() - start, None
+                return self._call(runner, works, clock), tuple(clock), None
             except Exception as exc:
                 failure = exc
-            seconds = time.perf_counter() - start
             try:
                 to_numpy(runner(self._known_good()))
             except Exception as exc:  # the runner no longer answers what it answered before
-                return [failure] * len(works), seconds, exc
-            return self._bisect(runner, works, failure), seconds, None
+                return [failure] * len(works), tuple(clock), exc
+            return self._bisect(runner, works, failure, clock), tuple(clock), None
         finally:
             pool.put(runner)
 
-    def _bisect(self, runner: Callable, works: list[Work], failure: Exception) -> list[Result]:
+    def _bisect(self, runner: Callable, works: list[Work], failure: Exception, clock: list[float]) -> list[Result]:
         """The requests of a failed batch, halved until each part runs or is one request:
         answers for those that run, the error for each that fails alone."""
         if len(works) == 1:
@@ -305,12 +307,24 @@ class Batcher:
         results: list[Result] = []
         for part in (works[:len(works) // 2], works[len(works) // 2:]):
             try:
-                results += split(self._call(runner, part), part, self.ragged_dims)
+                results += self._call(runner, part, clock)
             except Exception as exc:
-                results += self._bisect(runner, part, exc)
+                results += self._bisect(runner, part, exc, clock)
         return results
 
-    def _call(self, runner: Callable, works: list[Work]) -> dict[str, np.ndarray]:
-        outputs = to_numpy(runner(merge(works, self.input_names, self.side_inputs)))
+    def _call(self, runner: Callable, works: list[Work], clock: list[float]) -> list[dict[str, np.ndarray]]:
+        """Each request's outputs from one execution; the seconds of its three steps are
+        added to `clock` (merge, runner, split), as Triton's compute_input/infer/output."""
+        start = time.perf_counter()
+        merged = merge(works, self.input_names, self.side_inputs)
+        ran = time.perf_counter()
+        clock[0] += ran - start
+        try:
+            outputs = to_numpy(runner(merged))
+        finally:
+            clock[1] += time.perf_counter() - ran
         self._known_good = lambda inputs=works[0].inputs: inputs  # it just ran: a probe that must pass later
-        return outputs
+        ran = time.perf_counter()
+        results = split(outputs, works, self.ragged_dims)
+        clock[2] += time.perf_counter() - ran
+        return results

@@ -33,8 +33,18 @@ class PayloadTooLargeError(ZooError):
     """The request body exceeds the configured limit (413)."""
 
 
-class ModelControlDisabledError(ZooError):
+class FeatureOffError(ZooError):
+    """An extension the server offers but was started without (403): model control,
+    system shared memory. The message names the flag that turns it on."""
+
+
+class ModelControlDisabledError(FeatureOffError):
     """Loading and unloading over the API is off (403)."""
+
+
+class SharedMemoryError(InputError):
+    """A shared-memory registration or reference the server refuses (400): unknown
+    region, bad key, offset or size outside the region. Never echoes a region name."""
 
 
 class UnsupportedMediaError(ZooError):
@@ -61,7 +71,7 @@ STATUS: dict[type[BaseException], int] = {
     RequestFailedError: 400,
     ProtocolError: 400,
     InputError: 400,
-    ModelControlDisabledError: 403,
+    FeatureOffError: 403,
     ModelNotFoundError: 404,
     UnknownModelError: 404,
     PayloadTooLargeError: 413,

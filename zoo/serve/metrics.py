@@ -2,7 +2,7 @@
 
 Per model: requests and failures (by reason), end-to-end request latency in the server,
 queue time, compute time (the runner call of the batch the request rode in), and batch
-sizes; per HTTP route: responses by status code. On a machine with an NVIDIA GPU, the
+sizes; per HTTP route and gRPC method: responses by status code. On a machine with an NVIDIA GPU, the
 GPU's utilization and memory are read through NVML (the `nvidia-ml-py` package) at each
 scrape, as Triton's `nv_gpu_utilization` and `nv_gpu_memory_used_bytes` are.
 
@@ -52,6 +52,8 @@ class Metrics:
         self.ready = Gauge("zoo_model_ready", "1 when the model takes requests.", labels, registry=self.registry)
         self.http = Counter("zoo_http_responses", "HTTP responses by route template and status code.",
                             ("route", "code"), registry=self.registry)
+        self.grpc = Counter("zoo_grpc_responses", "gRPC responses by method and status code.",
+                            ("method", "code"), registry=self.registry)
         self.gpu = GpuCollector.create() if gpu else None
         if self.gpu is not None:
             self.registry.register(self.gpu)

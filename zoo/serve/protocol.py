@@ -13,12 +13,19 @@ JSON is strict both ways (RFC 8259): `NaN`/`Infinity` literals in a request are 
 and an output holding NaN or infinity is never written as JSON; the client is told to
 ask for it as binary data, where every float travels as is.
 
-Parameters: the server reads the parameters of the extensions it offers (`GET /v2`);
-a parameter of an extension it does not offer (sequence batching, priorities,
-classification, shared memory) or one of Triton's reserved `triton_` names is refused
-with a 400 naming it, never ignored, so a client never believes such a feature took
-effect. Other (custom) parameters with scalar values are accepted as Triton accepts
-them; Triton hands them to the model's backend, and no zoo runner reads any.
+Parameters: the server reads the parameters of the extensions it offers (`GET /v2`):
+`classification` on a requested output (the classification extension), and
+`shared_memory_region`, `shared_memory_offset`, `shared_memory_byte_size` on an input or
+a requested output (system shared memory, when the server has it on). One of these in
+the wrong place, a parameter of an extension the server does not offer (sequence
+batching, priorities) or one of Triton's reserved `triton_` names is refused with a 400
+naming it, never ignored, so a client never believes such a feature took effect. Other
+(custom) parameters with scalar values are accepted as Triton accepts them; Triton hands
+them to the model's backend, and no zoo runner reads any.
+
+The gRPC service (`grpc.py`) builds the same `InferRequest` from its messages through
+the same checks (`check_parameters`, `check_header`, `tensor_from_bytes`), so both
+transports refuse a request with the same message.
 
 Raw binary requests (`Inference-Header-Content-Length: 0`): the whole body is the raw
 tensor of the model's only input, its shape deduced as Triton does (see `raw_request`),
@@ -40,12 +47,22 @@ from .errors import ProtocolError
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: parameters of extensions this server does not offer -> the extension, for the error message
 UNOFFERED = {"sequence_id": "sequence batching", "sequence_start": "sequence batching",
-             "sequence_end": "sequence batching", "priority": "priority scheduling",
-             "classification": "classification", "shared_memory_region": "shared memory",
-             "shared_memory_byte_size": "shared memory", "shared_memory_offset": "shared memory"}
+             "sequence_end": "sequence batching", "priority": "priority scheduling"}
+#: parameters of extensions this server offers -> where they may appear
+PLACED = {"classification": ("output",), "shared_memory_region": ("input", "output"),
+          "shared_memory_offset": ("input", "output"), "shared_memory_byte_size": ("input", "output")}
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
 ABSENT = object()  # a field left out of the request, as against one given as null
+
+
+@dataclass(frozen=True)
+class Region:
+    """A part of a registered system shared-memory region (`shm.Regions`)."""
+
+    name: str
+    offset: int
+    byte_size: int
 
 
 @dataclass
@@ -53,15 +70,25 @@ class Tensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: np.ndarray  # shaped; BYTES as an object array of bytes
+    data: np.ndarray | None  # shaped; BYTES as an object array of bytes; None until `region` is read
+    region: Region | None = None  # an input sent in shared memory
+
+
+@dataclass(frozen=True)
+class Requested:
+    """How one requested output is to be returned."""
+
+    binary: bool | None = None  # as binary data (HTTP; None: the request-wide default)
+    classification: int | None = None  # the top K classes as "score:index[:label]" strings
+    region: Region | None = None  # written into shared memory instead of the response
 
 
 @dataclass
 class InferRequest:
     inputs: list[Tensor]
     id: str | None = None
-    #: requested outputs by name -> send as binary (None: the request-wide default); None or {}: every output
-    outputs: dict[str, bool | None] | None = None
+    #: requested outputs by name; None or {}: every output, as the request-wide defaults say
+    outputs: dict[str, Requested] | None = None
     binary_output: bool = False  # the request-wide default (`binary_data_output`)
     parameters: dict[str, Any] = field(default_factory=dict)
     timeout: float | None = None  # seconds, from the `timeout` parameter (microseconds)
@@ -88,7 +115,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         raise ProtocolError(f"the request body is not valid JSON ({_json_reason(exc)})") from None
     if not isinstance(doc, dict):
         raise ProtocolError("the request must be a JSON object with an `inputs` list")
-    parameters = _parameters(doc.get("parameters", ABSENT), "request")
+    parameters = check_parameters(doc.get("parameters", ABSENT), "request", "request")
     request_id = doc.get("id")
     if "id" in doc and not isinstance(request_id, str):
         raise ProtocolError("`id` must be a string (leave it out for none)")
@@ -109,13 +136,18 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise ProtocolError("parameter `binary_data_output` must be true or false")
-    timeout = parameters.get("timeout")
-    if timeout is not None and (type(timeout) is not int or timeout <= 0):
-        raise ProtocolError("parameter `timeout` must be a positive integer (microseconds)")
     if "outputs" in doc and doc["outputs"] is None:
         raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects; leave it out for every output")
     return InferRequest(inputs, request_id, _outputs(doc.get("outputs")), binary_output, parameters,
-                        None if timeout is None else timeout / 1e6)
+                        request_timeout(parameters))
+
+
+def request_timeout(parameters: Mapping[str, Any]) -> float | None:
+    """Seconds from the request's `timeout` parameter (microseconds), if given."""
+    timeout = parameters.get("timeout")
+    if timeout is not None and (type(timeout) is not int or timeout <= 0):
+        raise ProtocolError("parameter `timeout` must be a positive integer (microseconds)")
+    return None if timeout is None else timeout / 1e6
 
 
 def raw_request(body: bytes, name: str, datatype: str, dims: Sequence[int]) -> InferRequest:
@@ -159,9 +191,10 @@ def _json_reason(exc: Exception) -> str:
     return "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "malformed"
 
 
-def _parameters(value: Any, where: str) -> dict[str, Any]:
-    """The `parameters` object of the request, an input or an output (`where`); ABSENT
-    when it is left out (null is not an object, so it is refused as the protocol types it)."""
+def check_parameters(value: Any, where: str, kind: str) -> dict[str, Any]:
+    """The `parameters` object of the request, an input or an output (`kind`, described
+    as `where` in messages); ABSENT when it is left out (null is not an object, so it is
+    refused as the protocol types it)."""
     if value is ABSENT:
         return {}
     if not isinstance(value, dict):
@@ -172,39 +205,73 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
         if key in UNOFFERED:
             raise ProtocolError(f"parameter {key!r} of the {where} belongs to the {UNOFFERED[key]} extension, which "
                                 "this server does not offer (GET /v2 lists the extensions it offers)")
+        if key in PLACED and kind not in PLACED[key]:
+            raise ProtocolError(f"parameter {key!r} of the {where} belongs on "
+                                f"{' or '.join('a requested output' if k == 'output' else 'an input' for k in PLACED[key])}")
         if key.startswith("triton_"):
             raise ProtocolError(f"parameter {key[:60]!r} of the {where}: names starting with triton_ are reserved")
     return value
 
 
-def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tensor, int]:
-    if not isinstance(item, dict):
-        raise ProtocolError(f"input {index + 1} must be an object with name, shape, datatype and data")
-    name = item.get("name")
+def region_of(parameters: Mapping[str, Any], where: str) -> Region | None:
+    """The shared-memory part named by an input's or output's parameters, or None."""
+    name = parameters.get("shared_memory_region")
+    if name is None:
+        if "shared_memory_offset" in parameters or "shared_memory_byte_size" in parameters:
+            raise ProtocolError(f"{where}: shared_memory_offset and shared_memory_byte_size go with "
+                                "shared_memory_region")
+        return None
+    if not isinstance(name, str) or not name:
+        raise ProtocolError(f"{where}: shared_memory_region must be a region's name")
+    size, offset = parameters.get("shared_memory_byte_size"), parameters.get("shared_memory_offset", 0)
+    if type(size) is not int or size < 0:
+        raise ProtocolError(f"{where}: shared_memory_byte_size must be given as a non-negative integer")
+    if type(offset) is not int or offset < 0:
+        raise ProtocolError(f"{where}: shared_memory_offset must be a non-negative integer")
+    return Region(name, offset, size)
+
+
+def check_header(name: Any, datatype: Any, shape: Any, index: int) -> tuple[str, str, tuple[int, ...]]:
+    """An input's name, datatype and shape, checked."""
     if not isinstance(name, str) or not name:
         raise ProtocolError(f"input {index + 1} needs a `name` string")
     where = f"input {name[:200]!r}"
-    datatype = item.get("datatype")
     if not isinstance(datatype, str) or datatype not in dt.NUMPY_TYPES:
         shown = repr(datatype[:40]) if isinstance(datatype, str) else f"of JSON type {_json_type(datatype)}"
         raise ProtocolError(f"{where}: `datatype` {shown} is not a datatype (one of {', '.join(dt.NUMPY_TYPES)})")
-    shape = _shape(item.get("shape"), where)
-    count = math.prod(shape)
-    parameters = _parameters(item.get("parameters", ABSENT), where)
+    return name, datatype, _shape(shape, where)
+
+
+def tensor_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes | memoryview) -> Tensor:
+    """An input of `shape` from its raw bytes (binary data, gRPC raw contents, shared memory)."""
+    try:
+        flat = dt.from_bytes(datatype, raw, math.prod(shape))
+    except ValueError as exc:
+        raise ProtocolError(f"input {name[:200]!r}: {exc}") from None
+    return Tensor(name, datatype, shape, flat.reshape(shape))
+
+
+def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+    if not isinstance(item, dict):
+        raise ProtocolError(f"input {index + 1} must be an object with name, shape, datatype and data")
+    name, datatype, shape = check_header(item.get("name"), item.get("datatype"), item.get("shape"), index)
+    where = f"input {name[:200]!r}"
+    parameters = check_parameters(item.get("parameters", ABSENT), where, "input")
+    region = region_of(parameters, where)
     size = parameters.get("binary_data_size")
+    given = [what for what, there in (("`data`", "data" in item), ("binary_data_size", size is not None),
+                                      ("shared_memory_region", region is not None)) if there]
+    if len(given) > 1:
+        raise ProtocolError(f"{where} has both {given[0]} and {given[1]}; give one")
+    if region is not None:
+        return Tensor(name, datatype, shape, None, region), offset
     if size is not None:
-        if "data" in item:
-            raise ProtocolError(f"{where} has both `data` and binary_data_size; give one")
         if type(size) is not int or size < 0:
             raise ProtocolError(f"{where}: binary_data_size must be a non-negative integer")
         if offset + size > len(binary):
             raise ProtocolError(f"{where}: binary_data_size {size} runs past the end of the body "
                                 f"({len(binary) - offset} bytes of binary data remain)")
-        try:
-            flat = dt.from_bytes(datatype, binary[offset:offset + size], count)
-        except ValueError as exc:
-            raise ProtocolError(f"{where}: {exc}") from None
-        return Tensor(name, datatype, shape, flat.reshape(shape)), offset + size
+        return tensor_from_bytes(name, datatype, shape, binary[offset:offset + size]), offset + size
     if "data" not in item:
         raise ProtocolError(f"{where} has neither `data` nor a binary_data_size parameter")
     flat_list = _flatten(item["data"], shape, where)
@@ -285,23 +352,36 @@ def _typed(flat: list, datatype: str, where: str) -> np.ndarray:
     return narrow.astype(dt.numpy_of(datatype), copy=False)
 
 
-def _outputs(value: Any) -> dict[str, bool] | None:
+def _outputs(value: Any) -> dict[str, Requested] | None:
     if value is None:
         return None
     if not isinstance(value, list):
         raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects")
-    wanted: dict[str, bool] = {}
+    wanted: dict[str, Requested] = {}
     for item in value:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise ProtocolError("each requested output must be an object with a `name` string")
         name = item["name"]
         if name in wanted:
             raise ProtocolError(f"output {name[:200]!r} is requested more than once")
-        binary = _parameters(item.get("parameters", ABSENT), f"output {name[:200]!r}").get("binary_data", None)
-        if binary is not None and not isinstance(binary, bool):
-            raise ProtocolError(f"output {name!r}: parameter binary_data must be true or false")
-        wanted[name] = binary
+        where = f"output {name[:200]!r}"
+        wanted[name] = requested(check_parameters(item.get("parameters", ABSENT), where, "output"), where)
     return wanted
+
+
+def requested(parameters: Mapping[str, Any], where: str) -> Requested:
+    """A requested output's options from its (checked) parameters."""
+    binary = parameters.get("binary_data", None)
+    if binary is not None and not isinstance(binary, bool):
+        raise ProtocolError(f"{where}: parameter binary_data must be true or false")
+    classes = parameters.get("classification")
+    if classes is not None and (type(classes) is not int or classes < 1):
+        raise ProtocolError(f"{where}: parameter classification must be a positive integer (the number of classes "
+                            "to return)")
+    region = region_of(parameters, where)
+    if region is not None and binary:
+        raise ProtocolError(f"{where}: an output written to shared memory cannot also be sent as binary data")
+    return Requested(binary, classes, region)
 
 
 # ---------------------------------------------------------------- server: responses out
@@ -313,7 +393,10 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
     described, chunks = [], []
     for t in outputs:
         entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-        if binary.get(t.name):
+        if t.region is not None:  # written to shared memory: described, not carried
+            entry["parameters"] = {"shared_memory_region": t.region.name,
+                                   "shared_memory_byte_size": t.region.byte_size}
+        elif binary.get(t.name):
             raw = dt.to_bytes(t.datatype, t.data)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)

@@ -217,7 +217,7 @@ def _outputs(task: str, pooling: str | None, config: Any) -> tuple[TensorSpec, C
         return TensorSpec("sentence_embedding", "float32", ("batch", config.hidden_size)), text.embeddings
     if task == "text-classification":
         multi = config.problem_type == "multi_label_classification"
-        return (TensorSpec("logits", "float32", ("batch", config.num_labels)),
+        return (TensorSpec("logits", "float32", ("batch", config.num_labels), labels=tuple(labels)),
                 partial(text.classifications, labels=labels, multi_label=multi))
     if task == "token-classification":
         return (TensorSpec("logits", "float32", ("batch", "seq", config.num_labels)),

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 
 NUM_CLASSES = 10
+#: the class names, index i being digit i (the logits' labels)
+CLASSES = tuple(str(i) for i in range(NUM_CLASSES))
 SIZE = 8
 
 

@@ -1,0 +1,351 @@
+"""The Open Inference Protocol over gRPC: Triton's `inference.GRPCInferenceService`.
+
+The service definition is Triton's published `grpc_service.proto`, as the modules
+generated from it ship in `tritonclient[grpc]` (`service_pb2`, `service_pb2_grpc`,
+`model_config_pb2`): the same messages Triton's own server and every tritonclient
+speak, none written by hand. It is served by grpcio's asyncio server on the event loop
+of the HTTP front end, on its own port, over the same `service.Server`: the same loaded
+models, batcher, queue limit, request size limit (`grpc.max_receive_message_length`),
+timeout, metrics, statistics and shared-memory regions, and the same error messages,
+with the status code Triton gives each (`CODES`).
+
+Inputs arrive in `raw_input_contents` (one entry per input, in order; BYTES as
+length-prefixed items) or in typed `contents`; outputs go back in
+`raw_output_contents`, as Triton sends them. A domain-native request is one BYTES input
+named for the model's raw kind (`text`, `image`, ...), as over HTTP.
+
+ModelStreamInfer takes a stream of requests and answers each as it completes (an
+error as `error_message` on that response, the stream going on). CUDA shared memory,
+log and trace settings are refused as UNIMPLEMENTED with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from .. import __version__
+from ..errors import ZooError
+from . import datatypes as dt
+from .errors import FeatureOffError, ModelControlDisabledError, ProtocolError, scrub, status_for
+from .protocol import (
+    InferRequest,
+    Tensor,
+    check_header,
+    check_parameters,
+    region_of,
+    request_timeout,
+    requested,
+    tensor_from_bytes,
+    _typed,
+)
+
+log = logging.getLogger("zoo.serve")
+#: HTTP status (errors.STATUS) -> the gRPC status code Triton answers with for that kind of error
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.UNIMPLEMENTED, 404: grpc.StatusCode.NOT_FOUND,
+         413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
+         500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
+INTERNAL = "internal server error; the server log has the details"
+#: v2 datatype -> the typed `contents` field that carries it (FP16 and BF16 travel only as raw bytes)
+CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+            "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+            "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+            "FP64": "fp64_contents", "BYTES": "bytes_contents"}
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status and message for an exception, as the HTTP front end words it."""
+    status = status_for(exc)
+    if status is None:
+        return grpc.StatusCode.INTERNAL, INTERNAL
+    return CODES.get(status, grpc.StatusCode.INTERNAL), scrub(str(exc))
+
+
+def _answers(method: Callable) -> Callable:
+    """A unary method whose exceptions become the mapped status and message."""
+
+    @functools.wraps(method)
+    async def wrapper(self: "Service", request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            response = await method(self, request, context)
+        except Exception as exc:
+            code, message = status_of(exc)
+            if code == grpc.StatusCode.INTERNAL and message == INTERNAL:
+                log.error("internal error on gRPC %s", method.__name__, exc_info=exc)
+            self.zoo.metrics.grpc.labels(method.__name__, code.name).inc()
+            await context.abort(code, message)
+        self.zoo.metrics.grpc.labels(method.__name__, "OK").inc()
+        return response
+
+    return wrapper
+
+
+# ---------------------------------------------------------------- messages <-> requests
+
+
+def parameters(entries: Any) -> dict[str, Any]:
+    """A protobuf map of InferParameter as plain values."""
+    out = {}
+    for key, value in entries.items():
+        which = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, which) if which else None
+    return out
+
+
+def decode(message: pb.ModelInferRequest) -> InferRequest:
+    """A ModelInferRequest as the request `service.Server.infer` takes."""
+    params = check_parameters(parameters(message.parameters), "request", "request")
+    raw = message.raw_input_contents
+    if raw and len(raw) != len(message.inputs):
+        raise ProtocolError(f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; give one "
+                            "per input, in the order of `inputs`")
+    inputs, seen = [], set()
+    for i, item in enumerate(message.inputs):
+        tensor = _input(item, i, raw[i] if raw else None)
+        if tensor.name in seen:
+            raise ProtocolError(f"input {tensor.name!r} is given more than once")
+        seen.add(tensor.name)
+        inputs.append(tensor)
+    outputs = {}
+    for item in message.outputs:
+        where = f"output {item.name[:200]!r}"
+        if not item.name:
+            raise ProtocolError("each requested output must have a `name`")
+        if item.name in outputs:
+            raise ProtocolError(f"{where} is requested more than once")
+        outputs[item.name] = requested(check_parameters(parameters(item.parameters), where, "output"), where)
+    return InferRequest(inputs, message.id or None, outputs, True, params, request_timeout(params))
+
+
+def _input(item: pb.ModelInferRequest.InferInputTensor, index: int, raw: bytes | None) -> Tensor:
+    name, datatype, shape = check_header(item.name, item.datatype, list(item.shape), index)
+    where = f"input {name[:200]!r}"
+    region = region_of(check_parameters(parameters(item.parameters), where, "input"), where)
+    given = [what for what, there in (("`contents`", item.HasField("contents")),
+                                      ("raw_input_contents", raw is not None),
+                                      ("shared_memory_region", region is not None)) if there]
+    if len(given) > 1:
+        raise ProtocolError(f"{where} has both {given[0]} and {given[1]}; give one")
+    if region is not None:
+        return Tensor(name, datatype, shape, None, region)
+    if raw is not None:
+        return tensor_from_bytes(name, datatype, shape, raw)
+    if not given:
+        raise ProtocolError(f"{where} has neither `contents` nor raw_input_contents")
+    field = CONTENTS.get(datatype)
+    if field is None:
+        raise ProtocolError(f"{where}: {datatype} has no typed `contents` field; send it in raw_input_contents")
+    values = list(getattr(item.contents, field))
+    count = math.prod(shape)
+    if len(values) != count:
+        others = [f.name for f, v in item.contents.ListFields() if f.name != field]
+        hint = f" (a {datatype} input's values go in contents.{field}, not {others[0]})" if others else ""
+        raise ProtocolError(f"{where}: contents.{field} has {len(values)} elements but shape {list(shape)} needs "
+                            f"{count}{hint}")
+    if datatype == "BYTES":
+        flat = dt.bytes_array(values)
+    elif datatype in dt.INTEGER:
+        flat = _typed(values, datatype, where)  # range-checked: int_contents are 32-bit for INT8 and INT16
+    else:  # floats and booleans as the protobuf holds them; NaN and infinity are values here, not errors
+        flat = np.asarray(values, dtype=dt.numpy_of(datatype))
+    return Tensor(name, datatype, shape, flat.reshape(shape))
+
+
+def encode(model: str, version: str, request_id: str | None, outputs: list[Tensor]) -> pb.ModelInferResponse:
+    response = pb.ModelInferResponse(model_name=model, model_version=version, id=request_id or "")
+    for t in outputs:
+        out = response.outputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
+        if t.region is not None:  # written to shared memory: described, not carried
+            out.parameters["shared_memory_region"].string_param = t.region.name
+            out.parameters["shared_memory_byte_size"].int64_param = t.region.byte_size
+            response.raw_output_contents.append(b"")  # keeps raw_output_contents aligned with outputs
+        else:
+            response.raw_output_contents.append(dt.to_bytes(t.datatype, t.data))
+    return response
+
+
+# ---------------------------------------------------------------- the service
+
+
+class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, zoo) -> None:
+        self.zoo = zoo
+
+    @_answers
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=True)
+
+    @_answers
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.zoo.ready()[0])
+
+    @_answers
+    async def ModelReady(self, request, context):
+        model = self.zoo.model(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=model.ready)
+
+    @_answers
+    async def ServerMetadata(self, request, context):
+        from .app import extensions
+
+        return pb.ServerMetadataResponse(name="zoo", version=__version__, extensions=extensions(self.zoo.settings))
+
+    @_answers
+    async def ModelMetadata(self, request, context):
+        meta = self.zoo.model(request.name, request.version or None).metadata()
+        return pb.ModelMetadataResponse(
+            name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+            inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["inputs"]],
+            outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["outputs"]])
+
+    @_answers
+    async def ModelConfig(self, request, context):
+        config = self.zoo.model(request.name, request.version or None).config()
+        return pb.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
+
+    @_answers
+    async def ModelStatistics(self, request, context):
+        stats = self.zoo.statistics(request.name, request.version)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+
+    @_answers
+    async def RepositoryIndex(self, request, context):
+        rows = await self.zoo.index(request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**r) for r in rows])
+
+    @_answers
+    async def RepositoryModelLoad(self, request, context):
+        self._control()
+        if request.parameters:
+            raise ProtocolError("load takes no parameters: configuration and file overrides are not supported")
+        await self.zoo.load(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    @_answers
+    async def RepositoryModelUnload(self, request, context):
+        self._control()
+        await self.zoo.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _control(self) -> None:
+        if not self.zoo.settings.model_control:
+            raise ModelControlDisabledError("loading and unloading models over the API is off; "
+                                            "start the server with --model-control to allow it")
+
+    @_answers
+    async def ModelInfer(self, request, context):
+        return await self._infer(request)
+
+    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        async def decoded(model) -> InferRequest:
+            if message.ByteSize() > (1 << 16):
+                return await asyncio.to_thread(decode, message)
+            return decode(message)
+
+        model, request, outputs = await self.zoo.infer(message.model_name, message.model_version or None, decoded)
+        return encode(model.name, model.version, request.id, outputs)
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator, context) -> AsyncIterator:
+        """Each request of the stream answered as it completes; an error on its own response."""
+        answers: asyncio.Queue = asyncio.Queue()
+
+        async def answer(message: pb.ModelInferRequest) -> None:
+            try:
+                response = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
+                self.zoo.metrics.grpc.labels("ModelStreamInfer", "OK").inc()
+            except Exception as exc:
+                code, text = status_of(exc)
+                if text == INTERNAL:
+                    log.error("internal error on a gRPC stream request", exc_info=exc)
+                self.zoo.metrics.grpc.labels("ModelStreamInfer", code.name).inc()
+                response = pb.ModelStreamInferResponse(error_message=text, infer_response=pb.ModelInferResponse(
+                    model_name=message.model_name, model_version=message.model_version, id=message.id))
+            await answers.put(response)
+
+        async def read() -> None:
+            tasks = []
+            try:
+                async for message in request_iterator:
+                    tasks.append(asyncio.ensure_future(answer(message)))
+                await asyncio.gather(*tasks)
+            finally:
+                await answers.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (response := await answers.get()) is not None:
+                yield response
+            await reader  # a broken stream surfaces here
+        finally:
+            reader.cancel()
+
+    # ------------------------------------------------------------ shared memory
+
+    @_answers
+    async def SystemSharedMemoryRegister(self, request, context):
+        self.zoo.regions.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_answers
+    async def SystemSharedMemoryUnregister(self, request, context):
+        self.zoo.regions.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_answers
+    async def SystemSharedMemoryStatus(self, request, context):
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self.zoo.regions.status(request.name or None):
+            response.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    @_answers
+    async def CudaSharedMemoryRegister(self, request, context):
+        raise _not_offered("CUDA shared memory")
+
+    @_answers
+    async def CudaSharedMemoryUnregister(self, request, context):
+        raise _not_offered("CUDA shared memory")
+
+    @_answers
+    async def CudaSharedMemoryStatus(self, request, context):
+        raise _not_offered("CUDA shared memory")
+
+    @_answers
+    async def TraceSetting(self, request, context):
+        raise _not_offered("trace settings")
+
+    @_answers
+    async def LogSettings(self, request, context):
+        raise _not_offered("log settings")
+
+
+def _not_offered(what: str) -> FeatureOffError:
+    return FeatureOffError(f"{what}: this server does not offer it (GET /v2 lists the extensions it offers)")
+
+
+async def start_grpc(zoo, host: str, port: int) -> grpc.aio.Server:
+    """The gRPC front end, listening on `host:port`; ZooError when it cannot."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
+                                      ("grpc.max_send_message_length", -1),
+                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Service(zoo), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise ZooError(f"gRPC cannot listen on {address}: the port is in use or the address is not this machine's; "
+                       "pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
+    await server.start()
+    log.info("gRPC listening on %s", address)
+    return server

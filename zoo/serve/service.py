@@ -1,0 +1,187 @@
+"""What the HTTP and gRPC front ends share: the served models and every operation on them.
+
+Both transports decode their own wire format into a `protocol.InferRequest` and call
+`Server.infer`; both list, load, unload and report on models through the methods here.
+So one request gets the same checks, batching, queue limit, timeout, metrics,
+statistics and error (type and message) whichever way it came; the front ends only map
+the error to their status (`errors.STATUS`, `grpc.CODES`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from . import datatypes as dt
+from . import repository
+from .classify import classify
+from .errors import ModelNotFoundError, ProtocolError, reason_for
+from .metrics import Metrics
+from .model import ServedModel
+from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
+from .shm import Regions
+from .stats import ModelStats
+
+log = logging.getLogger("zoo.serve")
+OFFLOAD_BYTES = 1 << 16  # shared-memory copies larger than this run in a worker thread, off the event loop
+
+
+class Server:
+    """The served models, their aliases, what was skipped and why, metrics, statistics
+    and the registered shared-memory regions."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.models: dict[str, ServedModel] = {}
+        self.aliases: dict[str, str] = {}
+        self.skipped: list[repository.Skipped] = []
+        self.metrics = Metrics()
+        self.stats: dict[str, ModelStats] = {}
+        self.regions = Regions(enabled=settings.shared_memory)
+        self.control = asyncio.Lock()
+
+    # ------------------------------------------------------------ models
+
+    def add(self, model: ServedModel, runners: list) -> None:
+        stats = self.stats[model.name] = ModelStats(model.name, model.version)
+
+        def on_batch(works, rows: int, m: ServedModel = model) -> None:
+            self.metrics.observe_batch(m.name, m.version, rows)
+            w = works[0]
+            stats.execution(rows, (w.compute_input, w.compute, w.compute_output))
+
+        model.on_batch = on_batch
+        model.start(runners)
+        self.models[model.name] = model
+        self._alias()
+        log.info("serving %s (%s, %s, %s; batching %s)", model.name, model.artifact.backend, model.artifact.precision,
+                 model.artifact.device, model.policy.to_json())
+
+    def _alias(self) -> None:
+        """A bare model name (`resnet8.digits`) names its artifact when exactly one is loaded."""
+        by_model: dict[str, list[str]] = {}
+        for m in self.models.values():
+            by_model.setdefault(m.spec.name, []).append(m.name)
+        self.aliases = {model: names[0] for model, names in by_model.items() if len(names) == 1}
+
+    def model(self, name: str, version: str | None = None) -> ServedModel:
+        model = self.models.get(name) or self.models.get(self.aliases.get(name, ""))
+        if model is None:
+            several = sorted(m.name for m in self.models.values() if m.spec.name == name)
+            if several:
+                raise ModelNotFoundError(f"model {name} is served by several artifacts, name one: {several}")
+            raise ModelNotFoundError(f"unknown model {name[:200]!r}; loaded: {sorted(self.models) or 'none'}")
+        if version is not None and version != model.version:
+            raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
+        return model
+
+    def ready(self) -> tuple[bool, str]:
+        for m in self.models.values():
+            if not m.ready:
+                return False, f"model {m.name} is not ready: {m.reason}"
+        return True, ""
+
+    async def index(self, ready_only: bool = False) -> list[dict]:
+        """Every artifact in the repository with its state and reason (Triton's index)."""
+        skipped = {s.name: s.reason for s in self.skipped}
+        rows = []
+        for name in await asyncio.to_thread(repository.artifact_names, self.settings.repository):
+            model = self.models.get(name)
+            if model is not None:
+                rows.append({"name": name, "version": model.version, "state": model.state, "reason": model.reason})
+            else:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": skipped.get(name, "not loaded")})
+        listed = {r["name"] for r in rows}  # a loaded model whose directory was removed since is still listed
+        rows += [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+                 for m in self.models.values() if m.name not in listed]
+        if ready_only:
+            rows = [r for r in rows if r["state"] == "READY"]
+        return sorted(rows, key=lambda r: r["name"])
+
+    async def load(self, name: str) -> None:
+        path = repository.find_artifact(self.settings.repository, name)
+        async with self.control:
+            model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
+            old = self.models.pop(name, None)
+            if old is not None:
+                await old.stop(self.settings.shutdown_timeout)
+            self.add(model, runners)
+            self.skipped = [s for s in self.skipped if s.name != name]
+
+    async def unload(self, name: str) -> None:
+        async with self.control:
+            model = self.models.pop(name, None)
+            if model is None:
+                raise ModelNotFoundError(f"model {name[:200]!r} is not loaded")
+            self._alias()
+            await model.stop(self.settings.shutdown_timeout)
+            self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, "unloaded")]
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict]:
+        """Triton's `model_stats`: of one model (and version), or of every loaded one."""
+        if not name:
+            return [self.stats[m].to_json() for m in sorted(self.models) if m in self.stats]
+        model = self.model(name, version or None)
+        return [self.stats[model.name].to_json()]
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(m.stop(self.settings.shutdown_timeout) for m in self.models.values()))
+        self.regions.close()
+
+    # ------------------------------------------------------------ inference
+
+    async def infer(self, name: str, version: str | None,
+                    decode: Callable[[ServedModel], Awaitable[InferRequest]]) -> tuple[ServedModel, InferRequest,
+                                                                                       list[Tensor]]:
+        """Run one request: `decode(model)` gives it from the wire; the model, the request
+        and its outputs (classified and written to shared memory as it asked) come back.
+        Metrics and statistics count it, answered or failed."""
+        start = time.perf_counter()
+        model = self.model(name, version)
+        labels = (model.name, model.version)
+        stats = self.stats[model.name]
+        self.metrics.requests.labels(*labels).inc()
+        try:
+            request = await decode(model)
+            await self._read_regions(request)
+            outputs, work = await model.infer(request, self.settings.request_timeout)
+            outputs = [self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
+        except Exception as exc:
+            self.metrics.failures.labels(*labels, reason_for(exc)).inc()
+            stats.request(False, time.perf_counter() - start)
+            raise
+        total, queue = time.perf_counter() - start, work.started - work.enqueued
+        self.metrics.observe_request(*labels, total, queue, work.compute)
+        stats.request(True, total, work.rows, queue, (work.compute_input, work.compute, work.compute_output))
+        return model, request, outputs
+
+    async def _read_regions(self, request: InferRequest) -> None:
+        for t in request.inputs:
+            if t.region is None:
+                continue
+            r = t.region
+            raw = (await asyncio.to_thread(self.regions.read, r.name, r.offset, r.byte_size)
+                   if r.byte_size > OFFLOAD_BYTES else self.regions.read(r.name, r.offset, r.byte_size))
+            t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
+
+    def _deliver(self, model: ServedModel, t: Tensor, wanted) -> Tensor:
+        """An output as the request asked for it: the top classes, and/or in shared memory."""
+        if wanted is None:
+            return t
+        if wanted.classification is not None:
+            spec = next((o for o in model.spec.outputs if o.name == t.name), None)
+            items = classify(t.data, wanted.classification, model.batched, getattr(spec, "labels", None),
+                             name=t.name, datatype=t.datatype)
+            t = Tensor(t.name, "BYTES", items.shape, items)
+        if wanted.region is not None:
+            raw = dt.to_bytes(t.datatype, np.ascontiguousarray(t.data))
+            if len(raw) > wanted.region.byte_size:
+                raise ProtocolError(f"output {t.name!r} needs {len(raw)} bytes; its shared memory part "
+                                    f"(shared_memory_byte_size) has {wanted.region.byte_size}")
+            self.regions.write(wanted.region.name, wanted.region.offset, raw)
+            t = Tensor(t.name, t.datatype, t.shape, None, Region(wanted.region.name, wanted.region.offset, len(raw)))
+        return t
