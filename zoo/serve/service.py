@@ -149,7 +149,7 @@ class Server:
             request = await decode(model)
             await self._read_regions(request)
             outputs, work = await model.infer(request, self.settings.request_timeout)
-            outputs = [self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
+            outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
         except Exception as exc:
             self.metrics.failures.labels(*labels, reason_for(exc)).inc()
             stats.request(False, time.perf_counter() - start)
@@ -168,7 +168,7 @@ class Server:
                    if r.byte_size > OFFLOAD_BYTES else self.regions.read(r.name, r.offset, r.byte_size))
             t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
 
-    def _deliver(self, model: ServedModel, t: Tensor, wanted) -> Tensor:
+    async def _deliver(self, model: ServedModel, t: Tensor, wanted) -> Tensor:
         """An output as the request asked for it: the top classes, and/or in shared memory."""
         if wanted is None:
             return t
@@ -182,6 +182,9 @@ class Server:
             if len(raw) > wanted.region.byte_size:
                 raise ProtocolError(f"output {t.name!r} needs {len(raw)} bytes; its shared memory part "
                                     f"(shared_memory_byte_size) has {wanted.region.byte_size}")
-            self.regions.write(wanted.region.name, wanted.region.offset, raw)
+            if len(raw) > OFFLOAD_BYTES:
+                await asyncio.to_thread(self.regions.write, wanted.region.name, wanted.region.offset, raw)
+            else:
+                self.regions.write(wanted.region.name, wanted.region.offset, raw)
             t = Tensor(t.name, t.datatype, t.shape, None, Region(wanted.region.name, wanted.region.offset, len(raw)))
         return t
