@@ -80,6 +80,23 @@ def test_skipped_artifacts_say_why(faulty_server):
     assert "/" not in index["stale.onnxruntime.fp32"]["reason"].replace("zoo export", "")
 
 
+def test_a_server_with_nothing_to_serve_is_not_ready(serve_repo, tmp_path):
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    shutil.copytree(serve_repo / ONNX, repo / "broken.onnxruntime.fp32")
+    (repo / "broken.onnxruntime.fp32" / "1" / "model.onnx").write_bytes(b"tampered")
+    with TestClient(create_app(Settings(repo))) as client:
+        assert client.get("/v2/health/live").status_code == 200
+        response = client.get("/v2/health/ready")
+        assert response.status_code == 503 and "no artifact in the model repository can run here (1 skipped" in \
+            response.json()["error"]
+    with TestClient(create_app(Settings(repo, model_control=True))) as client:  # models can still be loaded
+        assert client.get("/v2/health/ready").status_code == 200
+
+
 def test_backend_failure_then_recovery(faulty_server, plugin):
     assert infer(faulty_server, 0.5).status_code == 200
     start = time.monotonic()

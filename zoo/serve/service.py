@@ -80,6 +80,9 @@ class Server:
         return model
 
     def ready(self) -> tuple[bool, str]:
+        if not self.models and not self.settings.model_control:  # nothing to serve, and nothing can be loaded
+            return False, (f"no artifact in the model repository can run here ({len(self.skipped)} skipped: "
+                           "POST /v2/repository/index says why)")
         for m in self.models.values():
             if not m.ready:
                 return False, f"model {m.name} is not ready: {m.reason}"
