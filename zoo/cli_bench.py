@@ -86,7 +86,14 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
                                         "meeting --latency-bound-ms."),
           latency_bound_ms: Optional[float] = typer.Option(None, help="Server scenario: the p99 latency bound."),
           url: Optional[str] = typer.Option(None, help="Load-test a running server at this URL instead "
-                                            "(requests/s and latency per concurrency)."),
+                                            "(requests/s and latency per concurrency): http://HOST:PORT, or "
+                                            "grpc://HOST:PORT (its gRPC port; needs --metrics-url)."),
+          metrics_url: Optional[str] = typer.Option(None, help="With --url: the server's HTTP address "
+                                                    "(http://HOST:PORT) for /metrics and the model's zoo metadata; "
+                                                    "required with a grpc:// URL (default: --url)."),
+          shared_memory: bool = typer.Option(False, "--shared-memory", help="With --url: send every tensor through "
+                                             "system shared memory (a server on this machine, started with "
+                                             "--shared-memory system)."),
           concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
           model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
                                                    "(default MODEL)."),
@@ -104,6 +111,9 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     min_time_set = min_time is not None
     min_time = 1.0 if min_time is None else min_time
 
+    if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
+        raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
+                       "of a running server)")
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
     directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     if scenario is not None:
@@ -124,7 +134,8 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
         from .serve.perf import print_sweep, sweep
 
         report = sweep(url, model_name or models, models, _csv(concurrency, int), _csv(batch_sizes or "1", int),
-                       duration=min_time, binary=not json_data)
+                       duration=min_time, binary=not json_data, metrics_url=metrics_url,
+                       shared_memory=shared_memory)
         if output:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(json.dumps(report, indent=2))

@@ -1,24 +1,45 @@
 """`zoo bench MODEL --url URL`: requests/s and latency percentiles of a running server at
 several concurrencies, as Triton's `perf_analyzer --concurrency-range` reports them.
 
-Each of `c` concurrent clients keeps one HTTP/1.1 keep-alive connection and sends its
-next request as soon as the previous answer arrives (closed loop), for a fixed time,
-cycling through distinct pre-encoded requests made from the model's own `sample`. The
-client is a few lines over asyncio streams rather than a general HTTP library, so that
-on a small machine the load generator takes as little CPU from the server as it can.
+Each of `c` concurrent clients sends its next request as soon as the previous answer
+arrives (closed loop), for a fixed time, cycling through distinct pre-encoded requests.
+Over HTTP (`http://HOST:PORT`) each client keeps one HTTP/1.1 keep-alive connection, a few
+lines over asyncio streams rather than a general HTTP library, so that on a small machine
+the load generator takes as little CPU from the server as it can. Over gRPC
+(`grpc://HOST:PORT`, the server's gRPC port) the `c` clients share one `grpc.aio` channel,
+as tritonclient's asyncio client does, and send pre-serialized `ModelInferRequest` bytes
+(tensors in `raw_input_contents`, as tritonclient sends them) through a method with no
+serializer: neither transport spends client CPU building messages during the run.
 
-The server's own view comes from `/metrics` scraped before and after each point: mean
-time in the server, in the queue and in the model (the runner call of the request's
-batch), and the mean batch size. Overhead = server time - queue time - model time: what
-the server adds per request (HTTP, decoding, validation, batching, encoding).
+Request inputs come from the model's own `sample` when its plugin is installed here;
+otherwise they are made from the server's metadata (`synthesize`): dynamic dimensions at
+the `opt` size of the model's axes, the batch axis at the rows asked for, values in each
+input's declared range.
+
+With `shared_memory=True` (system shared memory, a same-host server) each client creates
+its own input and output POSIX regions (tritonclient's `create_shared_memory_region`),
+writes its request's inputs into them once, registers them with the server, and sends
+requests that only name the regions; every region is unregistered and destroyed at the
+end, whatever happens.
+
+The server's own view comes from its HTTP `/metrics` (for a gRPC URL, `metrics_url`)
+scraped before and after each point: mean time in the server, in the queue and in the
+model (the runner call of the request's batch), and the mean batch size. Overhead =
+server time - queue time - model time: what the server adds per request (transport,
+decoding, validation, batching, encoding).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import math
+import os
 import time
 from collections import Counter
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import httpx
@@ -26,72 +47,343 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import ZooError
-from .protocol import encode_request
+from . import datatypes as dt
+from .protocol import _v2_of, encode_request
 
 SERVER_HISTOGRAMS = {"request": "zoo_inference_request_duration_seconds",
                      "queue": "zoo_inference_queue_duration_seconds",
                      "compute": "zoo_inference_compute_duration_seconds", "batch": "zoo_inference_batch_size"}
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+#: gRPC channel options: no message size limit either way
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+SHM = "/v2/systemsharedmemory"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the load goes (`protocol`, `host`, `port`) and the server's HTTP base URL
+    (metadata, /metrics, shared memory registration over HTTP)."""
+
+    url: str
+    protocol: str  # "http" or "grpc"
+    host: str
+    port: int
+    http: str  # http://HOST:PORT
+
+    @property
+    def grpc(self) -> str:
+        """HOST:PORT, as grpc and tritonclient.grpc take it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def target(url: str, metrics_url: str | None = None) -> Target:
+    """The load's target from `--url` (http://HOST:PORT or grpc://HOST:PORT) and `--metrics-url`
+    (the server's HTTP address; required with grpc://)."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "grpc") or not parts.hostname:
+        raise ZooError(f"--url must be http://HOST:PORT or grpc://HOST:PORT (the server's gRPC port), got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ZooError(f"--url {url!r} has an invalid port") from None
+    if parts.scheme == "grpc" and port is None:
+        raise ZooError(f"--url {url!r} needs the gRPC port: grpc://HOST:PORT")
+    if metrics_url is None:
+        if parts.scheme == "grpc":
+            raise ZooError(f"--url {url} is gRPC; the server's own view (/metrics) and the model's zoo metadata come "
+                           "from its HTTP port: give --metrics-url http://HOST:PORT")
+        http = f"http://{parts.netloc}"
+    else:
+        m = urlsplit(metrics_url if "://" in metrics_url else f"http://{metrics_url}")
+        if m.scheme != "http" or not m.hostname:
+            raise ZooError(f"--metrics-url must be the server's HTTP address, http://HOST:PORT, got {metrics_url!r}")
+        http = f"http://{m.netloc}"
+    return Target(url, parts.scheme, parts.hostname, port or 80, http)
 
 
 def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch_sizes: Sequence[int] = (1,),
-          duration: float = 5.0, binary: bool = True, warmup: float = 0.5, distinct: int = 64) -> dict[str, Any]:
-    """Closed-loop load at each concurrency (and rows per request); a JSON-able report."""
-    from ..registry import get_model
+          duration: float = 5.0, binary: bool = True, warmup: float = 0.5, distinct: int = 64,
+          metrics_url: str | None = None, shared_memory: bool = False) -> dict[str, Any]:
+    """Closed-loop load at each concurrency (and rows per request); a JSON-able report.
 
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme != "http" or not parts.hostname:
-        raise ZooError(f"--url must be an http://HOST:PORT URL, got {url!r}")
-    try:
-        meta = httpx.get(f"{parts.scheme}://{parts.netloc}/v2/models/{served}", timeout=30).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ZooError(f"no answer from {url}: {exc}") from None
-    if "error" in meta:
-        raise ZooError(f"server at {url}: {meta['error']}")
-    info = meta.get("zoo") or {}
-    spec = get_model(info.get("model", model), **info.get("config", {}))
+    `url` is http://HOST:PORT or grpc://HOST:PORT (then `metrics_url`, the server's HTTP
+    address, is required); `shared_memory` sends every tensor through system shared memory."""
+    where = target(url, metrics_url)
+    if not binary and (where.protocol == "grpc" or shared_memory):
+        raise ZooError("JSON tensors (--json-data) are for HTTP without shared memory: gRPC carries raw tensors, and "
+                       "with --shared-memory no tensor travels in the request")
+    meta, info = model_metadata(where, served)
+    name = meta["name"]
+    datatypes = {t["name"]: t["datatype"] for t in meta["inputs"]}
+    make = request_maker(meta, info, model)
     results = []
     for batch in batch_sizes:
         rng = np.random.default_rng(0)
-        bodies = [encode_request(spec.sample(batch, rng), binary=binary) for _ in range(distinct)]
-        for c in concurrencies:
-            asyncio.run(closed_loop(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c,
-                                    warmup))
-            before = _scrape(parts, meta["name"])
-            latencies, errors, elapsed = asyncio.run(
-                closed_loop(parts.hostname, parts.port or 80, f"/v2/models/{meta['name']}/infer", bodies, c, duration))
-            server = _server_view(before, _scrape(parts, meta["name"]))
-            ms = np.asarray(latencies) * 1e3
-            results.append({"concurrency": c, "batch": batch, "requests": len(latencies), "errors": errors,
-                            "requests_per_s": len(latencies) / elapsed,
-                            "samples_per_s": len(latencies) * batch / elapsed,
-                            "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
-                            "p90_ms": float(np.percentile(ms, 90)) if ms.size else None,
-                            "p99_ms": float(np.percentile(ms, 99)) if ms.size else None, "server": server})
-    return {"url": url, "model": meta["name"], "batching": info.get("batching"), "binary": binary,
+        if shared_memory:
+            samples = [make(batch, rng) for _ in range(max(concurrencies))]
+            with shared_memory_requests(where, name, meta, info, samples, datatypes, batch) as own:
+                for c in concurrencies:
+                    results.append(_point(where, name, None, own, c, batch, duration, warmup))
+        else:
+            samples = [make(batch, rng) for _ in range(distinct)]
+            if where.protocol == "grpc":
+                payloads = [grpc_request(name, x, datatypes) for x in samples]
+            else:
+                payloads = [encode_request(x, binary=binary, datatypes=datatypes) for x in samples]
+            del samples
+            for c in concurrencies:
+                results.append(_point(where, name, payloads, None, c, batch, duration, warmup))
+    return {"url": url, "metrics_url": where.http, "model": name, "protocol": where.protocol,
+            "shared_memory": shared_memory, "batching": info.get("batching"),
+            "binary": binary if where.protocol == "http" and not shared_memory else None,
             "duration_s": duration, "results": results}
 
 
-async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency: int, duration: float,
-                      statuses: Counter | None = None) -> tuple[list[float], int, float]:
-    """`concurrency` clients in a closed loop over `bodies` for `duration` s: the latencies
-    of every answer, how many were not 200, the seconds taken; `statuses` counts the
-    answers by (body index, status code)."""
+def _point(where: Target, name: str, payloads: list | None, own: list | None, c: int, batch: int, duration: float,
+           warmup: float) -> dict[str, Any]:
+    latencies, errors, elapsed, server = asyncio.run(_measure(where, name, payloads, own, c, duration, warmup))
+    ms = np.asarray(latencies) * 1e3
+    return {"concurrency": c, "batch": batch, "requests": len(latencies), "errors": errors,
+            "requests_per_s": len(latencies) / elapsed, "samples_per_s": len(latencies) * batch / elapsed,
+            "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
+            "p90_ms": float(np.percentile(ms, 90)) if ms.size else None,
+            "p99_ms": float(np.percentile(ms, 99)) if ms.size else None, "server": server}
+
+
+async def _measure(where: Target, name: str, payloads: list | None, own: list | None, c: int, duration: float,
+                   warmup: float) -> tuple[list[float], int, float, dict]:
+    """Warm-up, then the measured run between two scrapes of /metrics."""
+    if where.protocol == "http":
+        path = f"/v2/models/{name}/infer"
+
+        async def run(seconds: float) -> tuple[list[float], int, float]:
+            return await closed_loop(where.host, where.port, path, payloads or [], c, seconds, own=own)
+
+        return await _timed(run, where, name, warmup, duration)
+    import grpc
+
+    async with grpc.aio.insecure_channel(where.grpc, options=CHANNEL_OPTIONS) as channel:
+        async def run(seconds: float) -> tuple[list[float], int, float]:
+            return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own)
+
+        return await _timed(run, where, name, warmup, duration)
+
+
+async def _timed(run, where: Target, name: str, warmup: float, duration: float):
+    if warmup > 0:
+        await run(warmup)
+    before = await asyncio.to_thread(_scrape, where.http, name)
+    latencies, errors, elapsed = await run(duration)
+    after = await asyncio.to_thread(_scrape, where.http, name)
+    return latencies, errors, elapsed, _server_view(before, after)
+
+
+# ---------------------------------------------------------------- the model's metadata and inputs
+
+
+def model_metadata(where: Target, served: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Open Inference Protocol metadata over the load's own protocol, shapes as ints; the
+    `zoo` block of the HTTP metadata, {} when the server has none, as Triton)."""
+    http_meta = _http_metadata(where, served)
+    if where.protocol == "http":
+        meta = http_meta
+    else:
+        from tritonclient.grpc import InferenceServerClient
+        from tritonclient.utils import InferenceServerException
+
+        client = InferenceServerClient(where.grpc)
+        try:
+            meta = client.get_model_metadata(served, as_json=True)
+        except InferenceServerException as exc:
+            raise ZooError(f"server at {where.url}: {exc.message()}") from None
+        finally:
+            client.close()
+    for t in (*meta.get("inputs", ()), *meta.get("outputs", ())):
+        t["shape"] = [int(d) for d in t.get("shape", ())]  # protobuf's JSON writes int64 as strings
+    return meta, http_meta.get("zoo") or {}
+
+
+def _http_metadata(where: Target, served: str) -> dict[str, Any]:
+    try:
+        meta = httpx.get(f"{where.http}/v2/models/{served}", timeout=30).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ZooError(f"no answer from {where.http}: {exc}") from None
+    if not isinstance(meta, dict) or "error" in meta:
+        raise ZooError(f"server at {where.http}: {meta.get('error') if isinstance(meta, dict) else meta}")
+    return meta
+
+
+def request_maker(meta: Mapping[str, Any], info: Mapping[str, Any], model: str):
+    """`make(rows, rng)` -> one request's inputs: the model's own `sample` when its plugin is
+    registered here, else `synthesize` from the server's metadata."""
+    from ..registry import get_model, list_models
+
+    name = info.get("model", model)
+    if name in list_models():
+        spec = get_model(name, **info.get("config", {}))
+        return spec.sample
+    return lambda rows, rng: synthesize(meta, info, rows, rng)
+
+
+def synthesize(meta: Mapping[str, Any], info: Mapping[str, Any], rows: int,
+               rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One request's inputs from the server's metadata alone (no plugin): dynamic dimensions
+    filled from the `zoo.axes` block (the batch axis with `rows`, the others at their opt
+    size), each input's datatype, values uniform in `zoo.value_ranges` (integers inclusive),
+    else standard normal (floats) or 0 and 1 (integers)."""
+    axes = info.get("axes") or {}
+    ranges = info.get("value_ranges") or {}
+    inputs = {}
+    for t in meta["inputs"]:
+        name, datatype = t["name"], t["datatype"]
+        if datatype == "BYTES":
+            raise ZooError(f"input {name!r} is BYTES (raw items): this machine cannot make them without the model's "
+                           f"plugin ({info.get('model', meta['name'])}); install it, or measure a model with tensor "
+                           "inputs")
+        shape = _fill(t["shape"], axes, rows, f"input {name!r}")
+        inputs[name] = _values(datatype, shape, ranges.get(name), rng)
+    return inputs
+
+
+def _fill(dims: Sequence[int], axes: Mapping[str, Sequence[int]], rows: int, where: str,
+          dynamic_ok: bool = True) -> tuple[int, ...]:
+    """`dims` with -1 replaced: a leading -1 is the batch axis (when the model has one, or
+    no axes are known), the others the model's other axes at their opt size, in order."""
+    shape = list(dims)
+    if shape and shape[0] == -1 and ("batch" in axes or not axes):
+        shape[0] = rows
+    dynamic = [i for i, d in enumerate(shape) if d < 0]
+    if not dynamic:
+        return tuple(shape)
+    if not dynamic_ok:
+        raise ZooError(f"{where} has a dynamic dimension besides the batch axis ({list(dims)}), so its size is not "
+                       "known before the answer and cannot be given a shared memory region; measure this model "
+                       "without --shared-memory")
+    others = [(k, v) for k, v in axes.items() if k != "batch"]
+    opts = [int(v[1]) for _, v in others]
+    if len(opts) == len(dynamic):
+        fill = opts
+    elif opts and len(set(opts)) == 1:
+        fill = [opts[0]] * len(dynamic)
+    else:
+        known = ", ".join(f"{k} {list(v)}" for k, v in others) or "none in the server's metadata"
+        raise ZooError(f"{where}: cannot tell which axis each dynamic dimension of {list(dims)} is (axes: {known}); "
+                       "install the model's plugin on this machine to use its own samples")
+    for i, n in zip(dynamic, fill):
+        shape[i] = n
+    return tuple(shape)
+
+
+def _values(datatype: str, shape: tuple[int, ...], value_range: Sequence[float] | None,
+            rng: np.random.Generator) -> np.ndarray:
+    dtype = dt.numpy_of(datatype)
+    if datatype == "BOOL":
+        return rng.integers(0, 2, shape).astype(bool)
+    if datatype in dt.INTEGER:
+        low, high = (math.ceil(value_range[0]), math.floor(value_range[1])) if value_range else (0, 1)
+        return rng.integers(low, high, shape, endpoint=True).astype(dtype)
+    if value_range:
+        return rng.uniform(value_range[0], value_range[1], shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _inputs(inputs: Mapping[str, Any], datatypes: Mapping[str, str]) -> list[tuple[str, str, list[int], bytes]]:
+    """(name, datatype, shape, raw bytes) of each input, in the wire layout."""
+    out = []
+    for name, value in inputs.items():
+        array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object)
+        datatype = datatypes.get(name) or ("BYTES" if array.dtype == object else _v2_of(array.dtype))
+        if datatype == "BYTES" and array.dtype != object:
+            array = array.astype(object)
+        out.append((name, datatype, list(array.shape), dt.to_bytes(datatype, array)))
+    return out
+
+
+# ---------------------------------------------------------------- gRPC
+
+
+def grpc_request(served: str, inputs: Mapping[str, Any], datatypes: Mapping[str, str]) -> bytes:
+    """A serialized ModelInferRequest with every input in raw_input_contents (as tritonclient
+    sends them) and no requested outputs (every output comes back)."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    message = pb.ModelInferRequest(model_name=served)
+    for name, datatype, shape, raw in _inputs(inputs, datatypes):
+        message.inputs.add(name=name, datatype=datatype, shape=shape)
+        message.raw_input_contents.append(raw)
+    return message.SerializeToString()
+
+
+async def grpc_closed_loop(channel, messages: list[bytes], concurrency: int, duration: float,
+                           statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None
+                           ) -> tuple[list[float], int, float]:
+    """`concurrency` clients sharing `channel` (grpc.aio) in a closed loop over serialized
+    ModelInferRequest `messages` (client k over `own[k]` instead, when given) for
+    `duration` s: the latencies of every answer, how many were not OK, the seconds taken;
+    `statuses` counts answers by (message index, status code name)."""
+    call = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
     latencies: list[float] = []
     errors = [0]
+    statuses = Counter() if statuses is None else statuses
     start = time.perf_counter()
     stop_at = start + duration
-    await asyncio.gather(*(_client(host, port, path, bodies, k, stop_at, latencies, errors,
+    await asyncio.gather(*(_grpc_client(call, own[k] if own else messages, k, stop_at, latencies, errors, statuses)
+                           for k in range(concurrency)))
+    return latencies, errors[0], time.perf_counter() - start
+
+
+async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, latencies: list[float],
+                       errors: list[int], statuses: Counter) -> None:
+    import grpc
+
+    i = k * 7  # clients start at different requests
+    while time.perf_counter() < stop_at:
+        index = i % len(messages)
+        i += 1
+        sent = time.perf_counter()
+        try:
+            await call(messages[index])
+            code = "OK"
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code().name
+        latencies.append(time.perf_counter() - sent)
+        statuses[index, code] += 1
+        if code != "OK":
+            errors[0] += 1
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency: int, duration: float,
+                      statuses: Counter | None = None, own: Sequence[list] | None = None
+                      ) -> tuple[list[float], int, float]:
+    """`concurrency` clients in a closed loop over `bodies` (client k over `own[k]` instead,
+    when given) for `duration` s: the latencies of every answer, how many were not 200, the
+    seconds taken; `statuses` counts the answers by (body index, status code)."""
+    latencies: list[float] = []
+    errors = [0]
+    shared = _http_requests(host, path, bodies) if not own else None
+    mine = [_http_requests(host, path, own[k]) for k in range(concurrency)] if own else None
+    start = time.perf_counter()
+    stop_at = start + duration
+    await asyncio.gather(*(_client(host, port, mine[k] if mine else shared, k, stop_at, latencies, errors,
                                    Counter() if statuses is None else statuses) for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
-async def _client(host: str, port: int, path: str, bodies: list, k: int, stop_at: float,
-                  latencies: list[float], errors: list[int], statuses: Counter) -> None:
+def _http_requests(host: str, path: str, bodies: list) -> list[bytes]:
+    """Each (body, headers) as the bytes of a whole HTTP/1.1 request, built once."""
     requests = []
     for body, headers in bodies:
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         requests.append(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
                         .encode() + body)
+    return requests
+
+
+async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: float,
+                  latencies: list[float], errors: list[int], statuses: Counter) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     i = k * 7  # clients start at different requests
     try:
@@ -117,9 +409,141 @@ async def _client(host: str, port: int, path: str, bodies: list, k: int, stop_at
         writer.close()
 
 
-def _scrape(parts, model: str) -> dict[str, float]:
+# ---------------------------------------------------------------- system shared memory
+
+
+def _output_sizes(meta: Mapping[str, Any], info: Mapping[str, Any], rows: int) -> list[tuple[str, int]]:
+    """(name, bytes) of each output at `rows` rows, from the metadata's shapes."""
+    sizes = []
+    for t in meta["outputs"]:
+        where = f"output {t['name']!r}"
+        size = dt.element_size(t["datatype"]) if t["datatype"] in dt.NUMPY_TYPES else None
+        if size is None:
+            raise ZooError(f"{where} is {t['datatype']}, whose size is not known before the answer, so it cannot be "
+                           "given a shared memory region; measure this model without --shared-memory")
+        shape = _fill(t["shape"], info.get("axes") or {}, rows, where, dynamic_ok=False)
+        sizes.append((t["name"], size * math.prod(shape)))
+    return sizes
+
+
+@contextlib.contextmanager
+def shared_memory_requests(where: Target, served: str, meta: Mapping[str, Any], info: Mapping[str, Any],
+                           samples: list[Mapping[str, Any]], datatypes: Mapping[str, str], rows: int
+                           ) -> Iterator[list[list]]:
+    """For each sample (one per client): an input and an output region created, the inputs
+    written into the first, both registered with the server; yields each client's one
+    request (HTTP (body, headers) or gRPC bytes) naming them. Every region registered is
+    unregistered and every region created destroyed on the way out."""
+    import tritonclient.utils.shared_memory as shm
+
+    outputs = _output_sizes(meta, info, rows)  # refuse before creating anything
+    handles, registered, requests = [], [], []
+    grpc_client = None
+    if where.protocol == "grpc":
+        from tritonclient.grpc import InferenceServerClient
+
+        grpc_client = InferenceServerClient(where.grpc)
+    try:
+        for k, sample in enumerate(samples):
+            tensors = _inputs(sample, datatypes)
+            base = f"zoo-perf-{os.getpid()}-{k}"
+            in_name, out_name = f"{base}-in", f"{base}-out"
+            in_size = sum(len(raw) for *_, raw in tensors)
+            out_size = sum(size for _, size in outputs)
+            handle = shm.create_shared_memory_region(in_name, "/" + in_name, max(in_size, 1))
+            handles.append(handle)
+            shm.set_shared_memory_region(handle, [np.frombuffer(raw, np.uint8) for *_, raw in tensors])
+            handles.append(shm.create_shared_memory_region(out_name, "/" + out_name, max(out_size, 1)))
+            for name, size in ((in_name, in_size), (out_name, out_size)):
+                _register(where, grpc_client, name, "/" + name, max(size, 1))
+                registered.append(name)
+            placed_in, offset = [], 0
+            for name, datatype, shape, raw in tensors:
+                placed_in.append((name, datatype, shape, offset, len(raw)))
+                offset += len(raw)
+            placed_out, offset = [], 0
+            for name, size in outputs:
+                placed_out.append((name, offset, size))
+                offset += size
+            build = _grpc_shm_request if grpc_client is not None else _http_shm_request
+            requests.append([build(served, in_name, placed_in, out_name, placed_out)])
+        yield requests
+    finally:
+        for name in registered:
+            with contextlib.suppress(Exception):
+                _unregister(where, grpc_client, name)
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                shm.destroy_shared_memory_region(handle)
+        if grpc_client is not None:
+            grpc_client.close()
+
+
+def _register(where: Target, grpc_client, name: str, key: str, size: int) -> None:
+    if grpc_client is not None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            grpc_client.register_system_shared_memory(name, key, size)
+        except InferenceServerException as exc:
+            raise ZooError(f"the server at {where.url} refused to register a shared memory region: "
+                           f"{exc.message()}") from None
+        return
+    try:
+        response = httpx.post(f"{where.http}{SHM}/region/{name}/register",
+                              json={"key": key, "offset": 0, "byte_size": size}, timeout=30)
+    except httpx.HTTPError as exc:
+        raise ZooError(f"no answer from {where.http}: {exc}") from None
+    if response.status_code != 200:
+        try:
+            reason = response.json().get("error", response.text)
+        except ValueError:
+            reason = response.text
+        raise ZooError(f"the server at {where.http} refused to register a shared memory region "
+                       f"({response.status_code}): {reason}")
+
+
+def _unregister(where: Target, grpc_client, name: str) -> None:
+    if grpc_client is not None:
+        grpc_client.unregister_system_shared_memory(name)
+    else:
+        httpx.post(f"{where.http}{SHM}/region/{name}/unregister", timeout=30)
+
+
+def _http_shm_request(served: str, in_name: str, inputs: list, out_name: str, outputs: list) -> tuple[bytes, dict]:
+    doc = {"inputs": [{"name": name, "shape": shape, "datatype": datatype,
+                       "parameters": {"shared_memory_region": in_name, "shared_memory_byte_size": size,
+                                      "shared_memory_offset": offset}}
+                      for name, datatype, shape, offset, size in inputs],
+           "outputs": [{"name": name, "parameters": {"shared_memory_region": out_name, "shared_memory_byte_size": size,
+                                                     "shared_memory_offset": offset}}
+                       for name, offset, size in outputs]}
+    return json.dumps(doc, separators=(",", ":")).encode(), {"Content-Type": "application/json"}
+
+
+def _grpc_shm_request(served: str, in_name: str, inputs: list, out_name: str, outputs: list) -> bytes:
+    from tritonclient.grpc import service_pb2 as pb
+
+    message = pb.ModelInferRequest(model_name=served)
+    for name, datatype, shape, offset, size in inputs:
+        item = message.inputs.add(name=name, datatype=datatype, shape=shape)
+        item.parameters["shared_memory_region"].string_param = in_name
+        item.parameters["shared_memory_byte_size"].int64_param = size
+        item.parameters["shared_memory_offset"].int64_param = offset
+    for name, offset, size in outputs:
+        item = message.outputs.add(name=name)
+        item.parameters["shared_memory_region"].string_param = out_name
+        item.parameters["shared_memory_byte_size"].int64_param = size
+        item.parameters["shared_memory_offset"].int64_param = offset
+    return message.SerializeToString()
+
+
+# ---------------------------------------------------------------- the server's view and the report
+
+
+def _scrape(http: str, model: str) -> dict[str, float]:
     """Sum and count of the server's histograms for `model`."""
-    text = httpx.get(f"{parts.scheme}://{parts.netloc}/metrics", timeout=30).text
+    text = httpx.get(f"{http}/metrics", timeout=30).text
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -145,9 +569,10 @@ def _server_view(before: dict[str, float], after: dict[str, float]) -> dict[str,
 def print_sweep(report: dict[str, Any], console) -> None:
     from rich.table import Table
 
+    how = report.get("protocol", "http") + (", shared memory" if report.get("shared_memory") else "")
     table = Table("concurrency", "rows/request", "requests/s", "p50 ms", "p90 ms", "p99 ms", "errors",
                   "server ms", "queue ms", "model ms", "overhead ms", "mean batch",
-                  title=f"{report['model']} at {report['url']}")
+                  title=f"{report['model']} at {report['url']} ({how})")
 
     def f(v: float | None, digits: int = 2) -> str:
         return "-" if v is None else f"{v:.{digits}f}"

@@ -1,0 +1,180 @@
+"""`zoo bench --url` (`zoo.serve.perf.sweep`) against a real `zoo serve`: over gRPC with the
+server's view from its HTTP /metrics, over both transports through system shared memory
+(every region unregistered and destroyed afterwards), for a model whose plugin this
+process does not have (inputs made from the server's metadata), and the refusals.
+Speed is never asserted: these are 1-second loads on a shared machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+import zoo
+from zoo.errors import ZooError
+from zoo.serve import perf
+
+pytest.register_assert_rewrite("serve_support")
+from serve_support import DIGITS, ONNX, RAGGED  # noqa: E402
+
+pytest_plugins = ["serve_support"]
+
+needs_shm = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="system shared memory needs Linux's /dev/shm")
+
+
+def url_of(server, protocol: str) -> str:
+    return f"grpc://{server.grpc_url}" if protocol == "grpc" else server.url
+
+
+def check_point(point: dict) -> None:
+    assert point["requests"] > 0
+    assert point["errors"] == 0
+    assert point["requests_per_s"] > 0 and point["p50_ms"] > 0 and point["p99_ms"] >= point["p50_ms"]
+    s = point["server"]  # the server's own view, from /metrics
+    assert s["request_ms"] is not None and s["compute_ms"] is not None and s["overhead_ms"] is not None
+    assert s["mean_batch"] >= 1
+
+
+def perf_regions(server) -> list[dict]:
+    """Regions the load generator registered that the server still holds."""
+    status = httpx.get(f"{server.url}/v2/systemsharedmemory/status", timeout=30)
+    assert status.status_code == 200, status.text
+    return [r for r in status.json() if r["name"].startswith("zoo-perf-")]
+
+
+def leftover_objects() -> list[str]:
+    """This process's shared memory objects still in /dev/shm."""
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"zoo-perf-{os.getpid()}-")]
+
+
+def test_grpc_sweep_with_the_servers_view_from_http_metrics(server):
+    report = perf.sweep(f"grpc://{server.grpc_url}", ONNX, DIGITS, [2], duration=1.0, warmup=0.2,
+                        metrics_url=server.url)
+    assert report["protocol"] == "grpc" and report["shared_memory"] is False
+    assert report["model"] == ONNX and report["metrics_url"] == server.url
+    [point] = report["results"]
+    assert point["concurrency"] == 2 and point["batch"] == 1
+    check_point(point)
+
+
+@needs_shm
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_shared_memory_sweep_leaves_no_region_behind(server, protocol):
+    report = perf.sweep(url_of(server, protocol), ONNX, DIGITS, [2], batch_sizes=(3,), duration=1.0, warmup=0.2,
+                        metrics_url=server.url, shared_memory=True)
+    assert report["protocol"] == protocol and report["shared_memory"] is True
+    [point] = report["results"]
+    assert point["batch"] == 3
+    check_point(point)
+    assert perf_regions(server) == []  # every region unregistered
+    assert leftover_objects() == []  # and destroyed
+
+
+@needs_shm
+def test_shared_memory_requests_really_use_the_regions(server):
+    """The requests name the regions and carry no tensor; the server writes the outputs there."""
+    meta, info = perf.model_metadata(perf.target(server.url), ONNX)
+    x = {"image": np.random.default_rng(0).standard_normal((2, 1, 8, 8)).astype(np.float32)}
+    with perf.shared_memory_requests(perf.target(server.url), ONNX, meta, info, [x], {"image": "FP32"}, 2) as own:
+        [[(body, headers)]] = own
+        doc = json.loads(body)
+        assert "data" not in doc["inputs"][0] and doc["inputs"][0]["parameters"]["shared_memory_byte_size"] == x[
+            "image"].nbytes
+        assert {r["name"] for r in perf_regions(server)} == {f"zoo-perf-{os.getpid()}-0-in",
+                                                             f"zoo-perf-{os.getpid()}-0-out"}
+        answer = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        [out] = answer.json()["outputs"]
+        assert out["parameters"]["shared_memory_byte_size"] == 2 * 10 * 4
+        logits = np.fromfile(f"/dev/shm/zoo-perf-{os.getpid()}-0-out", dtype="<f4", count=2 * 10)
+        direct = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", json={"inputs": [
+            {"name": "image", "shape": [2, 1, 8, 8], "datatype": "FP32", "data": x["image"].ravel().tolist()}]},
+            timeout=30).json()
+        np.testing.assert_allclose(logits.ravel(), direct["outputs"][0]["data"], rtol=1e-5, atol=1e-5)
+    assert perf_regions(server) == [] and leftover_objects() == []
+
+
+@needs_shm
+def test_shared_memory_refuses_an_output_of_unknown_size(server):
+    """ragged.test's "hidden" output is batch x seq x width: its size is not known before the answer."""
+    with pytest.raises(ZooError, match="'hidden' has a dynamic dimension besides the batch axis"):
+        perf.sweep(server.url, RAGGED, "ragged.test", [1], duration=0.2, shared_memory=True)
+    assert perf_regions(server) == [] and leftover_objects() == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_model_whose_plugin_this_process_lacks(server, protocol):
+    """ragged.test is registered only inside `plugin_registered()`: the inputs are made from
+    the server's metadata (int64 tokens and mask at the seq axis' opt size)."""
+    assert "ragged.test" not in zoo.list_models()
+    report = perf.sweep(url_of(server, protocol), RAGGED, "ragged.test", [2], batch_sizes=(1, 3), duration=0.5,
+                        warmup=0.2, metrics_url=server.url)
+    assert [p["batch"] for p in report["results"]] == [1, 3]
+    for point in report["results"]:
+        check_point(point)
+
+
+def test_synthesized_inputs_follow_the_metadata():
+    meta = {"name": "m", "inputs": [{"name": "ids", "datatype": "INT64", "shape": [-1, -1]},
+                                    {"name": "mask", "datatype": "INT64", "shape": [-1, -1]},
+                                    {"name": "x", "datatype": "FP16", "shape": [-1, 3]},
+                                    {"name": "side", "datatype": "FP32", "shape": [1]},
+                                    {"name": "flag", "datatype": "INT32", "shape": [-1, 2]}]}
+    info = {"axes": {"batch": [1, 8, 32], "seq": [2, 32, 256]},
+            "value_ranges": {"ids": [0, 5], "mask": [0, 1], "side": [0.5, 2.0]}}
+    got = perf.synthesize(meta, info, 4, np.random.default_rng(0))
+    assert got["ids"].shape == got["mask"].shape == (4, 32) and got["ids"].dtype == np.int64
+    assert got["ids"].min() >= 0 and got["ids"].max() == 5  # integers: the range is inclusive
+    assert set(np.unique(got["mask"])) == {0, 1}
+    assert got["x"].shape == (4, 3) and got["x"].dtype == np.float16
+    assert got["side"].shape == (1,) and 0.5 <= got["side"][0] <= 2.0
+    assert got["flag"].dtype == np.int32 and set(np.unique(got["flag"])) <= {0, 1}
+
+    with pytest.raises(ZooError, match="BYTES.*plugin"):
+        perf.synthesize({"name": "t", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}]},
+                        {"model": "t"}, 1, np.random.default_rng(0))
+    two = {"axes": {"batch": [1, 8, 32], "height": [8, 64, 128], "width": [8, 32, 128]}}
+    image = {"name": "i", "inputs": [{"name": "image", "datatype": "FP32", "shape": [-1, 3, -1, -1]}]}
+    assert perf.synthesize(image, two, 2, np.random.default_rng(0))["image"].shape == (2, 3, 64, 32)
+    with pytest.raises(ZooError, match="cannot tell which axis"):
+        perf.synthesize({"name": "i", "inputs": [{"name": "row", "datatype": "FP32", "shape": [-1, -1]}]}, two, 2,
+                        np.random.default_rng(0))
+
+
+def test_grpc_without_metrics_url_is_refused():
+    with pytest.raises(ZooError, match="give --metrics-url http://HOST:PORT"):
+        perf.sweep("grpc://127.0.0.1:1", ONNX, DIGITS, [1])
+    for url, why in (("ftp://h:1", "http://HOST:PORT or grpc://HOST:PORT"), ("grpc://h", "needs the gRPC port")):
+        with pytest.raises(ZooError, match=why):
+            perf.target(url, "http://h:2")
+    with pytest.raises(ZooError, match="--metrics-url must be"):
+        perf.target("grpc://h:1", "grpc://h:2")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    return subprocess.run([sys.executable, "-m", "zoo", "bench", DIGITS, *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_refuses_grpc_without_metrics_url():
+    done = run_cli("--url", "grpc://127.0.0.1:1")
+    assert done.returncode != 0
+    assert "--metrics-url http://HOST:PORT" in done.stderr + done.stdout
+
+
+@needs_shm
+def test_cli_grpc_with_shared_memory(server, tmp_path):
+    done = run_cli("--model-name", ONNX, "--url", f"grpc://{server.grpc_url}", "--metrics-url", server.url,
+                   "--shared-memory", "--concurrency", "2", "--min-time", "0.5", "--output", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(grpc, shared memory)" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["protocol"] == "grpc" and report["shared_memory"] is True
+    assert report["results"][0]["errors"] == 0 and report["results"][0]["requests"] > 0
+    assert perf_regions(server) == []
