@@ -108,7 +108,7 @@ def serving(repository: Path, log: Path):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"zoo serve was not ready after 300 s:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        yield url, f"grpc://127.0.0.1:{grpc_port}"
+        yield url, f"grpc://127.0.0.1:{grpc_port}", proc.pid
     finally:
         proc.terminate()
         try:
@@ -118,13 +118,31 @@ def serving(repository: Path, log: Path):
             proc.wait()
 
 
-def point(http: str, grpc: str, model: str, protocol: str, shared_memory: bool, concurrency: int, rows: int,
-          duration: float, warmup: float, distinct: int) -> dict[str, Any]:
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def served_requests(http: str, model: str) -> float:
+    text = httpx.get(f"{http}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("zoo_inference_requests_total") and f'model="{model}"' in line)
+
+
+def point(http: str, grpc: str, pid: int, model: str, protocol: str, shared_memory: bool, concurrency: int,
+          rows: int, duration: float, warmup: float, distinct: int) -> dict[str, Any]:
+    """One load point; with the server's CPU time per request over it (warm-up included):
+    what each transport costs the server, whatever the load generator costs the machine."""
     from zoo.serve.perf import sweep
 
+    cpu, requests = server_cpu(pid), served_requests(http, served(model))
     report = sweep(grpc if protocol == "grpc" else http, served(model), model, [concurrency], [rows],
                    duration=duration, warmup=warmup, distinct=distinct, metrics_url=http, shared_memory=shared_memory)
-    return report["results"][0]
+    result = report["results"][0]
+    answered = served_requests(http, served(model)) - requests
+    result["server_cpu_ms_per_request"] = (server_cpu(pid) - cpu) * 1e3 / answered if answered else None
+    return result
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,6 +159,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "model_ms": median(lambda r: r["server"].get("compute_ms")),
             "overhead_ms": median(lambda r: r["server"].get("overhead_ms")),
             "mean_batch": median(lambda r: r["server"].get("mean_batch")),
+            "server_cpu_ms": median(lambda r: r.get("server_cpu_ms_per_request")),
             "requests": sum(r["requests"] for r in runs), "errors": sum(r["errors"] for r in runs), "runs": runs}
 
 
@@ -150,18 +169,20 @@ def f(value: float | None, digits: int = 2) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = ["(a) one row per request", "",
-             "| model | protocol | concurrency | requests/s | p50 ms | p99 ms | server overhead ms | errors |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | protocol | concurrency | requests/s | p50 ms | p99 ms | server overhead ms | "
+             "server CPU ms/request | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["small"]:
         lines.append(f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {f(r['requests_per_s'], 1)} | "
-                     f"{f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['overhead_ms'])} | {r['errors']} |")
+                     f"{f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['overhead_ms'])} | {f(r['server_cpu_ms'])} | "
+                     f"{r['errors']} |")
     lines += ["", f"(b) {LARGE}, {report['large_rows']} rows (224x224) per request", "",
               "| transport | concurrency | requests/s | images/s | p50 ms | p99 ms | server ms | model ms | "
-              "server overhead ms | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "server overhead ms | server CPU ms/request | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["large"]:
         lines.append(f"| {r['transport']} | {r['concurrency']} | {f(r['requests_per_s'])} | {f(r['samples_per_s'], 1)} "
                      f"| {f(r['p50_ms'], 1)} | {f(r['p99_ms'], 1)} | {f(r['server_ms'], 1)} | {f(r['model_ms'], 1)} "
-                     f"| {f(r['overhead_ms'])} | {r['errors']} |")
+                     f"| {f(r['overhead_ms'])} | {f(r['server_cpu_ms'], 1)} | {r['errors']} |")
     return "\n".join(lines)
 
 
@@ -212,16 +233,17 @@ def main() -> None:
                  for label, protocol, shm in TRANSPORTS]
         small_runs: dict[tuple, list] = {v: [] for v in small}
         large_runs: dict[tuple, list] = {v: [] for v in large}
-        with serving(repository, work / "server.log") as (http, grpc):
+        with serving(repository, work / "server.log") as (http, grpc, pid):
             for k in range(args.rounds):
                 print(f"round {k + 1} of {args.rounds} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
                 for model, protocol, c in small:
                     small_runs[model, protocol, c].append(
-                        point(http, grpc, model, protocol, False, c, 1, args.duration, args.warmup, 64))
+                        point(http, grpc, pid, model, protocol, False, c, 1, args.duration, args.warmup, 64))
                 for label, protocol, shm, c in large:
                     # 2 distinct bodies of 19 MB each; with shared memory, one pair of regions per client
                     large_runs[label, protocol, shm, c].append(
-                        point(http, grpc, LARGE, protocol, shm, c, LARGE_ROWS, args.large_duration, args.warmup, 2))
+                        point(http, grpc, pid, LARGE, protocol, shm, c, LARGE_ROWS, args.large_duration, args.warmup,
+                              2))
         report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "environment": environment(),
                   "server": "zoo serve --threads 1 --shared-memory system (ONNX Runtime fp32, default batching)",
                   "weights": sources, "rounds": args.rounds, "duration_s": args.duration,
