@@ -31,7 +31,6 @@ from .. import __version__
 from ..errors import ZooError
 from . import repository
 from .errors import (
-    ModelControlDisabledError,
     PayloadTooLargeError,
     ProtocolError,
     UnsupportedMediaError,
@@ -67,14 +66,8 @@ def _zoo(request: Request) -> Server:
     return request.app.state.zoo
 
 
-def extensions(settings: Settings) -> list[str]:
-    """The protocol extensions this server offers, as `GET /v2` and gRPC ServerMetadata list them."""
-    offered = ["binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics"]
-    return offered + (["system_shared_memory"] if settings.shared_memory else [])
-
-
 async def server_metadata(request: Request) -> Response:
-    return JSONResponse({"name": "zoo", "version": __version__, "extensions": extensions(_zoo(request).settings)})
+    return JSONResponse({"name": "zoo", "version": __version__, "extensions": _zoo(request).extensions()})
 
 
 async def live(request: Request) -> Response:
@@ -175,9 +168,7 @@ async def unload_model(request: Request) -> Response:
 
 def _control(request: Request) -> Server:
     zoo = _zoo(request)
-    if not zoo.settings.model_control:
-        raise ModelControlDisabledError("loading and unloading models over the API is off; "
-                                        "start the server with --model-control to allow it")
+    zoo.check_control()
     return zoo
 
 

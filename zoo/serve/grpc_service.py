@@ -36,7 +36,7 @@ from tritonclient.grpc import service_pb2 as pb
 from .. import __version__
 from ..errors import ZooError
 from . import datatypes as dt
-from .errors import FeatureOffError, ModelControlDisabledError, ProtocolError, scrub, status_for
+from .errors import FeatureOffError, ProtocolError, scrub, status_for
 from .protocol import (
     InferRequest,
     Tensor,
@@ -195,9 +195,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def ServerMetadata(self, request, context):
-        from .app import extensions
-
-        return pb.ServerMetadataResponse(name="zoo", version=__version__, extensions=extensions(self.zoo.settings))
+        return pb.ServerMetadataResponse(name="zoo", version=__version__, extensions=self.zoo.extensions())
 
     @_answers
     async def ModelMetadata(self, request, context):
@@ -224,7 +222,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def RepositoryModelLoad(self, request, context):
-        self._control()
+        self.zoo.check_control()
         if request.parameters:
             raise ProtocolError("load takes no parameters: configuration and file overrides are not supported")
         await self.zoo.load(request.model_name)
@@ -232,14 +230,10 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def RepositoryModelUnload(self, request, context):
-        self._control()
+        self.zoo.check_control()
         await self.zoo.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
-    def _control(self) -> None:
-        if not self.zoo.settings.model_control:
-            raise ModelControlDisabledError("loading and unloading models over the API is off; "
-                                            "start the server with --model-control to allow it")
 
     @_answers
     async def ModelInfer(self, request, context):

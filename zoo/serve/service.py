@@ -19,7 +19,7 @@ import numpy as np
 from . import datatypes as dt
 from . import repository
 from .classify import classify
-from .errors import ModelNotFoundError, ProtocolError, reason_for
+from .errors import ModelControlDisabledError, ModelNotFoundError, ProtocolError, reason_for
 from .metrics import Metrics
 from .model import ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
@@ -79,6 +79,11 @@ class Server:
             raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
         return model
 
+    def extensions(self) -> list[str]:
+        """The protocol extensions this server offers, as `GET /v2` and gRPC ServerMetadata list them."""
+        offered = ["binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics"]
+        return offered + (["system_shared_memory"] if self.settings.shared_memory else [])
+
     def ready(self) -> tuple[bool, str]:
         if not self.models and not self.settings.model_control:  # nothing to serve, and nothing can be loaded
             return False, (f"no artifact in the model repository can run here ({len(self.skipped)} skipped: "
@@ -104,6 +109,12 @@ class Server:
         if ready_only:
             rows = [r for r in rows if r["state"] == "READY"]
         return sorted(rows, key=lambda r: r["name"])
+
+    def check_control(self) -> None:
+        """Loading and unloading over the API must be on (`--model-control`)."""
+        if not self.settings.model_control:
+            raise ModelControlDisabledError("loading and unloading models over the API is off; "
+                                            "start the server with --model-control to allow it")
 
     async def load(self, name: str) -> None:
         path = repository.find_artifact(self.settings.repository, name)
