@@ -241,7 +241,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
         async def decoded(model) -> InferRequest:
-            if message.ByteSize() > (1 << 16):
+            if sum(map(len, message.raw_input_contents)) > (1 << 16):  # typed contents stay small
                 return await asyncio.to_thread(decode, message)
             return decode(message)
 
