@@ -50,8 +50,10 @@ class Backend(abc.ABC):
     #: precisions per device, e.g. {"cpu": ("fp32",), "cuda": ("fp32", "fp16")}
     precisions: ClassVar[Mapping[str, tuple[str, ...]]]
     filename: ClassVar[str]  # the model file inside the version directory: "model.onnx"
-    #: Triton's name for the runtime: {"platform": "onnxruntime_onnx"} or {"backend": "pytorch"}
-    triton: ClassVar[Mapping[str, str]]
+    #: Triton's native backend for the engine: {"platform": "onnxruntime_onnx"},
+    #: {"backend": "openvino"}; empty where Triton has none, and its Python backend serves
+    #: the artifact through this backend's runner (`zoo.triton`)
+    triton: ClassVar[Mapping[str, str]] = {}
     description: ClassVar[str] = ""
 
     @property

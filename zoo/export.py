@@ -43,7 +43,7 @@ from .signature import binding
 from .standalone import model_record, signature
 from .tensors import cpu_state_dict, example_inputs, state_dict_sha256
 from .train import module_fn
-from .triton import model_config
+from .triton import triton_form, write_repository_files
 from .verify import domain_report, metric_report, parity
 
 log = logging.getLogger("zoo")
@@ -81,7 +81,7 @@ def device_facts(device: str) -> dict[str, Any]:
 def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str = "fp32", device: str = "cpu",
            repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
            random_init: bool = False, force: bool = False, threads: int | None = None,
-           quantization: str | None = None) -> Artifact:
+           quantization: str | None = None, triton: str | None = None) -> Artifact:
     """Export `model` through `backend` and write a verified artifact into `repository`.
 
     `model` is a registered name or a `ModelSpec`, registered or not: the artifact
@@ -89,11 +89,14 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     `quantization` ("static" | "dynamic") overrides the spec's int8 method for this
     export; backends read it as `spec.quantization`, so their interface does not change.
     A method other than the spec's is written as `<model>.<backend>.int8-<method>`.
+    `triton` ("native" | "python") is the Triton form of its repository files
+    (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
     """
     declared = get_model(model)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
+    form = triton_form(be.triton, triton)
     spec.tolerance(precision)
     availability = be.probe(device)
     if not availability.ok:
@@ -104,7 +107,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     state = cpu_state_dict(module)
     provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
                   "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
-                  "quantization": spec.quantization if precision == "int8" else None, **device_facts(device)}
+                  "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
+                  "triton": form}
     other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
     final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
     if final.exists() and not force:
@@ -136,7 +140,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         vectors.check(spec, runner, vector_sets, precision)  # so that `zoo verify` passes on what is written
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
-        (tmp / "config.pbtxt").write_text(model_config(name, spec, be.triton, be.filename, device))
+        write_repository_files(tmp, name, spec, be.triton, be.filename, device, form)
         files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {
             "format": FORMAT, "name": name, "zoo_version": __version__,
@@ -145,6 +149,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
+            "triton": {"form": form, **(dict(be.triton) if form == "native" else {"backend": "python"})},
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
             "signature": signature(spec), "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
@@ -179,7 +184,8 @@ def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
                 "backend": m["backend"]["name"], "versions": m["backend"].get("versions"),
                 "precision": m["precision"], "device": m["device"], "quantization": m.get("quantization"),
                 "device_name": m.get("device_name"),
-                "compute_capability": m.get("compute_capability")}
+                "compute_capability": m.get("compute_capability"),
+                "triton": (m.get("triton") or {}).get("form")}
     if "test_data" not in m:  # exported before artifacts carried test vectors: rebuilt with them
         return None
     return art if recorded == dict(provenance) else None

@@ -36,7 +36,7 @@ from .errors import BackendUnavailableError, ExportError, ToleranceError, Unsupp
 from .export import DEFAULT_REPOSITORY
 from .fsutil import atomic_directory, sha256_file
 from .spec import PRECISIONS, ModelSpec
-from .triton import model_config
+from .triton import triton_form, write_repository_files
 from .verify import verify_artifact
 
 OBJECTIVES = ("latency", "throughput")
@@ -282,7 +282,8 @@ def _install(spec: ModelSpec, staged: Path, final: Path, evidence: Mapping[str, 
         for entry in staged.iterdir():
             os.rename(entry, tmp / entry.name)
         # Triton requires `name:` to match the model's directory
-        (tmp / "config.pbtxt").write_text(model_config(final.name, spec, be.triton, be.filename, staged_art.device))
+        form = triton_form(be.triton, (staged_art.manifest.get("triton") or {}).get("form"))
+        write_repository_files(tmp, final.name, spec, be.triton, be.filename, staged_art.device, form)
         manifest = dict(staged_art.manifest)
         manifest["files"] = {**manifest["files"], "config.pbtxt": sha256_file(tmp / "config.pbtxt")}
         manifest.update(name=final.name, optimize={**evidence, "source": staged.name})

@@ -2,7 +2,20 @@
 
 The text is protobuf text format for Triton's `ModelConfig` message, so the export
 repository is also a valid Triton model repository; the tests parse it with the
-`model_config_pb2` module that tritonclient ships.
+`model_config_pb2` module that tritonclient ships and load it in a real `tritonserver`
+(tests/test_triton_server.py).
+
+Two forms (`zoo export --triton native|python`):
+
+- **native**: the engine's own Triton backend (`platform: "onnxruntime_onnx"`,
+  `"tensorrt_plan"`, `backend: "openvino"`), named by the backend plugin's `triton`.
+- **python**: Triton's Python backend runs `1/model.py`, which serves the artifact
+  through zoo's own runner (`zoo.triton_backend`) under Triton's dynamic batcher. It is
+  the only form for engines Triton has no backend for: a `torch.export` program (Triton's
+  PyTorch backend runs TorchScript), `torch.compile`, and AOTInductor packages with a batch
+  axis (Triton's `torch_aoti` platform serves batch 1 only). Any artifact can take it, an
+  ONNX Runtime or OpenVINO one included; `model.py` opens the artifact as `zoo.load` does,
+  so every file is checked against the manifest's sha256 before anything runs.
 """
 
 from __future__ import annotations
@@ -16,6 +29,44 @@ TRITON_DTYPES = {
     "float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "int64": "TYPE_INT64",
     "int32": "TYPE_INT32", "int8": "TYPE_INT8", "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL", "string": "TYPE_STRING",
 }
+
+
+FORMS = ("native", "python")
+PYTHON_RUNTIME = {"backend": "python"}
+#: `1/model.py` of the python form: Triton's Python backend looks for `TritonPythonModel` in it
+MODEL_PY = '''"""Triton Python-backend model written by `zoo export`: serves this artifact (the model file
+beside this one, checked against zoo.json) through zoo's own runner. Triton's Python stub
+must see zoo and this artifact's backend plugin (docs/deploy.md)."""
+from zoo.triton_backend import TritonPythonModel  # noqa: F401
+'''
+
+
+def triton_form(runtime: Mapping[str, str], requested: str | None) -> str:
+    """The form an export takes: `requested`, else native where Triton has a backend."""
+    from .errors import UnsupportedError
+
+    if requested is None:
+        return "native" if runtime else "python"
+    if requested not in FORMS:
+        raise UnsupportedError(f"unknown Triton form {requested!r}; choose {' or '.join(FORMS)}")
+    if requested == "native" and not runtime:
+        raise UnsupportedError("Triton has no backend for this engine: its artifacts are served by Triton's "
+                               "Python backend through zoo's runner (--triton python)")
+    return requested
+
+
+def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str,
+                           device: str, form: str) -> None:
+    """`config.pbtxt` (and for the python form `1/model.py`) inside artifact `directory`."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    if form == "python":
+        (directory / "1" / "model.py").write_text(MODEL_PY)
+        text = model_config(name, spec, PYTHON_RUNTIME, None, device)
+    else:
+        text = model_config(name, spec, runtime, filename, device)
+    (directory / "config.pbtxt").write_text(text)
 
 
 def batched(spec: ModelSpec) -> bool:
@@ -48,8 +99,10 @@ def _tensor(t: TensorSpec, drop_batch: bool) -> str:
             f"    dims: [ {', '.join(str(d) for d in entry['dims'])} ]{reshape}\n  }}")
 
 
-def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str, device: str) -> str:
-    """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`."""
+def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str | None,
+                 device: str) -> str:
+    """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`
+    (`filename`: the model file Triton loads; None for the Python backend's `model.py`)."""
     is_batched = batched(spec)
     r = spec.axes["batch"]
     lines = [f"name: {json.dumps(name)}"]
@@ -68,5 +121,6 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
                      f"  max_queue_delay_microseconds: 1000\n}}")
     kind = "KIND_GPU" if device.startswith("cuda") else "KIND_CPU"
     lines.append(f"instance_group [\n  {{\n    count: 1\n    kind: {kind}\n  }}\n]")
-    lines.append(f"default_model_filename: {json.dumps(filename)}")
+    if filename is not None:
+        lines.append(f"default_model_filename: {json.dumps(filename)}")
     return "\n".join(lines) + "\n"

@@ -21,8 +21,9 @@ the manifest records (with the GPU and CUDA version); `load` refuses it on anoth
 Triton: its PyTorch backend loads AOTInductor packages with `platform: "torch_aoti"`
 (Triton 26.03 and later, beta). As of its 26.05 README it names tensors by position
 (`INPUT__0`, `OUTPUT__0`, or `ARGS[0]`/`RESULT[0]`) rather than by the spec's names, and
-serves batch size 1 only; the `config.pbtxt` written here uses the spec's names and
-dynamic batching, so it documents the runtime but does not load on Triton as is.
+serves batch size 1 only. So the artifact's Triton form is Triton's Python backend
+(`zoo.triton`): `1/model.py` runs the package through this runner with the spec's names
+and Triton's dynamic batcher.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class TorchAotiBackend(Backend):
     description = "AOTInductor: the torch.export program compiled ahead of time into a native package (.pt2)"
     precisions = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
     filename = "model.pt2"
-    # Triton's PyTorch backend runtime for AOTInductor packages (see the module docstring).
-    triton = {"backend": "pytorch", "platform": "torch_aoti"}
+    # no native Triton form: served by Triton's Python backend (see the module docstring)
+    triton = {}
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}

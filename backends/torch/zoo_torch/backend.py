@@ -129,8 +129,9 @@ class TorchBackend(Backend):
     description = "PyTorch eager: a torch.export program (.pt2) run by PyTorch"
     precisions = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
     filename = "model.pt2"
-    # Triton's PyTorch backend serves torch.export/.pt2 programs through its PyTorch 2 runtime.
-    triton = {"backend": "pytorch"}
+    # no native Triton form: Triton's PyTorch backend runs TorchScript, not torch.export
+    # programs, so Triton serves this artifact through its Python backend (`zoo.triton`)
+    triton = {}
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}

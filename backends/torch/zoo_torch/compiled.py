@@ -262,7 +262,7 @@ class TorchCompileBackend(TorchBackend):
     name = "torch-compile"
     description = ("torch.compile (Inductor, frozen weights; max-autotune and CUDA graphs per shape on CUDA) "
                    "of a torch.export program, compiled when loaded")
-    # the same program format as `torch`, so the same Triton runtime as `TorchBackend.triton`
+    # the same program format as `torch`: Triton's Python backend (`TorchBackend.triton`)
     triton = TorchBackend.triton
 
     def probe(self, device: str) -> Availability:

@@ -1,0 +1,144 @@
+"""Start the real NVIDIA Triton server that `scripts/triton_setup.sh` lays out (`make triton`).
+
+    with Tritonserver(Path("exports")) as triton:
+        tritonclient.http.InferenceServerClient(triton.http_url) ...
+
+The server listens on 127.0.0.1 only, on free ports, with model control explicit when
+`models` is given (only those load) and none otherwise (every model of the repository).
+Python-backend models run in `$TRITON_HOME/env` (numpy<2, then the project's packages):
+its `bin` is put first on PATH, since Triton's Python stub takes its packages from the
+prefix of the `python3` first on PATH. The bundled libraries and this interpreter's
+LIBDIR (the stub links libpython) go on LD_LIBRARY_PATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_HOME = ROOT / ".triton"
+
+
+def triton_home() -> Path:
+    return Path(os.environ.get("TRITON_HOME", DEFAULT_HOME))
+
+
+def unavailable_reason(home: Path | None = None) -> str | None:
+    """Why the server cannot start here, or None."""
+    home = home or triton_home()
+    for part in ("bin/tritonserver", "backends/python/triton_python_backend_stub", "env/bin/python3"):
+        if not (home / part).exists():
+            return f"no {home / part}: run `make triton` (scripts/triton_setup.sh)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tritonserver:
+    def __init__(self, repository: Path, models: Sequence[str] | None = None, log: Path | None = None,
+                 home: Path | None = None, args: Sequence[str] = ()) -> None:
+        self.home = home or triton_home()
+        reason = unavailable_reason(self.home)
+        if reason:
+            raise RuntimeError(reason)
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.http_url = f"127.0.0.1:{self.http_port}"  # tritonclient takes HOST:PORT
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        self.log_path = log or Path(os.devnull)
+        control = ["--model-control-mode", "explicit", *(f"--load-model={m}" for m in models)] if models else []
+        env = dict(os.environ)
+        env["PATH"] = f"{self.home / 'env' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        libdir = sysconfig.get_config_var("LIBDIR") or str(Path(sys.base_prefix) / "lib")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(self.home / "lib"), libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "ZOO_PLUGINS"):
+            env.pop(key, None)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        cmd = [str(self.home / "bin" / "tritonserver"), "--model-repository", str(repository),
+               "--backend-directory", str(self.home / "backends"),
+               "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+               "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+               "--allow-metrics", "false", "--strict-readiness", "false", "--exit-timeout-secs", "10",
+               *control, *args]
+        self._out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def wait_live(self, timeout: float = 300.0) -> "Tritonserver":
+        """Until the HTTP endpoint answers and no model is still loading."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://{self.http_url}/v2/health/live", timeout=2).status_code == 200:
+                    index = httpx.post(f"http://{self.http_url}/v2/repository/index", json={}, timeout=5).json()
+                    if all(m.get("state") not in ("LOADING", "UNLOADING") for m in index):
+                        return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"tritonserver was not ready after {timeout} s:\n{self.log()[-4000:]}")
+
+    def index(self) -> dict[str, dict]:
+        """The repository index by model name: state and reason."""
+        return {m["name"]: m for m in httpx.post(f"http://{self.http_url}/v2/repository/index", json={},
+                                                 timeout=10).json()}
+
+    def log(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server and its Python stubs (children)."""
+        total = 0
+        for pid in [self.proc.pid, *_children(self.proc.pid)]:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        return total
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stubs left behind
+        self._out.close()
+
+    def __enter__(self) -> "Tritonserver":
+        return self.wait_live()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found += [int(entry.name), *_children(int(entry.name))]
+    return found
