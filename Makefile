@@ -5,8 +5,11 @@ VENV   ?= .venv
 REQUIREMENTS ?= requirements.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# a real Triton server (nvidia-pytriton's tritonserver 2.51, CPU) for tests/test_triton_server.py
+TRITON_HOME ?= .triton
+TRITON_STAMP := $(TRITON_HOME)/.installed
 
-.PHONY: setup demo test bench clean gpu-validate
+.PHONY: setup triton demo test bench clean gpu-validate
 
 $(STAMP): $(REQUIREMENTS) pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,10 +19,16 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml backends/*/pyproject.toml plugins/*/pyp
 
 setup: $(STAMP)
 
+$(TRITON_STAMP): scripts/triton_setup.sh $(STAMP)
+	scripts/triton_setup.sh $(VENV) $(TRITON_HOME)
+	touch $(TRITON_STAMP)
+
+triton: $(TRITON_STAMP)
+
 demo: setup
 	$(BIN)/zoo demo
 
-test: setup
+test: setup triton
 	$(BIN)/python -m pytest
 
 # On an NVIDIA GPU machine: the GPU tests and the GPU benchmark (docs/gpu-validation.md),
@@ -29,4 +38,4 @@ gpu-validate:
 	PYTHON=.venv-gpu/bin/python scripts/gpu_validate.sh
 
 clean:
-	rm -rf $(VENV) .venv-gpu checkpoints exports/*/ reports
+	rm -rf $(VENV) .venv-gpu $(TRITON_HOME) checkpoints exports/*/ reports

@@ -85,10 +85,12 @@ def test_cpu_backends_are_found():
 def test_name_and_runtime(exported):
     art, _, config = exported
     assert config.name == art.path.name
-    runtime = dict(zoo.get_backend(art.backend).triton)
-    assert runtime and set(runtime) <= {"platform", "backend"}
+    # the engine's own Triton backend where Triton has one, else Triton's Python backend
+    runtime = dict(zoo.get_backend(art.backend).triton) or {"backend": "python"}
+    assert set(runtime) <= {"platform", "backend"}
     assert {key: getattr(config, key) for key in runtime} == runtime
-    assert config.platform or config.backend
+    assert art.manifest["triton"] == {"form": "native" if zoo.get_backend(art.backend).triton else "python",
+                                      **runtime}
 
 
 def test_batching(exported):
@@ -97,6 +99,24 @@ def test_batching(exported):
     assert config.HasField("dynamic_batching")
     preferred = list(config.dynamic_batching.preferred_batch_size)
     assert preferred and all(1 <= b <= config.max_batch_size for b in preferred)
+
+
+def test_forms(tmp_path):
+    """`triton="python"` on an engine Triton has a backend for; `"native"` refused where
+    it has none, before any work; an unknown form refused."""
+    spec = POOLER
+    art = zoo.export(spec, "onnxruntime", repository=tmp_path, random_init=True, triton="python")
+    config = parse((art.path / "config.pbtxt").read_text())
+    assert (config.backend, config.platform, config.default_model_filename) == ("python", "", "")
+    assert "from zoo.triton_backend import TritonPythonModel" in (art.path / "1" / "model.py").read_text()
+    assert art.manifest["files"]["1/model.py"]
+    native = zoo.export(spec, "onnxruntime", repository=tmp_path, random_init=True)  # rebuilt in the native form
+    assert parse((native.path / "config.pbtxt").read_text()).platform == "onnxruntime_onnx"
+    assert not (native.path / "1" / "model.py").exists()
+    with pytest.raises(zoo.ZooError, match="Triton has no backend for this engine"):
+        zoo.export(spec, "torch", repository=tmp_path, random_init=True, triton="native")
+    with pytest.raises(zoo.ZooError, match="unknown Triton form 'jit'"):
+        zoo.export(spec, "torch", repository=tmp_path, random_init=True, triton="jit")
 
 
 def expected_tensors(tensors: tuple[zoo.TensorSpec, ...]) -> list[tuple[str, int, list[int]]]:
@@ -113,8 +133,11 @@ def test_inputs_and_outputs(exported):
 
 def test_model_file_and_instances(exported):
     art, _, config = exported
-    assert config.default_model_filename == art.model_file.name
-    assert (art.path / "1" / config.default_model_filename).is_file()  # Triton's version directory "1"
+    # Triton's version directory "1": the engine's file, or the Python backend's model.py beside it
+    python_form = config.backend == "python"
+    assert config.default_model_filename == ("" if python_form else art.model_file.name)
+    assert (art.path / "1" / (config.default_model_filename or "model.py")).is_file()
+    assert art.model_file.parent == art.path / "1"
     assert [g.kind for g in config.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_CPU]
 
 

@@ -68,12 +68,12 @@ class Tritonserver:
             p for p in (str(self.home / "lib"), libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "ZOO_PLUGINS"):
             env.pop(key, None)
-        env.setdefault("OMP_NUM_THREADS", "1")
         cmd = [str(self.home / "bin" / "tritonserver"), "--model-repository", str(repository),
                "--backend-directory", str(self.home / "backends"),
                "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
                "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
                "--allow-metrics", "false", "--strict-readiness", "false", "--exit-timeout-secs", "10",
+               "--exit-on-error", "false",
                *control, *args]
         self._out = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env,

@@ -36,6 +36,8 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         import triton_python_backend_utils as pb_utils
 
+        _utf8_locale()
+
         from .artifact import Artifact
         from .vectors import check
 
@@ -100,6 +102,18 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.runner = None
+
+
+def _utf8_locale() -> None:
+    """Triton's Python stub starts its interpreter in the C locale, where `open()` decodes
+    ASCII (PYTHONUTF8 and LC_ALL do not reach it): Inductor's kernel templates, read when
+    torch-compile and torch-aoti compile, hold UTF-8. The stub is this model's own process."""
+    import contextlib
+    import locale
+
+    if locale.getpreferredencoding(False).lower().replace("-", "") != "utf8":
+        with contextlib.suppress(locale.Error):
+            locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
 
 
 def _to_numpy(value: Any) -> np.ndarray:
