@@ -235,7 +235,11 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
            force: bool = typer.Option(False, help="Rebuild even if an identical artifact exists."),
            quantization: Optional[str] = typer.Option(
                None, help="int8 method, overriding the model's: static (calibrated Q/DQ, for CNNs) or dynamic "
-                          "(int8 MatMul weights, for transformers, RNNs, MLPs).")):
+                          "(int8 MatMul weights, for transformers, RNNs, MLPs)."),
+           triton: Optional[str] = typer.Option(
+               None, help="Triton form of the repository files: native (the engine's own Triton backend) or "
+                          "python (Triton's Python backend runs the artifact through zoo's runner). Default: "
+                          "native where Triton has a backend for the engine, else python.")):
     """Export MODEL through BACKEND, verify it against PyTorch, write the artifact.
 
     An int8 artifact is refused when its task metric (or domain check) falls further
@@ -243,7 +247,7 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     from .export import export as run
 
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
-              force=force, quantization=quantization)
+              force=force, quantization=quantization, triton=triton)
     parity = art.manifest["parity"]
     method = art.manifest.get("quantization")
     out.print(f"{art.path}{f' ({method} int8)' if method else ''}: max |error| vs PyTorch fp32 "
