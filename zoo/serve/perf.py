@@ -542,8 +542,12 @@ def _grpc_shm_request(served: str, in_name: str, inputs: list, out_name: str, ou
 
 
 def _scrape(http: str, model: str) -> dict[str, float]:
-    """Sum and count of the server's histograms for `model`."""
-    text = httpx.get(f"{http}/metrics", timeout=30).text
+    """Sum and count of the server's histograms for `model`; none from a server whose HTTP
+    port has no zoo /metrics (Triton serves its own on another port, under other names)."""
+    response = httpx.get(f"{http}/metrics", timeout=30)
+    if response.status_code != 200:
+        return {}
+    text = response.text
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

