@@ -239,7 +239,9 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
            triton: Optional[str] = typer.Option(
                None, help="Triton form of the repository files: native (the engine's own Triton backend) or "
                           "python (Triton's Python backend runs the artifact through zoo's runner). Default: "
-                          "native where Triton has a backend for the engine, else python.")):
+                          "native where Triton has a backend for the engine, else python."),
+           sign_key: Optional[Path] = typer.Option(None, "--sign", help="Sign the artifact with this elliptic-curve "
+                                                   "private key (PEM), as `zoo sign` does.")):
     """Export MODEL through BACKEND, verify it against PyTorch, write the artifact.
 
     An int8 artifact is refused when its task metric (or domain check) falls further
@@ -248,6 +250,10 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
 
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
               force=force, quantization=quantization, triton=triton)
+    if sign_key is not None:
+        from .signing import sign as sign_artifact
+
+        out.print(escape(f"signed: key {sign_artifact(art.path, sign_key)['key']}"))
     parity = art.manifest["parity"]
     method = art.manifest.get("quantization")
     out.print(f"{art.path}{f' ({method} int8)' if method else ''}: max |error| vs PyTorch fp32 "
@@ -274,14 +280,26 @@ def _artifact_path(artifact: str, repository: Path) -> Path:
 
 @app.command()
 def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its name in the repository."),
-           repository: Path = REPOSITORY, threads: Optional[int] = None, as_json: bool = JSON):
-    """Re-check ARTIFACT: file hashes, parity with PyTorch, its test vectors, and the task metric.
+           repository: Path = REPOSITORY, threads: Optional[int] = None,
+           public_key: Optional[Path] = typer.Option(None, help="A PEM public key: the artifact must carry a "
+                                                     "signature (`zoo sign`) that this key verifies."),
+           as_json: bool = JSON):
+    """Re-check ARTIFACT: its signature (with --public-key), file hashes, parity with PyTorch,
+    its test vectors, and the task metric.
 
     Without the plugin that defined its model, the stored test vectors are the reference,
     and the task metric and domain check are reported as skipped."""
+    from .signing import signed, verify_signature
     from .verify import verify_artifact
 
-    report = verify_artifact(_artifact_path(artifact, repository), threads=threads)
+    path = _artifact_path(artifact, repository)
+    if public_key is not None:
+        signature = verify_signature(path, public_key)
+    else:
+        signature = {"signed": signed(path), "verified": False}
+        if signature["signed"]:
+            signature["skipped"] = "give --public-key to check the signature"
+    report = {**verify_artifact(path, threads=threads), "signature": signature}
     if as_json:
         return _emit_json(report)
     _table(["batch", "output", "max |error|", "passed"],
@@ -300,7 +318,27 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
     if "name" in report.get("metric", {}):
         m = report["metric"]
         out.print(f"{m['name']}: {m['artifact']:.4f} (PyTorch {m['reference']:.4f}, change {m['delta']:+.4f})")
+    if signature.get("verified"):
+        out.print(escape(f"signature: verified, signed by key {signature['key']}"))
+    elif signature["signed"]:
+        out.print(escape(f"signature: present, not checked: {signature['skipped']}"))
+    else:
+        out.print("signature: none")
     out.print("[green]verified[/green]")
+
+
+@app.command()
+def sign(artifact: str = typer.Argument(..., help="Artifact directory, or its name in the repository."),
+         key: Path = typer.Option(..., "--key", help="An elliptic-curve private key, PEM (e.g. `openssl ecparam "
+                                  "-name prime256v1 -genkey -noout -out key.pem`)."),
+         repository: Path = REPOSITORY, as_json: bool = JSON):
+    """Sign ARTIFACT (every file, the manifest included) with OpenSSF model-signing; writes ARTIFACT/model.sig.
+
+    `zoo verify ARTIFACT --public-key PUB.pem` and `zoo serve --require-signature PUB.pem` check it."""
+    from .signing import sign as run
+
+    result = run(_artifact_path(artifact, repository), key)
+    _emit_json(result) if as_json else out.print(escape(f"signed {artifact}: key {result['key']}"))
 
 
 ARTIFACT = typer.Option(None, "--artifact", "-a", help="Run this artifact (directory or name in the repository) "
@@ -405,7 +443,10 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
                                              "artifacts by name over /v2/repository/models/NAME/(un)load."),
           request_timeout: float = typer.Option(60.0, help="Seconds a request may wait for its model (504 after)."),
           shutdown_timeout: float = typer.Option(30.0, help="Seconds in-flight requests get to finish on shutdown."),
-          log_level: str = typer.Option("info", help="debug, info, warning or error.")):
+          log_level: str = typer.Option("info", help="debug, info, warning or error."),
+          require_signature: Optional[Path] = typer.Option(
+              None, help="A PEM public key: load only artifacts signed with its private key (`zoo sign`); "
+                         "the others are listed as unloadable, with the reason.")):
     """Serve REPOSITORY over the Open Inference Protocol (v2, as Triton and KServe), with dynamic batching."""
     from .errors import InputError
     from .serve.app import Settings
@@ -425,10 +466,18 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
     if shared_memory not in ("none", "system"):
         raise InputError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
                          "offered)")
+    if require_signature is not None:
+        from .signing import fingerprint
+
+        try:
+            fingerprint(require_signature.read_bytes())  # a bad key fails here, not once per artifact
+        except OSError as exc:
+            raise ZooError(f"--require-signature: cannot read {require_signature}: {exc.strerror or exc}") from None
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
                            preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
                            else None, instances=instances, max_queue_size=max_queue_size,
-                           batching=not no_batching, ragged=not no_ragged, threads=threads)
+                           batching=not no_batching, ragged=not no_ragged, threads=threads,
+                           require_signature=require_signature)
     run(Settings(repository, options, max_request_bytes=max_request_size, model_control=model_control,
                  request_timeout=request_timeout, shutdown_timeout=shutdown_timeout, host=host, grpc_port=grpc_port,
                  shared_memory=shared_memory == "system"),

@@ -53,7 +53,8 @@ class CheckpointError(ZooError):
 
 
 class ArtifactError(ZooError):
-    """An artifact directory is incomplete, tampered with, or unsafe to load."""
+    """An artifact directory is incomplete, corrupted or modified, or unsafe to load (without a
+    signature, `zoo.signing`, a file changed together with its hash in the manifest is not seen)."""
 
 
 class StaleArtifactError(ArtifactError):

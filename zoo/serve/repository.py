@@ -40,6 +40,8 @@ class ServeOptions:
     ragged: bool = True
     threads: int | None = None  # intra-op threads per instance; None: cores / instances
     device: str | None = None  # None: the device the artifact was exported for
+    #: a PEM public key: only artifacts whose signature it verifies load (`zoo.signing`)
+    require_signature: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
 
 def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     """Validate and load one artifact: the served model and its first runners."""
+    if options.require_signature is not None:
+        from ..signing import verify_signature
+
+        verify_signature(path, options.require_signature)
     art = Artifact.open(path)
     spec = art.spec()
     policy = policy_for(art, spec, options)

@@ -1,0 +1,140 @@
+"""Signed artifacts: OpenSSF's `model-signing` over the whole artifact directory.
+
+The sha256 values in `zoo.json` catch a corrupted file, not a modified one: whoever can
+change a file can change its hash beside it. A signature made with a private key the
+modifier does not hold closes that: `zoo sign` (or `zoo export --sign KEY`) hashes every
+file of the artifact directory (the manifest included) with model-signing and signs the
+list with an elliptic-curve private key (PEM); the signature, a Sigstore bundle, is
+written as `model.sig` inside the artifact and is the one file the signature leaves out.
+Any changed, added or removed file then fails verification, which names it.
+
+`zoo verify ARTIFACT --public-key PUB.pem` checks the signature (and refuses an unsigned
+artifact); `zoo serve --require-signature PUB.pem` loads only artifacts whose signature
+that key verifies, and lists the others as unloadable with the reason. The identity
+reported is the verifying key's SHA-256 fingerprint (of its DER SubjectPublicKeyInfo),
+as `openssl pkey -pubin -outform DER | sha256sum` prints it.
+
+Triton's Python backend writes `1/__pycache__/` beside a python-form `model.py` when it
+loads it: verify before handing an artifact to Triton, or load it from a read-only copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from .errors import ArtifactError, UnsupportedError, ZooError
+
+SIGNATURE = "model.sig"
+
+
+class SignatureError(ArtifactError):
+    """An artifact is unsigned, or its signature does not verify with the given key."""
+
+
+def _model_signing():
+    try:
+        import model_signing  # noqa: F401
+        from model_signing import hashing, signing, verifying
+    except ImportError as exc:
+        raise UnsupportedError(f"signing artifacts needs OpenSSF's model-signing ({exc}): "
+                               "pip install 'zoo[sign]'") from None
+    return hashing, signing, verifying
+
+
+def _key_bytes(path: str | Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ZooError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+
+
+def fingerprint(public_key_pem: bytes) -> str:
+    """`sha256:<hex>` of the key's DER SubjectPublicKeyInfo."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_public_key(public_key_pem)
+    except ValueError as exc:
+        raise ZooError(f"not a PEM public key: {exc}") from None
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _public_of(private_key_pem: bytes, password: str | None) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(private_key_pem, password.encode() if password else None)
+    except (ValueError, TypeError) as exc:
+        raise ZooError(f"not a usable PEM private key: {exc}") from None
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _hashing(hashing, root: Path, *also: Path):
+    """Every file under `root` but the signature (and `also`), symbolic links refused."""
+    config = hashing.Config()
+    config.set_ignored_paths(paths=[root / SIGNATURE, *also], ignore_git_paths=False)
+    return config
+
+
+def sign(path: str | Path, private_key: str | Path, password: str | None = None) -> dict[str, Any]:
+    """Sign the artifact at `path` with an elliptic-curve private key (PEM); replaces an
+    earlier signature. Only an artifact whose files match its manifest is signed."""
+    from .artifact import Artifact
+
+    art = Artifact.open(path)
+    pem = _key_bytes(private_key, "private key")
+    identity = fingerprint(_public_of(pem, password))
+    hashing, signing, _ = _model_signing()
+    root = art.path.resolve()
+    staged = root / f".{SIGNATURE}.tmp"
+    try:
+        signing.Config().use_elliptic_key_signer(private_key=Path(private_key), password=password).set_hashing_config(
+            _hashing(hashing, root, staged)).sign(root, staged)
+        staged.replace(root / SIGNATURE)
+    except ZooError:
+        raise
+    except Exception as exc:  # the library's own: a key type it does not take, an unreadable file
+        raise ZooError(f"artifact {art.name}: signing failed: {exc}") from None
+    finally:
+        staged.unlink(missing_ok=True)
+    return {"signed": True, "signature": SIGNATURE, "key": identity}
+
+
+def signed(path: str | Path) -> bool:
+    return (Path(path) / SIGNATURE).is_file()
+
+
+def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]:
+    """Check the artifact's signature with `public_key` (PEM); `SignatureError` naming the
+    reason when it is unsigned or any file differs from what was signed."""
+    root = Path(path).resolve()
+    pem = _key_bytes(public_key, "public key")
+    identity = fingerprint(pem)
+    if (root / SIGNATURE).is_symlink() or not signed(root):
+        raise SignatureError(f"artifact {root.name} is not signed (no {SIGNATURE}); a signature by key "
+                             f"{identity} is required: sign it with `zoo sign`")
+    hashing, _, verifying = _model_signing()
+    try:
+        verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key)).set_hashing_config(
+            _hashing(hashing, root)).verify(root, root / SIGNATURE)
+    except Exception as exc:  # model-signing raises ValueError (mismatch) and its libraries' own errors
+        raise SignatureError(f"artifact {root.name}: its signature does not verify with key {identity} "
+                             f"(corrupted or modified since it was signed, or signed by another key): "
+                             f"{_reason(exc)}") from None
+    return {"signed": True, "verified": True, "key": identity}
+
+
+def _reason(exc: Exception) -> str:
+    """model-signing's message with its digests left out: which files differ, and how."""
+    import re
+
+    text = " ".join(str(exc).split())
+    # the message is a list's repr: an item holding both quote kinds has them escaped
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", text)
+    others = re.findall(r"((?:Extra|Missing) files found in model '[^']*': [^\"\]]+)", text)
+    if changed or others:
+        return "; ".join(others + ([f"changed: {', '.join(changed)}"] if changed else []))
+    return text[:600] + ("..." if len(text) > 600 else "")
