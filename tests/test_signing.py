@@ -3,7 +3,10 @@
 The attack the unsigned manifest cannot see is the one tested first: change the model
 file and write its new sha256 into zoo.json. `Artifact.open` accepts that artifact; the
 signature refuses it, naming the files. Keys are elliptic-curve P-256, made here with
-`cryptography`; nothing reaches the network (no Sigstore).
+`cryptography`; nothing reaches the network (no Sigstore). The CLI runs in process
+(typer's CliRunner) except where the one-line error of `zoo`'s main is the point, and
+`zoo serve --require-signature` is one real server over signed, unsigned and modified
+artifacts.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("model_signing", reason="zoo[sign] is not installed")
@@ -25,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 import zoo  # noqa: E402
 from zoo.artifact import Artifact  # noqa: E402
 from zoo.fsutil import sha256_file  # noqa: E402
-from zoo.signing import SIGNATURE, SignatureError, fingerprint, sign, verify_signature  # noqa: E402
+from zoo.signing import SIGNATURE, SignatureError, fingerprint, sign, signer, verify_signature  # noqa: E402
 
 ONNX = "resnet8.digits.onnxruntime.fp32"
 
@@ -43,7 +47,7 @@ def keypair(directory: Path, name: str) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("signing-exports")
-    return zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=repo, random_init=True).path
+    return zoo.export("resnet8.digits", "onnxruntime", repository=repo, random_init=True).path
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +102,35 @@ def test_another_key_and_an_unsigned_artifact_are_refused(artifact, keys):
     with pytest.raises(SignatureError, match="is not signed"):
         verify_signature(artifact, keys["owner"][1])
     sign(artifact, keys["owner"][0])
+    owner, other = (fingerprint(keys[k][1].read_bytes()) for k in ("owner", "other"))
+    assert signer(artifact) == owner
+    with pytest.raises(SignatureError, match=f"is signed by key {owner}, not by the required key {other}"):
+        verify_signature(artifact, keys["other"][1])
+
+
+def test_a_signature_that_names_another_key_still_needs_that_key(artifact, keys):
+    """The key named in the signature is a hint, outside what is signed: rewriting it to
+    the verifier's key does not make another key's signature verify."""
+    sign(artifact, keys["owner"][0])
+    bundle = json.loads((artifact / SIGNATURE).read_text())
     other = fingerprint(keys["other"][1].read_bytes())
+    bundle["verificationMaterial"]["publicKey"]["hint"] = other.removeprefix("sha256:")
+    (artifact / SIGNATURE).write_text(json.dumps(bundle))
     with pytest.raises(SignatureError, match=f"does not verify with key {other}"):
         verify_signature(artifact, keys["other"][1])
+
+
+def test_an_encrypted_private_key_signs_with_its_password(artifact, tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = tmp_path / "locked.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.BestAvailableEncryption(b"secret")))
+    public = tmp_path / "locked.pub.pem"
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    with pytest.raises(zoo.ZooError, match="not a usable PEM private key"):
+        sign(artifact, private)
+    assert sign(artifact, private, password="secret")["key"] == verify_signature(artifact, public)["key"]
 
 
 def test_signing_refuses_an_artifact_that_does_not_match_its_manifest(artifact, keys):
@@ -121,42 +151,63 @@ def test_a_bad_key_file_is_one_clear_error(artifact, tmp_path):
         verify_signature(artifact, bad)
 
 
+
+def test_without_model_signing_signing_asks_for_the_extra(artifact, keys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "model_signing", None)  # as if zoo[sign] were not installed
+    with pytest.raises(zoo.ZooError, match=r"pip install 'zoo\[sign\]'"):
+        sign(artifact, keys["owner"][0])
+    assert not (artifact / SIGNATURE).exists()
+
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m zoo ARGS`: main's error handling, one line on stderr."""
     env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
     return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
 
 
+def invoke(*args: str):
+    """The same command in this process (typer's CliRunner): a refusal is `result.exception`."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
 def test_cli_sign_verify_and_export_sign(artifact, keys, tmp_path):
     private, public = keys["owner"]
+    owner = fingerprint(public.read_bytes())
     repo = artifact.parent
     unsigned = cli("verify", str(artifact), "--public-key", str(public), cwd=tmp_path)
     assert unsigned.returncode != 0 and "is not signed" in unsigned.stderr
     assert len(unsigned.stderr.strip().splitlines()) == 1, unsigned.stderr
-    signed = cli("sign", artifact.name, "--repository", str(repo), "--key", str(private), cwd=tmp_path)
-    assert signed.returncode == 0, signed.stderr
-    assert fingerprint(public.read_bytes()) in signed.stdout
-    report = cli("verify", str(artifact), "--public-key", str(public), "--json", cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    assert json.loads(report.stdout)["signature"] == {"signed": True, "verified": True,
-                                                      "key": fingerprint(public.read_bytes())}
-    unchecked = cli("verify", str(artifact), "--json", cwd=tmp_path)
-    assert json.loads(unchecked.stdout)["signature"]["skipped"] == "give --public-key to check the signature"
-    wrong = cli("verify", str(artifact), "--public-key", str(keys["other"][1]), cwd=tmp_path)
-    assert wrong.returncode != 0 and "does not verify with key" in wrong.stderr
-    exported = cli("export", "resnet8.digits", "-b", "onnxruntime", "--random-init", "--repository",
-                   str(tmp_path / "fresh"), "--sign", str(private), cwd=tmp_path)
-    assert exported.returncode == 0, exported.stderr
-    verify_signature(tmp_path / "fresh" / ONNX, public)
+    signed = invoke("sign", artifact.name, "--repository", str(repo), "--key", str(private))
+    assert signed.exit_code == 0, signed.output
+    assert owner in signed.output
+    report = invoke("verify", str(artifact), "--public-key", str(public), "--json")
+    assert report.exit_code == 0, report.output
+    assert json.loads(report.stdout)["signature"] == {"signed": True, "verified": True, "key": owner}
+    unchecked = invoke("verify", str(artifact))
+    assert unchecked.exit_code == 0, unchecked.output
+    assert f"signature: present, by key {owner}, not checked" in unchecked.stdout
+    wrong = invoke("verify", str(artifact), "--public-key", str(keys["other"][1]))
+    assert wrong.exit_code != 0 and f"is signed by key {owner}, not by the required key" in str(wrong.exception)
+    # export --sign over an artifact that is already there: reused, and (re)signed by the other key
+    (artifact / SIGNATURE).unlink()
+    written = (artifact / "zoo.json").stat().st_mtime_ns
+    exported = invoke("export", "resnet8.digits", "-b", "onnxruntime", "--random-init", "--repository", str(repo),
+                      "--sign", str(keys["other"][0]))
+    assert exported.exit_code == 0, exported.output
+    assert f"signed: key {fingerprint(keys['other'][1].read_bytes())}" in exported.stdout
+    assert (artifact / "zoo.json").stat().st_mtime_ns == written  # reused, not exported again
+    verify_signature(artifact, keys["other"][1])
 
 
 def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp_path):
-    """The real ASGI app over a repository of a signed, an unsigned and a modified-after-
-    signing artifact: only the first loads; the others are UNAVAILABLE with the reason."""
-    from starlette.testclient import TestClient
-
-    from zoo.serve.app import Settings, create_app
-    from zoo.serve.repository import ServeOptions
+    """One real `zoo serve --require-signature` over a signed, an unsigned and a modified-
+    after-signing artifact: the first is ready and answers; the others are UNAVAILABLE in
+    the repository index and the server log with the reason, and loading one is refused."""
+    from serve_support import ServerProcess
 
     private, public = keys["owner"]
     repo = tmp_path / "exports"
@@ -165,15 +216,26 @@ def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp
     sign(repo / "signed.onnxruntime.fp32", private)
     sign(repo / "modified.onnxruntime.fp32", private)
     (repo / "modified.onnxruntime.fp32" / "config.pbtxt").write_text("name: \"modified.onnxruntime.fp32\"\n")
-    with TestClient(create_app(Settings(repo, ServeOptions(require_signature=public)))) as client:
-        index = {row["name"]: row for row in client.post("/v2/repository/index").json()}
+    server = ServerProcess(repo, "--require-signature", str(public), "--model-control", log=tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        index = {row["name"]: row for row in httpx.post(f"{server.url}/v2/repository/index").json()}
         assert index["signed.onnxruntime.fp32"]["state"] == "READY"
         assert index["unsigned.onnxruntime.fp32"]["state"] == "UNAVAILABLE"
         assert "is not signed" in index["unsigned.onnxruntime.fp32"]["reason"]
         assert index["modified.onnxruntime.fp32"]["state"] == "UNAVAILABLE"
         assert "changed: config.pbtxt" in index["modified.onnxruntime.fp32"]["reason"]
-        assert client.get("/v2/models/signed.onnxruntime.fp32/ready").status_code == 200
-        assert client.get("/v2/models/unsigned.onnxruntime.fp32/ready").status_code != 200
+        body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.25] * 64}]}
+        answered = httpx.post(f"{server.url}/v2/models/signed.onnxruntime.fp32/infer", json=body, timeout=30)
+        assert answered.status_code == 200, answered.text
+        assert httpx.get(f"{server.url}/v2/models/unsigned.onnxruntime.fp32/ready").status_code != 200
+        load = httpx.post(f"{server.url}/v2/repository/models/unsigned.onnxruntime.fp32/load", timeout=60)
+        assert load.status_code != 200 and "is not signed" in load.json()["error"]
+        log = server.log()
+        assert "skipped unsigned.onnxruntime.fp32" in log and "skipped modified.onnxruntime.fp32" in log
+        assert "corrupted or modified since it was signed" in log
+    finally:
+        server.kill()
 
 
 def test_serve_refuses_an_unreadable_key_at_start(tmp_path):

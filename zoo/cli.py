@@ -289,7 +289,7 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
 
     Without the plugin that defined its model, the stored test vectors are the reference,
     and the task metric and domain check are reported as skipped."""
-    from .signing import signed, verify_signature
+    from .signing import signed, signer, verify_signature
     from .verify import verify_artifact
 
     path = _artifact_path(artifact, repository)
@@ -297,8 +297,8 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
         signature = verify_signature(path, public_key)
     else:
         signature = {"signed": signed(path), "verified": False}
-        if signature["signed"]:
-            signature["skipped"] = "give --public-key to check the signature"
+        if signature["signed"]:  # the key the signature names, unchecked without the public key
+            signature.update(key=signer(path), skipped="give --public-key to check the signature")
     report = {**verify_artifact(path, threads=threads), "signature": signature}
     if as_json:
         return _emit_json(report)
@@ -321,7 +321,8 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
     if signature.get("verified"):
         out.print(escape(f"signature: verified, signed by key {signature['key']}"))
     elif signature["signed"]:
-        out.print(escape(f"signature: present, not checked: {signature['skipped']}"))
+        out.print(escape(f"signature: present, by key {signature['key'] or '(not named)'}, not checked: "
+                         f"{signature['skipped']}"))
     else:
         out.print("signature: none")
     out.print("[green]verified[/green]")

@@ -10,9 +10,11 @@ Any changed, added or removed file then fails verification, which names it.
 
 `zoo verify ARTIFACT --public-key PUB.pem` checks the signature (and refuses an unsigned
 artifact); `zoo serve --require-signature PUB.pem` loads only artifacts whose signature
-that key verifies, and lists the others as unloadable with the reason. The identity
-reported is the verifying key's SHA-256 fingerprint (of its DER SubjectPublicKeyInfo),
-as `openssl pkey -pubin -outform DER | sha256sum` prints it.
+that key verifies, and lists the others as unloadable with the reason. A key is named
+by its SHA-256 fingerprint, of its PEM SubjectPublicKeyInfo (`openssl pkey -pubin -in
+PUB.pem | sha256sum`): the hint model-signing records in the signature, so `zoo verify`
+names the signing key even without `--public-key`, and a signature by another key is
+refused naming both.
 
 Triton's Python backend writes `1/__pycache__/` beside a python-form `model.py` when it
 loads it: verify before handing an artifact to Triton, or load it from a read-only copy.
@@ -21,6 +23,7 @@ loads it: verify before handing an artifact to Triton, or load it from a read-on
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +54,15 @@ def _key_bytes(path: str | Path, what: str) -> bytes:
 
 
 def fingerprint(public_key_pem: bytes) -> str:
-    """`sha256:<hex>` of the key's DER SubjectPublicKeyInfo."""
+    """`sha256:<hex>` of the key's PEM SubjectPublicKeyInfo, as model-signing's key hint."""
     from cryptography.hazmat.primitives import serialization
 
     try:
         key = serialization.load_pem_public_key(public_key_pem)
     except ValueError as exc:
         raise ZooError(f"not a PEM public key: {exc}") from None
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(pem).hexdigest()
 
 
 def _public_of(private_key_pem: bytes, password: str | None) -> bytes:
@@ -90,8 +93,9 @@ def sign(path: str | Path, private_key: str | Path, password: str | None = None)
     hashing, signing, _ = _model_signing()
     root = art.path.resolve()
     staged = root / f".{SIGNATURE}.tmp"
-    try:
-        signing.Config().use_elliptic_key_signer(private_key=Path(private_key), password=password).set_hashing_config(
+    try:  # model-signing hands the password to `cryptography` as is, which takes bytes only
+        signing.Config().use_elliptic_key_signer(private_key=Path(private_key),
+                                                 password=password.encode() if password else None).set_hashing_config(
             _hashing(hashing, root, staged)).sign(root, staged)
         staged.replace(root / SIGNATURE)
     except ZooError:
@@ -107,6 +111,17 @@ def signed(path: str | Path) -> bool:
     return (Path(path) / SIGNATURE).is_file()
 
 
+def signer(path: str | Path) -> str | None:
+    """The fingerprint of the key the artifact's signature names (unchecked), or None:
+    unsigned, unreadable, or a signature that names no key."""
+    try:
+        bundle = json.loads((Path(path) / SIGNATURE).read_text())
+        hint = bundle["verificationMaterial"]["publicKey"]["hint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return f"sha256:{hint}" if isinstance(hint, str) and hint else None
+
+
 def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]:
     """Check the artifact's signature with `public_key` (PEM); `SignatureError` naming the
     reason when it is unsigned or any file differs from what was signed."""
@@ -117,12 +132,15 @@ def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]
         raise SignatureError(f"artifact {root.name} is not signed (no {SIGNATURE}); a signature by key "
                              f"{identity} is required: sign it with `zoo sign`")
     hashing, _, verifying = _model_signing()
+    by = signer(root)
+    if by is not None and by != identity:
+        raise SignatureError(f"artifact {root.name} is signed by key {by}, not by the required key {identity}")
     try:
         verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key)).set_hashing_config(
             _hashing(hashing, root)).verify(root, root / SIGNATURE)
     except Exception as exc:  # model-signing raises ValueError (mismatch) and its libraries' own errors
         raise SignatureError(f"artifact {root.name}: its signature does not verify with key {identity} "
-                             f"(corrupted or modified since it was signed, or signed by another key): "
+                             f"(corrupted or modified since it was signed): "
                              f"{_reason(exc)}") from None
     return {"signed": True, "verified": True, "key": identity}
 
