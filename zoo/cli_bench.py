@@ -98,6 +98,10 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
           model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
                                                    "(default MODEL)."),
           json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
+          ray: Optional[str] = typer.Option(None, "--ray", help="Run each combination as a Ray task: `local` "
+                                            "(a Ray instance on this machine), `auto` (the cluster this machine "
+                                            "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
+                                            "(docs/benchmarks.md)."),
           output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
     """Latency, throughput, memory, cold start, size and accuracy over models x backends x precisions x
     devices x batch sizes, each combination in its own processes; reports with plots; a regression gate.
@@ -111,6 +115,8 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     min_time_set = min_time is not None
     min_time = 1.0 if min_time is None else min_time
 
+    if ray is not None and (url is not None or scenario is not None):
+        raise ZooError("--ray runs the combination matrix; it does not go with --url or --scenario")
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
         raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
@@ -151,7 +157,7 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
             report = benchmark(
                 _csv(models), _csv(backends_), _csv(batch_sizes or "1,8,32", int), _csv(precision), _csv(device),
                 repository, checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time,
-                lengths=_csv(lengths, int) if lengths else None, timeout=timeout,
+                lengths=_csv(lengths, int) if lengths else None, timeout=timeout, ray=ray,
                 on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
                 on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
                                                                            description=label))

@@ -33,21 +33,21 @@ class _Failed(Exception):
         self.status, self.error = status, error
 
 
-def _context():
+def _context(start_method: str | None = None):
     """Fresh processes forked from a forkserver that has imported torch and zoo once (and
     run nothing): each combination starts clean, in a fraction of a second instead of the
     seconds a spawned interpreter spends importing torch again. Where there is no fork
-    (Windows, macOS defaults), a spawned interpreter."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    (Windows, macOS defaults), or where `start_method` says so, a spawned interpreter."""
+    if start_method == "spawn" or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "zoo", "zoo.bench.measure"])
     return ctx
 
 
-def _in_own_process(fn, job: dict[str, Any], timeout: float | None):
+def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method: str | None = None):
     """`fn(job)` in a freshly spawned process; its result, or `_Failed` with the reason."""
-    ctx = _context()
+    ctx = _context(start_method)
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=run_in_child, args=(send, fn, job), daemon=True)
     proc.start()
@@ -69,6 +69,25 @@ def _in_own_process(fn, job: dict[str, Any], timeout: float | None):
     if status != "ok":
         raise _Failed(status, payload)
     return payload
+
+
+def combination(job: dict[str, Any], timeout: float | None, start_method: str | None = None) -> tuple[str, Any]:
+    """Export, then measure, each in a fresh process: ("ok", (facts, measured points)) or
+    (status, reason). Ray's workers run the same function (`zoo.bench.ray_sweep`)."""
+    try:
+        facts = _in_own_process(export_job, job, timeout, start_method)
+        return "ok", (facts, _in_own_process(measure_job, {**job, "path": facts.pop("path")}, timeout,
+                                             start_method))
+    except _Failed as exc:
+        return exc.status, exc.error
+
+
+def rows_of(base: dict[str, Any], outcome: tuple[str, Any]) -> list[dict[str, Any]]:
+    status, payload = outcome
+    if status != "ok":
+        return [{**base, "status": status, "error": payload}]
+    facts, measured = payload
+    return [{**base, **m, **facts, "status": "ok"} for m in measured]
 
 
 def _models(model) -> list[ModelSpec]:
@@ -149,7 +168,8 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
               warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
               lengths: Sequence[int] | None = None, timeout: float | None = 1800.0,
               on_result: Callable[[dict[str, Any]], Any] | None = None,
-              on_combination: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
+              on_combination: Callable[[int, int, str], Any] | None = None,
+              ray: str | None = None) -> dict[str, Any]:
     """Measure every combination; a JSON-able report (see docs/benchmarks.md).
 
     `model` is a name, a glob ("resnet*"), "all", a spec, or a list of them; a spec is
@@ -157,7 +177,9 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     lengths of the model's non-batch dynamic axis (sequence, atoms) to measure at; models
     without one ignore them. `timeout` bounds each process of a combination.
     `on_result(row)` is called as each row is ready, `on_combination(done, total, label)`
-    after each combination (the CLI's progress bar).
+    after each combination (the CLI's progress bar). `ray` runs the combinations as Ray
+    tasks (`zoo.bench.ray_sweep`): "local" starts a Ray instance on this machine, "auto"
+    or an address joins a running cluster; the rows are the same as a local run's.
     """
     specs = _models(model)
     precisions = [precision] if isinstance(precision, str) else list(precision)
@@ -172,35 +194,39 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
             raise error
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
-    rows: list[dict[str, Any]] = []
-    combos = combinations(specs, backends, precisions, devices)
-    for done, (spec, name, prec, dev) in enumerate(combos, 1):
+    planned = []  # (base row, job) per combination; job None with the row where the combination is a hole
+    for spec, name, prec, dev in combinations(specs, backends, precisions, devices):
         base = {"model": spec.name, "backend": name, "precision": prec, "quantization": int8_method(spec, prec),
                 "device": dev}
         hole = _hole(spec, name, prec, dev, batch_sizes, lengths)
         if hole is not None:
-            new = [{**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",
-                    "error": str(hole)}]
+            planned.append(({**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",
+                             "error": str(hole)}, None))
         else:
-            job = {**job_for(spec, name, prec, dev, repository, checkpoint, random_init, threads),
-                   "batch_sizes": list(batch_sizes),
-                   "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}
-            try:
-                facts = _in_own_process(export_job, job, timeout)
-                measured = _in_own_process(measure_job, {**job, "path": facts.pop("path")}, timeout)
-                new = [{**base, **m, **facts, "status": "ok"} for m in measured]
-            except _Failed as exc:
-                new = [{**base, "status": exc.status, "error": exc.error}]
+            planned.append((base, {**job_for(spec, name, prec, dev, repository, checkpoint, random_init, threads),
+                                   "batch_sizes": list(batch_sizes),
+                                   "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}))
+    if ray is None:
+        outcomes = (combination(job, timeout) if job is not None else None for _, job in planned)
+    else:
+        from .ray_sweep import run_on_ray
+
+        outcomes = run_on_ray([job for _, job in planned], timeout, ray)
+    rows: list[dict[str, Any]] = []
+    for done, ((base, job), outcome) in enumerate(zip(planned, outcomes), 1):
+        new = [base] if job is None else rows_of(base, outcome)
         for row in new:
             rows.append(row)
             if on_result:
                 on_result(row)
         if on_combination:
-            on_combination(done, len(combos), f"{spec.name} {name} {prec} {dev}")
+            on_combination(done, len(planned), f"{base['model']} {base['backend']} {base['precision']} "
+                                               f"{base['device']}")
     report: dict[str, Any] = {"models": [s.name for s in specs], "environment": environment(threads),
                               "options": {"backends": list(backends), "precisions": precisions, "devices": devices,
                                           "batch_sizes": list(batch_sizes), "lengths": list(lengths or []),
-                                          "random_init": random_init, **options},
+                                          "random_init": random_init, **options,
+                                          **({"ray": ray} if ray is not None else {})},
                               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}
     if len(specs) == 1:
         report["model"] = specs[0].name
