@@ -51,12 +51,13 @@ def free_port() -> int:
 
 class Tritonserver:
     def __init__(self, repository: Path, models: Sequence[str] | None = None, log: Path | None = None,
-                 home: Path | None = None, args: Sequence[str] = ()) -> None:
+                 home: Path | None = None, args: Sequence[str] = (), http_port: int | None = None,
+                 grpc_port: int | None = None) -> None:
         self.home = home or triton_home()
         reason = unavailable_reason(self.home)
         if reason:
             raise RuntimeError(reason)
-        self.http_port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.grpc_port = http_port or free_port(), grpc_port or free_port()
         self.http_url = f"127.0.0.1:{self.http_port}"  # tritonclient takes HOST:PORT
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log or Path(os.devnull)
@@ -142,3 +143,27 @@ def _children(pid: int) -> list[int]:
                 if int(fields[1]) == pid:
                     found += [int(entry.name), *_children(int(entry.name))]
     return found
+
+
+def main() -> None:
+    """`python tools/tritonserver.py REPOSITORY`: serve it until Ctrl-C (docs/deploy.md)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("repository", type=Path)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--log", type=Path, default=None, help="Triton's log file (default: discarded)")
+    ns = parser.parse_args()
+    with Tritonserver(ns.repository.resolve(), log=ns.log, http_port=ns.http_port, grpc_port=ns.grpc_port) as server:
+        for name, entry in sorted(server.index().items()):
+            print(f"{name}: {entry.get('state')} {entry.get('reason', '')}".rstrip(), flush=True)
+        print(f"Triton serving {ns.repository} on http://{server.http_url} and grpc {server.grpc_url}; Ctrl-C stops",
+              flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while server.proc.poll() is None:
+                time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -495,6 +495,48 @@ def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help
     print_bench(run(repository, min_time=min_time, console=out))
 
 
+deploy_app = typer.Typer(no_args_is_help=True, help="Manifests that serve a repository past one machine.")
+app.add_typer(deploy_app, name="deploy")
+
+
+@deploy_app.command("kserve")
+def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The model repository `zoo export` wrote."),
+                  storage_uri: str = typer.Option(..., help="Where the cluster reads the repository from: gs://, "
+                                                  "s3://, pvc://, https:// ..., a copy of REPOSITORY."),
+                  name: Optional[str] = typer.Option(None, help="InferenceService name (default: from the "
+                                                     "repository's directory name)."),
+                  gpu: Optional[int] = typer.Option(None, "--gpu", help="GPUs for the Triton pod (default: 1 when "
+                                                    "any artifact was exported for CUDA, else 0)."),
+                  protocol: str = typer.Option("v2", help="v2 (HTTP) or grpc-v2 (gRPC on Triton's port 9000)."),
+                  cpu: str = typer.Option("1", help="CPU request and limit (a Kubernetes quantity)."),
+                  memory: str = typer.Option("2Gi", help="Memory request and limit (a Kubernetes quantity)."),
+                  image: Optional[str] = typer.Option(None, help="A Triton image with zoo installed: needed when "
+                                                      "the repository holds python-form artifacts (docs/deploy.md)."),
+                  runtime: Optional[str] = typer.Option(None, help="A KServe ServingRuntime by name (default: "
+                                                        "the one KServe picks for modelFormat triton)."),
+                  runtime_version: Optional[str] = typer.Option(None, help="The runtime image's tag, e.g. "
+                                                                "24.08-py3."),
+                  namespace: Optional[str] = typer.Option(None, help="Kubernetes namespace."),
+                  out_file: Optional[Path] = typer.Option(None, "--out", help="Write the YAML here, not to stdout.")):
+    """A KServe InferenceService serving REPOSITORY with KServe's Triton runtime (modelFormat triton), built
+    and validated with the kserve SDK's model classes. Apply it with `kubectl apply -f FILE`."""
+    from .deploy import kserve_manifest, to_yaml
+
+    manifest, warnings = kserve_manifest(repository, storage_uri, name=name, gpus=gpu, protocol=protocol, cpu=cpu,
+                                         memory=memory, image=image, runtime=runtime,
+                                         runtime_version=runtime_version, namespace=namespace)
+    for line in warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(line)}", highlight=False)
+    text = to_yaml(manifest)
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    from .fsutil import atomic_write_text
+
+    atomic_write_text(out_file, text)
+    err.print(escape(f"wrote {out_file}: InferenceService {manifest['metadata']['name']}"), highlight=False)
+
+
 from . import cli_bench  # noqa: E402,F401  (registers `zoo bench` and `zoo optimize`)
 
 

@@ -1,0 +1,231 @@
+"""KServe `InferenceService` manifests for a zoo repository served by Triton (`zoo deploy kserve`).
+
+The export directory is a Triton model repository (`zoo.triton`), so on a cluster it is
+served by KServe's Triton runtime: the manifest names `modelFormat: triton`, the
+repository's storage URI, the protocol (`v2` over HTTP, or `grpc-v2`, which KServe
+routes to Triton's gRPC port 9000 through a container port named `h2c`), and the
+resources the artifacts need: one GPU or more when any artifact was exported for CUDA.
+
+The manifest is built from the `kserve` SDK's own model classes (`V1beta1InferenceService`
+and the Kubernetes `V1ResourceRequirements`, `V1ContainerPort` they hold), which check
+their required fields when built; it is then serialized with the SDK's `ApiClient` and
+read back into the same classes, so what is written is what KServe's client accepts.
+Before any of that, every artifact is opened as `zoo.load` opens it (manifest validated,
+every file hashed): a repository with a broken artifact is refused, since Triton would
+leave that model UNAVAILABLE on the cluster.
+
+Python-form artifacts (`zoo export --triton python`; the default for `torch`,
+`torch-compile` and `torch-aoti`) run zoo's runner inside Triton's Python backend, so the
+Triton image must have zoo and the artifacts' backend plugins installed: NVIDIA's stock
+image has not. Such a repository needs `--image` (docs/deploy.md builds one); without
+it the command says which artifacts need it and refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .artifact import Artifact, list_artifacts
+from .errors import ArtifactError, UnsupportedError, ZooError
+
+PROTOCOLS = ("v2", "grpc-v2")
+#: storage URI schemes KServe's storage initializer (and modelcar for oci://) understands
+STORAGE_SCHEMES = ("gs://", "s3://", "pvc://", "hdfs://", "webhdfs://", "https://", "http://", "oci://", "hf://")
+#: Triton's gRPC port in KServe's `kserve-tritonserver` runtime; the port named h2c is
+#: the one KServe's ingress routes gRPC (HTTP/2 cleartext) to
+GRPC_PORT = 9000
+#: an InferenceService name: a DNS-1035 label, as KServe's webhook requires
+NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 63
+#: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5")
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+
+
+@dataclass(frozen=True)
+class RepositoryFacts:
+    """What the manifest needs to know about a repository, read from its artifacts' manifests."""
+
+    artifacts: tuple[str, ...]
+    cuda: tuple[str, ...]  # artifacts exported for a CUDA device
+    python_form: tuple[str, ...]  # artifacts Triton serves through zoo's runner
+    other_dirs: tuple[str, ...]  # directories Triton would try to load that are not artifacts
+
+
+def read_repository(repository: Path) -> RepositoryFacts:
+    repository = Path(repository)
+    if not repository.is_dir():
+        raise ArtifactError(f"no model repository at {repository}")
+    paths = list_artifacts(repository)
+    if not paths:
+        raise ArtifactError(f"{repository} holds no artifacts: export some with `zoo export` first")
+    cuda, python_form, names = [], [], []
+    for path in paths:
+        art = Artifact.open(path)  # hashes every file: a broken artifact is refused here, not on the cluster
+        if not (path / "config.pbtxt").is_file():
+            raise ArtifactError(f"artifact {art.name} has no config.pbtxt, so Triton cannot serve it; "
+                                f"re-export it with `zoo export --force`")
+        names.append(art.name)
+        if art.device.startswith("cuda"):
+            cuda.append(art.name)
+        if (art.manifest.get("triton") or {}).get("form", "native") == "python":
+            python_form.append(art.name)
+    others = sorted(p.name for p in repository.iterdir()
+                    if p.is_dir() and not p.name.startswith(".") and p.name not in names)
+    return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others))
+
+
+def default_name(repository: Path) -> str:
+    """A DNS-1035 label from the repository's directory name ("exports" → "exports")."""
+    text = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-")
+    text = re.sub(r"^[^a-z]+", "", text)[:NAME_MAX].rstrip("-")
+    return text or "zoo"
+
+
+def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str) -> None:
+    if not NAME.match(name) or len(name) > NAME_MAX:
+        raise UnsupportedError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
+                               f"and '-', starting with a letter and ending with a letter or digit, at most "
+                               f"{NAME_MAX} characters")
+    if not storage_uri.startswith(STORAGE_SCHEMES):
+        raise UnsupportedError(f"--storage-uri {storage_uri!r}: KServe's storage initializer reads "
+                               f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
+                               f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
+    if protocol not in PROTOCOLS:
+        raise UnsupportedError(f"--protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
+    if gpus < 0:
+        raise UnsupportedError(f"--gpu {gpus}: give 0 or more GPUs")
+    for option, value in (("--cpu", cpu), ("--memory", memory)):
+        if not QUANTITY.match(value):
+            raise UnsupportedError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
+
+
+def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = None, gpus: int | None = None,
+                    protocol: str = "v2", cpu: str = "1", memory: str = "2Gi", image: str | None = None,
+                    runtime: str | None = None, runtime_version: str | None = None,
+                    namespace: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The `InferenceService` for REPOSITORY as a dict (YAML-ready), and warnings to show.
+
+    `gpus`: None gives 1 when any artifact was exported for CUDA, else 0; 0 with CUDA
+    artifacts is refused. `image`: a Triton image with zoo installed, required when the
+    repository holds python-form artifacts. `runtime`/`runtime_version`: a KServe
+    ServingRuntime and its image tag, else KServe picks the runtime for `triton`."""
+    name = name if name is not None else default_name(repository)
+    _check(name, storage_uri, protocol, gpus or 0, cpu, memory)
+    facts = read_repository(repository)
+    warnings: list[str] = []
+    if gpus is None:
+        gpus = 1 if facts.cuda else 0
+    if facts.cuda and gpus == 0:
+        raise UnsupportedError(f"artifacts {', '.join(facts.cuda)} were exported for CUDA and need a GPU: "
+                               f"give --gpu 1 (or more), or export them for cpu")
+    if gpus and not facts.cuda:
+        warnings.append(f"--gpu {gpus}: every artifact was exported for cpu (Triton's KIND_CPU), so the GPU "
+                        f"would sit idle")
+    if facts.python_form and image is None:
+        raise UnsupportedError(f"artifacts {', '.join(facts.python_form)} are served by Triton's Python backend "
+                               f"through zoo's runner, which the stock Triton image lacks: build an image with zoo "
+                               f"and its backend plugins installed (docs/deploy.md) and give it with --image")
+    if facts.other_dirs:
+        one = len(facts.other_dirs) == 1
+        warnings.append(f"Triton loads every directory of the repository, and {', '.join(facts.other_dirs)} "
+                        f"{'is not a zoo artifact' if one else 'are not zoo artifacts'}: remove "
+                        f"{'it' if one else 'them'} before copying the repository to {storage_uri}")
+    return _build(name, storage_uri, protocol, gpus, cpu, memory, image, runtime, runtime_version, namespace), warnings
+
+
+def _sdk():
+    try:
+        import kserve
+        from kubernetes import client as k8s
+    except ImportError as exc:
+        raise ZooError(f"`zoo deploy kserve` builds the manifest with the kserve SDK, which is not installed "
+                       f"({exc}): pip install 'zoo[kserve]'") from None
+    return kserve, k8s
+
+
+def _build(name, storage_uri, protocol, gpus, cpu, memory, image, runtime, runtime_version, namespace) -> dict:
+    kserve, k8s = _sdk()
+    limits = {"cpu": cpu, "memory": memory}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    model = kserve.V1beta1ModelSpec(
+        model_format=kserve.V1beta1ModelFormat(name="triton"),
+        protocol_version=protocol,
+        storage_uri=storage_uri,
+        runtime=runtime,
+        runtime_version=runtime_version,
+        image=image,
+        # requests equal limits: the Guaranteed QoS class, so a benchmarked pod is not throttled
+        resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=limits),
+        ports=[k8s.V1ContainerPort(name="h2c", container_port=GRPC_PORT, protocol="TCP")]
+        if protocol == "grpc-v2" else None,
+    )
+    isvc = kserve.V1beta1InferenceService(
+        api_version=f"{kserve.constants.KSERVE_GROUP}/{kserve.constants.KSERVE_V1BETA1_VERSION}",
+        kind=kserve.constants.KSERVE_KIND_INFERENCESERVICE,
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        spec=kserve.V1beta1InferenceServiceSpec(predictor=kserve.V1beta1PredictorSpec(model=model)))
+    manifest = serialize(isvc)
+    if serialize(parse_manifest(manifest)) != manifest:  # read back field by field by the SDK's classes
+        raise ZooError("internal error: the kserve SDK's classes do not read back the InferenceService written")
+    return manifest
+
+
+def serialize(isvc) -> dict:
+    """The SDK's own JSON form of `isvc` (camelCase keys, unset fields left out)."""
+    kserve, _ = _sdk()
+    manifest = kserve.ApiClient().sanitize_for_serialization(isvc)
+    model = manifest["spec"]["predictor"]["model"]
+    if not model.get("name"):  # the SDK's '' for an unset container name: KServe names it
+        model.pop("name", None)
+    return manifest
+
+
+def parse_manifest(manifest: dict) -> Any:
+    """`manifest` read into the kserve SDK's `V1beta1InferenceService`, field by field through
+    the classes' own `openapi_types` and `attribute_map` (KServe's types from `kserve.models`,
+    Kubernetes' from `kubernetes.client`), each built with its required fields checked.
+    An unknown field is refused, naming its path: KServe's API server would drop it."""
+    kserve, k8s = _sdk()
+
+    def read(value: Any, kind: str, where: str) -> Any:
+        if value is None:
+            return None
+        if m := re.fullmatch(r"(?:list|List)\[(.+)\]", kind):  # kserve's spelling, and kubernetes'
+
+            if not isinstance(value, list):
+                raise UnsupportedError(f"{where}: a list was expected, not {value!r}")
+            return [read(v, m[1], f"{where}[{i}]") for i, v in enumerate(value)]
+        if m := re.fullmatch(r"dict\(str, (.+)\)|Dict\[str, (.+)\]", kind):
+            if not isinstance(value, dict):
+                raise UnsupportedError(f"{where}: a mapping was expected, not {value!r}")
+            return {k: read(v, m[1] or m[2], f"{where}.{k}") for k, v in value.items()}
+        primitive = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}.get(kind)
+        if primitive is not None:
+            if not isinstance(value, primitive):
+                raise UnsupportedError(f"{where}: {kind} expected, not {value!r}")
+            return value
+        klass = getattr(kserve.models, kind, None) or getattr(k8s, kind)
+        if not isinstance(value, dict):
+            raise UnsupportedError(f"{where}: a {kind} mapping was expected, not {value!r}")
+        by_key = {key: attr for attr, key in klass.attribute_map.items()}
+        unknown = sorted(set(value) - set(by_key))
+        if unknown:
+            raise UnsupportedError(f"{where}: {kind} has no field {', '.join(unknown)}")
+        try:
+            return klass(**{by_key[k]: read(v, klass.openapi_types[by_key[k]], f"{where}.{k}")
+                            for k, v in value.items()})
+        except ValueError as exc:  # a required field missing or a value outside its set
+            raise UnsupportedError(f"{where}: {'; '.join(str(exc).splitlines()[:3])}") from None
+
+    return read(manifest, "V1beta1InferenceService", "InferenceService")
+
+
+def to_yaml(manifest: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(manifest, sort_keys=False)
