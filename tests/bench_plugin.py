@@ -37,7 +37,20 @@ class HangingExport(TorchBackend):
         time.sleep(3600)
 
 
+class WrongAnswers(TorchBackend):
+    """Exports and runs, but its engine answers 1.5 times the right output: verification
+    must refuse the artifact."""
+
+    name = "wrong-test"
+
+    def load(self, path, spec, precision, device, threads=None, info=None):
+        runner = super().load(path, spec, precision, device, threads, info)
+        outputs = runner.outputs
+        runner.outputs = lambda raw: {k: v * 1.5 for k, v in outputs(raw).items()}
+        return runner
+
+
 @zoo.hookimpl
 def zoo_register_backends(register):
-    for backend in (BrokenExport(), CrashingLoad(), HangingExport()):
+    for backend in (BrokenExport(), CrashingLoad(), HangingExport(), WrongAnswers()):
         register(backend)

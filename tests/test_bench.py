@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,39 @@ def test_the_matrix_spans_precisions_and_marks_the_holes(repository):
 def test_batch_outside_the_exported_range_is_refused(repository):
     with pytest.raises(ZooError, match="outside"):
         zoo.benchmark(SPEC, ["onnxruntime"], [1, 1000], repository=repository, random_init=True, **FAST)
+
+
+def test_a_combination_refused_by_verification_is_not_a_failure(repository, failing_backends, tmp_path):
+    """`zoo bench` exits 0 when verification refuses a combination (reported as "refused"
+    with the parity error), and 1 with --strict; a crashed combination fails either way."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    plugin = str(Path(__file__).with_name("bench_plugin.py"))
+    args = ["--plugin", plugin, "bench", SPEC.name, "--batch-sizes", "1", "--random-init", "--repository",
+            str(repository), "--min-time", "0.05", "--report-dir", str(tmp_path / "r"), "--json"]
+    refused = CliRunner().invoke(app, [*args, "--backends", "wrong-test"])
+    assert refused.exit_code == 0, refused.output
+    row, = json.loads(refused.stdout)["results"]
+    assert row["status"] == "refused" and "differs from PyTorch fp32" in row["error"], row
+    strict = CliRunner().invoke(app, [*args, "--backends", "wrong-test", "--strict"])
+    assert strict.exit_code == 1 and json.loads(strict.stdout)["results"][0]["status"] == "refused"
+    crashed = CliRunner().invoke(app, [*args, "--backends", "broken-test"])
+    assert crashed.exit_code == 1 and json.loads(crashed.stdout)["results"][0]["status"] == "failed"
+
+
+@pytest.mark.parametrize("mode, option, value", [("--url", "--compare", "base.json"), ("--url", "--precision", "int8"),
+                                                  ("--url", "--report-dir", "r"), ("--scenario", "--lengths", "8"),
+                                                  ("--scenario", "--compare", "base.json")])
+def test_options_a_mode_does_not_use_are_refused(mode, option, value):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    target = "http://127.0.0.1:9" if mode == "--url" else "offline"
+    result = CliRunner().invoke(app, ["bench", SPEC.name, mode, target, option, value])
+    assert result.exit_code != 0
+    assert str(result.exception) == (f"{option} does nothing with {mode}: "
+                                     + ("it measures the server as it runs" if mode == "--url"
+                                        else "LoadGen runs each combination at its own sizes") + "; leave it out")

@@ -58,7 +58,7 @@ def _row_line(r: dict[str, Any]) -> str:
 
 
 @app.command()
-def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
+def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
           backends_: str = typer.Option("torch,onnxruntime", "--backends"),
           batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
                                                     "with --url, rows per request, default 1)."),
@@ -102,12 +102,19 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
                                             "(a Ray instance on this machine), `auto` (the cluster this machine "
                                             "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
                                             "(docs/benchmarks.md)."),
+          strict: bool = typer.Option(False, "--strict", help="Exit 1 also when verification refused a "
+                                      "combination (status refused); a failed one (crash, exporter error, "
+                                      "time-out) always does."),
           output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
     """Latency, throughput, memory, cold start, size and accuracy over models x backends x precisions x
     devices x batch sizes, each combination in its own processes; reports with plots; a regression gate.
 
     With --url: requests/s and latency percentiles of a running `zoo serve` (or Triton) at each concurrency.
-    With --scenario: MLPerf LoadGen SingleStream, Offline and Server."""
+    With --scenario: MLPerf LoadGen SingleStream, Offline and Server.
+
+    Exit status: 0 when every combination was measured, unsupported, or refused by verification
+    (each listed with its reason); 1 when one failed (a crash, an exporter's error, a time-out), when
+    --compare finds a regression, or with --strict when one was refused; 2 for a usage error."""
     from .bench.compare import compare as compare_reports
     from .bench.compare import failed, print_comparison
     from .bench.report import load_report, write_report
@@ -115,6 +122,7 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
     min_time_set = min_time is not None
     min_time = 1.0 if min_time is None else min_time
 
+    _refuse_ignored(ctx, url, scenario)
     if ray is not None and (url is not None or scenario is not None):
         raise ZooError("--ray runs the combination matrix; it does not go with --url or --scenario")
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
@@ -180,9 +188,29 @@ def bench(models: str = typer.Argument(..., help="Model name(s), comma-separated
             print_comparison(result, out)
     if result and failed(result):
         raise typer.Exit(1)
-    if any(r["status"] == "failed" for r in report["results"]) or any(
-            not r["valid"] and r.get("status") != "unsupported" for r in report.get("loadgen", [])):
+    failing = ("failed", "refused") if strict else ("failed",)
+    if any(r["status"] in failing for r in report["results"]) or any(
+            not r["valid"] and (r.get("status") in failing or r.get("status") is None)
+            for r in report.get("loadgen", [])):
         raise typer.Exit(1)
+
+
+#: options each mode does not use: given on the command line there, they are refused, not ignored
+_NOT_WITH_URL = ("backends_", "precision", "device", "threads", "lengths", "report_dir", "compare", "checkpoint",
+                 "random_init", "strict")
+_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data")
+
+
+def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str]) -> None:
+    given = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+    for mode, active, names in (("--scenario", scenario is not None, _NOT_WITH_SCENARIO),
+                                ("--url", url is not None and scenario is None, _NOT_WITH_URL)):
+        unused = [p.opts[0] for p in given if active and p.name in names]
+        if unused:
+            raise ZooError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}: "
+                           f"{'it measures' if mode == '--url' else 'LoadGen runs'} "
+                           f"{'the server as it runs' if mode == '--url' else 'each combination at its own sizes'}"
+                           f"; leave {'it' if len(unused) == 1 else 'them'} out")
 
 
 def _loadgen_line(r: dict[str, Any]) -> str:

@@ -211,7 +211,7 @@ def _judge(spec: ModelSpec, rows: list[dict[str, Any]], objective: str, bound: f
             continue
         drop = row["metric_drop"] = _drop(spec, row)
         if row.get("status") != "ok":
-            row["decision"] = "unsupported" if row.get("status") == "unsupported" else "failed"
+            row["decision"] = row["status"] if row.get("status") in ("unsupported", "refused") else "failed"
             row["reason"] = row.get("error") or "failed"
         elif row.get(key) is None:
             row["decision"], row["reason"] = "failed", f"no {key} was measured"

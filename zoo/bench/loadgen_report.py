@@ -101,7 +101,7 @@ def print_loadgen(results: Sequence[Mapping[str, Any]], console, title: str = "M
         # a combination of the matrix (zoo.bench.scenarios labels each result), else the target
         who = " ".join(str(v) for v in (r.get("model"), r.get("backend"), precision_label(r), r.get("device"))
                        if v) or r.get("target")
-        verdict = r.get("status") if r.get("status") in ("unsupported", "failed") else (
+        verdict = r.get("status") if r.get("status") in ("unsupported", "failed", "refused") else (
             "VALID" if r.get("valid") else "INVALID")
         table.add_row(label, escape(str(who or "")), verdict,
                       f(r.get("target_qps"), ".1f"), f(r.get("samples_per_second"), ".1f"), f(r.get("p50_ms")),

@@ -6,8 +6,9 @@ measured in another, so one backend's thread pools, allocator, memory or crash c
 touch another's numbers, and the measuring process's peak memory is the engine's. Every
 measurement warms up, then times single calls (synchronizing the GPU on CUDA) until both
 a minimum time and a minimum count are reached. A combination that a backend or model
-does not offer is "unsupported", one that fails (export, verification, crash, time-out)
-is "failed" with its reason, and the run goes on.
+does not offer is "unsupported", one whose export verification refuses (parity, test
+vectors, metric drop) is "refused", one that fails otherwise (an exporter's error, a
+crash, a time-out) is "failed", each with its reason, and the run goes on.
 """
 
 from __future__ import annotations

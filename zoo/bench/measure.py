@@ -178,7 +178,7 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     import os
     import sys
 
-    from ..errors import UnsupportedError, ZooError
+    from ..errors import UnsupportedError, VerificationError, ZooError
 
     # the parent's stdout carries the report (`--json`): libraries' progress bars and
     # prints in a worker (NNCF's calibration, compilers) go to stderr instead
@@ -191,6 +191,8 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
         conn.send(("ok", fn(job)))
     except UnsupportedError as exc:
         conn.send(("unsupported", str(exc)))
+    except VerificationError as exc:  # the export ran and verification refused it: an outcome, not a crash
+        conn.send(("refused", str(exc)))
     except ZooError as exc:
         conn.send(("failed", str(exc)))
     except BaseException as exc:  # a library error inside one backend is this row's failure

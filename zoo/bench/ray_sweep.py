@@ -6,7 +6,8 @@ compiled kernels carry into the next combination). Inside the task the export an
 measurement each run in a fresh child process, exactly as a local run does
 (`zoo.bench.matrix.combination`; spawned rather than forked from a forkserver, which
 hangs under a Ray worker), with the same per-process timeout; so a timed-out,
-crashed or refused combination comes back as the same "failed"/"unsupported" row, and
+crashed or refused combination comes back as the same "failed", "refused" or
+"unsupported" row, and
 the rows merge into one report in the local run's order.
 
 Resources: a CUDA combination asks for one GPU, so a sweep fans out over every GPU of the

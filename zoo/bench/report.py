@@ -21,7 +21,8 @@ from ..fsutil import atomic_write_bytes, atomic_write_text
 
 Row = Mapping[str, Any]
 IDENTITY = ("model", "backend", "precision", "device", "status")
-STATUSES = ("ok", "failed", "unsupported")
+#: "refused": exported, then refused by verification (parity, test vectors, metric drop)
+STATUSES = ("ok", "failed", "unsupported", "refused")
 #: CSV columns in this order; fields a row has beyond these follow, sorted, then `error`.
 CSV_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths", "status", "p50_ms", "p90_ms", "p99_ms",
               "mean_ms", "std_ms", "throughput", "iterations", "noise", "max_abs_error", "metric_name", "metric",
