@@ -200,3 +200,24 @@ def test_predict_cli_checks_the_input_kind(bigram, tmp_path):
     result = CliRunner().invoke(app, ["generate", "bigram.test", "-p", "xy", "-n", "2",
                                       "--checkpoint", str(tmp_path / "ckpt")])
     assert result.exit_code == 0 and result.output.strip() == "xyz{"
+
+
+def test_predict_cli_device_and_the_options_it_refuses(bigram, tmp_path):
+    """--device reaches the runner (an artifact by default on its own device); --checkpoint
+    with --artifact, and local options with --url, are refused rather than ignored."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    ckpt = zoo.train("bigram.test", progress=False, out=tmp_path / "ckpt")
+    art = zoo.export("bigram.test", "torch", repository=tmp_path / "repo", checkpoint=ckpt)
+    for command in (["predict", "bigram.test", "hi"], ["generate", "bigram.test", "-p", "xy", "-n", "2"]):
+        on_cpu = CliRunner().invoke(app, [*command, "--artifact", str(art.path), "--device", "cpu"])
+        assert on_cpu.exit_code == 0, on_cpu.output
+        both = CliRunner().invoke(app, [*command, "--artifact", str(art.path), "--checkpoint", str(tmp_path / "ckpt")])
+        assert both.exit_code != 0 and "give one of them" in str(both.exception)
+        nowhere = CliRunner().invoke(app, [*command, "--checkpoint", str(tmp_path / "ckpt"), "--device", "mps"])
+        assert nowhere.exit_code != 0 and str(nowhere.exception) == "unknown device 'mps': cpu or cuda[:N]"
+    remote = CliRunner().invoke(app, ["predict", "bigram.test", "hi", "--url", "http://127.0.0.1:9", "--device", "cpu"])
+    assert remote.exit_code != 0 and str(remote.exception) == ("--device choose what runs here; with --url the server "
+                                                               "runs its own model")

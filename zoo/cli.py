@@ -346,11 +346,16 @@ ARTIFACT = typer.Option(None, "--artifact", "-a", help="Run this artifact (direc
                         "instead of the PyTorch module.")
 
 
-def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, checkpoint: Optional[Path]):
+DEVICE = typer.Option(None, "--device", help="cpu or cuda[:N] (default: an artifact's own device; cpu for the "
+                      "PyTorch module).")
+
+
+def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, checkpoint: Optional[Path],
+               device: Optional[str]):
     from .predict import predictor
 
     path = _artifact_path(artifact, repository) if artifact else None
-    return predictor(model, path, checkpoint)
+    return predictor(model, path, checkpoint, device=device)
 
 
 @app.command()
@@ -363,7 +368,7 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
             url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` (or Triton) server at "
                                               "this URL instead; MODEL is the served model's name."),
-            as_json: bool = JSON):
+            device: Optional[str] = DEVICE, as_json: bool = JSON):
     """Run MODEL on domain-native inputs and print domain outputs (labels, embeddings, properties)."""
     from .errors import InputError
     from .predict import predict as run
@@ -372,12 +377,17 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
     if url is not None:
         from .client import Client
 
+        local = [name for name, value in (("--artifact", artifact), ("--checkpoint", checkpoint),
+                                          ("--device", device)) if value is not None]
+        if local:
+            raise InputError(f"{', '.join(local)} choose what runs here; with --url the server runs its own model")
+
         client = Client(url)
         kind = client.raw_kind(model)
         name, source = model, f"server {url}"
         fn = lambda raw: client.predict(model, raw)  # noqa: E731
     else:
-        spec, fn_, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint)
+        spec, fn_, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint, device)
         kind, name = spec.raw_kind, spec.name
         fn = lambda raw: run(spec, fn_, raw)  # noqa: E731
     for k, values in given.items():
@@ -408,11 +418,12 @@ def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
              max_new_tokens: int = typer.Option(100, "--max-new-tokens", "-n"),
              temperature: float = typer.Option(0.0, help="0: greedy; higher: more random sampling."),
              seed: int = 0, artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
-             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL).")):
+             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
+             device: Optional[str] = DEVICE):
     """Continue PROMPT with a language model, greedily or by sampling at a temperature."""
     from .predict import generate as run
 
-    spec, fn, _ = _predictor(model, artifact, repository, checkpoint)
+    spec, fn, _ = _predictor(model, artifact, repository, checkpoint, device)
     print(prompt + run(spec, fn, prompt, max_new_tokens, temperature, seed))
 
 

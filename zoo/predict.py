@@ -8,6 +8,7 @@ postprocessing are the spec's own, so the server's BYTES path gives the same res
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,9 +23,14 @@ ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
 
 def predictor(model: str | None = None, artifact: str | Path | None = None,
-              checkpoint: str | Path | Checkpoint | None = None, device: str = "cpu",
+              checkpoint: str | Path | Checkpoint | None = None, device: str | None = None,
               threads: int | None = None) -> tuple[ModelSpec, ArrayFn, str]:
-    """The spec, a numpy-in/numpy-out callable and a description of what runs."""
+    """The spec, a numpy-in/numpy-out callable and a description of what runs.
+
+    `device`: for an artifact, default the device it was exported for; for the PyTorch
+    module, default cpu."""
+    if artifact is not None and checkpoint is not None:
+        raise ZooError("a checkpoint names PyTorch weights and an artifact carries its own: give one of them")
     if artifact is not None:
         from .artifact import Artifact
 
@@ -44,6 +50,13 @@ def predictor(model: str | None = None, artifact: str | Path | None = None,
 
     spec = get_model(model)
     module, source = reference_module(spec, checkpoint)
+    device = device or "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ZooError(f"unknown device {device!r}: cpu or cuda[:N]")
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ZooError(f"--device {device}: no CUDA device (torch {torch.__version__} sees none)")
     return spec, module_fn(module.to(device), spec, device), f"PyTorch ({source})"
 
 
