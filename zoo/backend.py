@@ -55,6 +55,9 @@ class Backend(abc.ABC):
     #: the artifact through this backend's runner (`zoo.triton`)
     triton: ClassVar[Mapping[str, str]] = {}
     description: ClassVar[str] = ""
+    #: export compiles native code (Inductor, an engine builder): a minute or more per model
+    #: on a small CPU. `zoo demo` leaves such backends to `--backends` so it stays quick.
+    compiles: ClassVar[bool] = False
 
     @property
     def devices(self) -> tuple[str, ...]:

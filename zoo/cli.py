@@ -497,13 +497,16 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
 
 
 @app.command()
-def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point.")):
-    """Train resnet8.digits, export it to every backend available here, verify and benchmark them."""
+def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+         backends_: Optional[str] = typer.Option(None, "--backends", help="Backends to export and measure, "
+                                                 "comma-separated, or `all` (default: every one that runs here "
+                                                 "except those whose export compiles native code).")):
+    """Train resnet8.digits, export it to the backends available here, verify and benchmark them."""
     from .demo import run
 
     from .cli_bench import print_bench
 
-    print_bench(run(repository, min_time=min_time, console=out))
+    print_bench(run(repository, min_time=min_time, console=out, only=_csv(backends_) if backends_ else None))
 
 
 deploy_app = typer.Typer(no_args_is_help=True, help="Manifests that serve a repository past one machine.")

@@ -44,6 +44,7 @@ class TensorRTBackend(zoo.Backend):
     filename: ClassVar[str] = "model.plan"
     triton: ClassVar[Mapping[str, str]] = {"platform": "tensorrt_plan"}
     description: ClassVar[str] = "NVIDIA TensorRT engines built from the ONNX export (CUDA)"
+    compiles: ClassVar[bool] = True
 
     def __init__(self, workspace: int | None = None, timing_cache: Path | None = None) -> None:
         from .engine import DEFAULT_WORKSPACE, timing_cache_path  # no tensorrt import there

@@ -91,6 +91,7 @@ def check_isa(recorded: str | None, artifact: str) -> None:
 
 class TorchAotiBackend(Backend):
     name = "torch-aoti"
+    compiles = True
     description = "AOTInductor: the torch.export program compiled ahead of time into a native package (.pt2)"
     precisions = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
     filename = "model.pt2"

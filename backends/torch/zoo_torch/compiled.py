@@ -260,6 +260,7 @@ class CompiledRunner(TorchRunner):
 
 class TorchCompileBackend(TorchBackend):
     name = "torch-compile"
+    compiles = True
     description = ("torch.compile (Inductor, frozen weights; max-autotune and CUDA graphs per shape on CUDA) "
                    "of a torch.export program, compiled when loaded")
     # the same program format as `torch`: Triton's Python backend (`TorchBackend.triton`)
