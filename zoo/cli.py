@@ -497,7 +497,7 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
 
 
 @app.command()
-def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(1.0, help="Seconds of timed runs per point."),
+def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(0.5, help="Seconds of timed runs per point."),
          backends_: Optional[str] = typer.Option(None, "--backends", help="Backends to export and measure, "
                                                  "comma-separated, or `all` (default: every one that runs here "
                                                  "except those whose export compiles native code).")):
