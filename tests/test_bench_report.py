@@ -266,3 +266,16 @@ def test_small_and_odd_reports_still_write(tmp_path):
     out = write_report(none_ok, tmp_path / "none")
     assert set(out) == {"json", "csv", "markdown"}
     assert "tensorrt" in to_csv(none_ok)
+
+
+def test_every_backend_library_version_is_compared(tmp_path):
+    """A third-party backend's library is named in the environment, and its upgrade between
+    two runs is reported as making them incomparable, as ONNX Runtime's is."""
+    from zoo.bench.env import environment
+
+    env = environment()
+    assert {"onnxruntime", "openvino"} <= set(env["libraries"]) and all(k in env for k in env["libraries"])
+    baseline, current = build_report(seed=1), build_report(seed=1)
+    for report, version in ((baseline, "1.0"), (current, "2.0")):
+        report["environment"].update(libraries=["npu-runtime"], **{"npu-runtime": version})
+    assert compare(baseline, current)["environment"] == {"npu-runtime": ["1.0", "2.0"]}

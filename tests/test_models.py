@@ -14,7 +14,7 @@ MODELS = zoo.list_models()
 #: backends with their own registry-wide test files, kept out of this matrix for time:
 #: openvino (tests/test_backend_openvino.py: every model), and the compiling backends
 #: (tests/test_backend_torch_compiled.py: one model per domain, seconds of compile each)
-OWN_TESTS = {"openvino", "torch-compile", "torch-aoti"}
+OWN_TESTS = {"openvino"} | {name for name, be in backends().items() if be.compiles}
 CPU_BACKENDS = [name for name, be in backends().items() if be.probe("cpu").ok and name not in OWN_TESTS]
 
 

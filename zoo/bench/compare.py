@@ -27,8 +27,9 @@ from ..errors import ZooError
 from .stats import row_key
 
 KEY_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths")
-#: environment fields that make two runs' timings incomparable when they differ
-ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "torch", "onnxruntime", "openvino", "tensorrt")
+#: environment fields that make two runs' timings incomparable when they differ, besides
+#: the versions of every backend's libraries (`libraries` in the environment)
+ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "torch")
 
 
 def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], sigmas: float = 3.0, min_change: float = 0.05,
@@ -55,7 +56,8 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], sigmas: flo
     result["missing"] = [_identity(r) | {"baseline_status": r.get("status")} for r in missing]
     result["new"] = [_identity(r) | {"current_status": r.get("status")} for r in new]
     envs = baseline.get("environment") or {}, current.get("environment") or {}
-    result["environment"] = {k: [envs[0].get(k), envs[1].get(k)] for k in ENVIRONMENT
+    libraries = sorted(set(envs[0].get("libraries") or ()) | set(envs[1].get("libraries") or ()))
+    result["environment"] = {k: [envs[0].get(k), envs[1].get(k)] for k in (*ENVIRONMENT, *libraries)
                              if envs[0].get(k) != envs[1].get(k)}
     return result
 

@@ -56,7 +56,11 @@ def environment(threads: int | None = None) -> dict[str, Any]:
                            "interop_threads": torch.get_num_interop_threads(),
                            "thread_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
                            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
-    for be in backends().values():
-        env.update(be.versions())
+    libraries: set[str] = set()
+    for be in backends().values():  # every backend plugin's, a third party's included
+        versions = be.versions()
+        env.update(versions)
+        libraries.update(versions)
+    env["libraries"] = sorted(libraries - {"torch"})
     env.update(gpu_facts())
     return env
