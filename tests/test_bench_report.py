@@ -279,3 +279,16 @@ def test_every_backend_library_version_is_compared(tmp_path):
     for report, version in ((baseline, "1.0"), (current, "2.0")):
         report["environment"].update(libraries=["npu-runtime"], **{"npu-runtime": version})
     assert compare(baseline, current)["environment"] == {"npu-runtime": ["1.0", "2.0"]}
+
+
+def test_speedups_are_against_the_runs_first_backend():
+    """`zoo bench --backends npu,onnxruntime`: a third-party backend named first is the
+    baseline, with the column saying so; without torch in the run, speed-ups still show."""
+    report = build_report(seed=1)
+    report["options"]["backends"] = ["onnxruntime", "torch"]
+    md = markdown(report)
+    assert "| vs onnxruntime fp32 |" in md and "vs torch fp32" not in md
+    assert "| 1.00x |" in next(l for l in md.splitlines() if l.startswith("| onnxruntime | fp32 | cpu | 8 |"))
+    report["results"] = [r for r in report["results"] if r["backend"] != "torch"]
+    report["options"]["backends"] = ["torch", "onnxruntime"]  # torch asked for, none of it measured
+    assert "| vs onnxruntime fp32 |" in markdown(report)

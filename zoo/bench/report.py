@@ -154,22 +154,30 @@ def _models(report: Mapping[str, Any]) -> list[str]:
     return names + [m for m in dict.fromkeys(r["model"] for r in report["results"]) if m not in names]
 
 
-def _speedups(rows: list[Row]) -> dict[tuple, float]:
-    """p50 of eager PyTorch fp32 at each device, batch and lengths: what speed-ups are against."""
+def baseline_backend(report: Mapping[str, Any]) -> str | None:
+    """What speed-ups are against: the first backend of the run (`--backends`, whose default
+    starts with eager PyTorch) that measured fp32; any backend plugin can be it."""
+    rows = [r for r in report["results"] if r["status"] == "ok" and r["precision"] == "fp32"]
+    order = list((report.get("options") or {}).get("backends") or ()) + [r["backend"] for r in rows]
+    return next((b for b in order if any(r["backend"] == b for r in rows)), None)
+
+
+def _speedups(rows: list[Row], baseline: str | None) -> dict[tuple, float]:
+    """p50 of the baseline backend at fp32 at each device, batch and lengths."""
     return {(r["device"], r.get("batch"), _lengths(r.get("lengths"))): r["p50_ms"] for r in rows
-            if r["status"] == "ok" and r["backend"] == "torch" and r["precision"] == "fp32"}
+            if r["status"] == "ok" and r["backend"] == baseline and r["precision"] == "fp32"}
 
 
-def _model_section(model: str, rows: list[Row]) -> list[str]:
+def _model_section(model: str, rows: list[Row], baseline: str | None) -> list[str]:
     ok = [r for r in rows if r["status"] == "ok"]
     lines = [f"## {model}", ""]
     if ok:
-        base = _speedups(ok)
+        base = _speedups(ok, baseline)
         show_lengths = any(r.get("lengths") for r in ok)
         show_cuda = any(r.get("peak_cuda_mb") is not None for r in ok)
         metric = next((r["metric_name"] for r in ok if r.get("metric_name")), "metric")
         columns = ["backend", "precision", "device", "batch", *(["lengths"] if show_lengths else []),
-                   "p50 ms", "p90 ms", "p99 ms", "samples/s", "vs torch fp32", "host MB",
+                   "p50 ms", "p90 ms", "p99 ms", "samples/s", f"vs {baseline} fp32", "host MB",
                    *(["GPU MB"] if show_cuda else []), "export s", "load s", "size MB", "max \\|err\\|",
                    metric, "change"]
         table = []
@@ -203,8 +211,8 @@ def _loadgen_section(results: list[Row]) -> list[str]:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
-    """The environment, one table per model (speed-ups against eager PyTorch fp32 in the
-    same run), the rows that were not measured with their reasons, and LoadGen results."""
+    """The environment, one table per model (speed-ups against the run's first backend at
+    fp32, eager PyTorch by default, in the same run), the rows that were not measured with their reasons, and LoadGen results."""
     lines = ["# Benchmark report", "", "## Environment", ""]
     for key, value in (report.get("environment") or {}).items():
         text = json.dumps(value) if isinstance(value, (dict, list)) else value
@@ -212,8 +220,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     if report.get("options"):
         lines += ["", "Options: " + ", ".join(f"{k}={v}" for k, v in report["options"].items())]
     lines.append("")
+    baseline = baseline_backend(report)
     for model in _models(report):
-        lines += _model_section(model, [r for r in report["results"] if r["model"] == model])
+        lines += _model_section(model, [r for r in report["results"] if r["model"] == model], baseline)
     if report.get("loadgen"):
         lines += _loadgen_section(report["loadgen"])
     return "\n".join(lines)
