@@ -9,19 +9,61 @@ export whose manifest and `config.pbtxt` are rewritten as a CUDA export writes t
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import yaml
 
 import zoo
-from zoo.errors import ArtifactError, UnsupportedError
 from zoo.fsutil import sha256_file
 
-kserve = pytest.importorskip("kserve", reason="the kserve SDK (zoo[kserve]) builds the manifests")
+# The kserve SDK registers KServe's `inference.*` protobuf messages, and tritonclient.grpc
+# (which the serving tests import) Triton's messages of the same names: one process cannot
+# hold both. So the SDK only ever runs in child processes here, as `zoo deploy` runs apart
+# from `zoo serve`.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("kserve") is None,
+                                reason="the kserve SDK (zoo[kserve]) builds the manifests")
 
-from zoo.deploy import kserve_manifest, parse_manifest, serialize  # noqa: E402
+CHILD = textwrap.dedent("""
+    import json, sys
+    from zoo import deploy
+    results = []
+    for call in json.loads(sys.argv[1]):
+        try:
+            value = getattr(deploy, call["fn"])(*call["args"], **call.get("kwargs", {}))
+            if call["fn"] == "parse_manifest":
+                value = {"class": type(value).__name__, "serialized": deploy.serialize(value),
+                         "format": value.spec.predictor.model.model_format.name}
+            results.append({"ok": value})
+        except Exception as exc:
+            results.append({"error": type(exc).__name__, "message": str(exc)})
+    print(json.dumps(results))
+""")
+
+
+def run(*calls: dict) -> list[dict]:
+    """`zoo.deploy` functions called in one child process; their results or errors."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(calls, default=str)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def call(fn: str, *args, **kwargs) -> dict:
+    return {"fn": fn, "args": [str(a) if hasattr(a, "is_dir") else a for a in args], "kwargs": kwargs}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+    return subprocess.run([sys.executable, "-m", "zoo", "deploy", "kserve", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
 
 
 def as_cuda_export(art: zoo.Artifact) -> None:
@@ -43,18 +85,10 @@ def repository(tmp_path_factory):
     return root
 
 
-def invoke(*args: str):
-    from typer.testing import CliRunner
-
-    from zoo.cli import app
-
-    return CliRunner().invoke(app, ["deploy", "kserve", *args])
-
-
 def test_manifest_for_a_cpu_and_a_gpu_artifact(repository, tmp_path):
     out = tmp_path / "isvc.yaml"
-    result = invoke(str(repository), "--storage-uri", "gs://models/zoo", "--name", "zoo-digits", "--out", str(out))
-    assert result.exit_code == 0, result.output
+    result = cli(str(repository), "--storage-uri", "gs://models/zoo", "--name", "zoo-digits", "--out", str(out))
+    assert result.returncode == 0, result.stderr
     manifest = yaml.safe_load(out.read_text())
     assert manifest["apiVersion"] == "serving.kserve.io/v1beta1" and manifest["kind"] == "InferenceService"
     assert manifest["metadata"] == {"name": "zoo-digits"}
@@ -66,19 +100,18 @@ def test_manifest_for_a_cpu_and_a_gpu_artifact(repository, tmp_path):
     assert model["resources"]["requests"] == model["resources"]["limits"]
     assert "image" not in model and "ports" not in model  # native forms: KServe's stock Triton runtime
     # the YAML reads back into the SDK's classes, field for field
-    isvc = parse_manifest(manifest)
-    assert isinstance(isvc, kserve.V1beta1InferenceService)
-    assert isvc.spec.predictor.model.model_format.name == "triton"
-    assert isvc.spec.predictor.model.resources.limits["nvidia.com/gpu"] == "1"
-    assert serialize(isvc) == manifest
+    parsed, = run(call("parse_manifest", manifest))
+    assert parsed["ok"]["class"] == "V1beta1InferenceService" and parsed["ok"]["format"] == "triton"
+    assert parsed["ok"]["serialized"] == manifest
 
 
 def test_cpu_only_repository_and_grpc(repository, tmp_path):
     cpu_only = tmp_path / "cpu-models"
     shutil.copytree(repository / "resnet8.digits.onnxruntime.fp32", cpu_only / "resnet8.digits.onnxruntime.fp32")
-    manifest, warnings = kserve_manifest(cpu_only, "pvc://models/zoo", protocol="grpc-v2", cpu="2", memory="3Gi",
-                                         runtime="kserve-tritonserver", runtime_version="24.08-py3",
-                                         namespace="ml")
+    grpc, gpu = run(call("kserve_manifest", cpu_only, "pvc://models/zoo", protocol="grpc-v2", cpu="2",
+                         memory="3Gi", runtime="kserve-tritonserver", runtime_version="24.08-py3", namespace="ml"),
+                    call("kserve_manifest", cpu_only, "s3://models/zoo", gpus=1))
+    manifest, warnings = grpc["ok"]
     assert warnings == []
     assert manifest["metadata"] == {"name": "cpu-models", "namespace": "ml"}  # from the directory's name
     model = manifest["spec"]["predictor"]["model"]
@@ -88,7 +121,7 @@ def test_cpu_only_repository_and_grpc(repository, tmp_path):
     assert model["ports"] == [{"containerPort": 9000, "name": "h2c", "protocol": "TCP"}]
     assert (model["runtime"], model["runtimeVersion"]) == ("kserve-tritonserver", "24.08-py3")
     # a GPU for CPU artifacts is allowed, with a warning that it would sit idle
-    manifest, warnings = kserve_manifest(cpu_only, "s3://models/zoo", gpus=1)
+    manifest, warnings = gpu["ok"]
     assert manifest["spec"]["predictor"]["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert len(warnings) == 1 and "idle" in warnings[0]
 
@@ -96,57 +129,66 @@ def test_cpu_only_repository_and_grpc(repository, tmp_path):
 def test_python_form_artifacts_need_an_image_with_zoo(tmp_path):
     root = tmp_path / "models"
     zoo.export(zoo.get_model("resnet8.digits").tiny(), "torch", repository=root, random_init=True)
-    with pytest.raises(UnsupportedError, match=r"resnet8\.digits\.torch\.fp32 are served by Triton's Python "
-                                               r"backend.*--image"):
-        kserve_manifest(root, "gs://models/zoo")
-    manifest, _ = kserve_manifest(root, "gs://models/zoo", image="registry.example/zoo-triton:0.1")
-    assert manifest["spec"]["predictor"]["model"]["image"] == "registry.example/zoo-triton:0.1"
+    refused, built = run(call("kserve_manifest", root, "gs://models/zoo"),
+                         call("kserve_manifest", root, "gs://models/zoo", image="registry.example/zoo-triton:0.1"))
+    assert refused["error"] == "UnsupportedError"
+    assert refused["message"].startswith("artifacts resnet8.digits.torch.fp32 are served by Triton's Python backend")
+    assert "--image" in refused["message"]
+    assert built["ok"][0]["spec"]["predictor"]["model"]["image"] == "registry.example/zoo-triton:0.1"
 
 
 def test_refusals_name_the_cause(repository, tmp_path):
-    with pytest.raises(UnsupportedError, match=r"ppo\.cartpole\.onnxruntime\.fp32 were exported for CUDA"):
-        kserve_manifest(repository, "gs://m/zoo", gpus=0)
-    with pytest.raises(UnsupportedError, match="not a valid InferenceService name"):
-        kserve_manifest(repository, "gs://m/zoo", name="Zoo_Models")
-    with pytest.raises(UnsupportedError, match="storage initializer reads gs://"):
-        kserve_manifest(repository, str(repository))  # a local path means nothing on the cluster
-    with pytest.raises(UnsupportedError, match="choose v2 or grpc-v2"):
-        kserve_manifest(repository, "gs://m/zoo", protocol="grpc")
-    with pytest.raises(UnsupportedError, match="not a Kubernetes quantity"):
-        kserve_manifest(repository, "gs://m/zoo", memory="2GB")
-    with pytest.raises(ArtifactError, match="holds no artifacts"):
-        kserve_manifest(tmp_path, "gs://m/zoo")
-    # a modified file: Triton would leave that model UNAVAILABLE on the cluster, so nothing is written
     broken = tmp_path / "broken"
     shutil.copytree(repository, broken)
     with open(broken / "resnet8.digits.onnxruntime.fp32" / "1" / "model.onnx", "ab") as f:
         f.write(b"\0")
-    with pytest.raises(ArtifactError, match="does not match its sha256"):
-        kserve_manifest(broken, "gs://m/zoo")
-    result = invoke(str(broken), "--storage-uri", "gs://m/zoo")
-    assert result.exit_code != 0 and "does not match its sha256" in str(result.exception)
+    (tmp_path / "empty").mkdir()
+    results = run(call("kserve_manifest", repository, "gs://m/zoo", gpus=0),
+                  call("kserve_manifest", repository, "gs://m/zoo", name="Zoo_Models"),
+                  call("kserve_manifest", repository, str(repository)),  # a local path means nothing on a cluster
+                  call("kserve_manifest", repository, "gs://m/zoo", protocol="grpc"),
+                  call("kserve_manifest", repository, "gs://m/zoo", memory="2GB"),
+                  call("kserve_manifest", tmp_path / "empty", "gs://m/zoo"),
+                  # a modified file: Triton would leave that model UNAVAILABLE on the cluster
+                  call("kserve_manifest", broken, "gs://m/zoo"))
+    expected = [("UnsupportedError", "ppo.cartpole.onnxruntime.fp32 were exported for CUDA and need a GPU"),
+                ("UnsupportedError", "--name 'Zoo_Models' is not a valid InferenceService name"),
+                ("UnsupportedError", "KServe's storage initializer reads gs://"),
+                ("UnsupportedError", "--protocol 'grpc': choose v2 or grpc-v2"),
+                ("UnsupportedError", "--memory '2GB' is not a Kubernetes quantity"),
+                ("ArtifactError", "holds no artifacts: export some with `zoo export` first"),
+                ("ArtifactError", "file 1/model.onnx does not match its sha256")]
+    for got, (kind, text) in zip(results, expected):
+        assert got.get("error") == kind and text in got["message"], got
+    result = cli(str(broken), "--storage-uri", "gs://m/zoo")  # one line, nothing written
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.startswith("error: artifact resnet8.digits.onnxruntime.fp32: file 1/model.onnx does not "
+                                    "match its sha256")
 
 
 def test_directories_triton_would_load_are_named(repository, tmp_path):
     root = tmp_path / "models"
     shutil.copytree(repository, root)
     (root / "notes").mkdir()
-    _, warnings = kserve_manifest(root, "gs://m/zoo")
-    assert warnings == ["Triton loads every directory of the repository, and notes is not a zoo artifact: remove "
-                        "it before copying the repository to gs://m/zoo"]
+    (result,) = run(call("kserve_manifest", root, "gs://m/zoo"))
+    assert result["ok"][1] == ["Triton loads every directory of the repository, and notes is not a zoo artifact: "
+                               "remove it before copying the repository to gs://m/zoo"]
 
 
 def test_the_sdk_reading_refuses_what_kserve_would_drop_or_reject(repository):
-    manifest, _ = kserve_manifest(repository, "gs://m/zoo")
+    (built,) = run(call("kserve_manifest", repository, "gs://m/zoo"))
+    manifest = built["ok"][0]
     typo = json.loads(json.dumps(manifest))
     typo["spec"]["predictor"]["model"]["storageURI"] = typo["spec"]["predictor"]["model"].pop("storageUri")
-    with pytest.raises(UnsupportedError, match=r"spec\.predictor\.model: V1beta1ModelSpec has no field storageURI"):
-        parse_manifest(typo)
     portless = json.loads(json.dumps(manifest))
     portless["spec"]["predictor"]["model"]["ports"] = [{"name": "h2c"}]
-    with pytest.raises(UnsupportedError, match=r"ports\[0\].*containerPort"):
-        parse_manifest(portless)
     wrong_type = json.loads(json.dumps(manifest))
     wrong_type["spec"]["predictor"]["model"]["resources"]["limits"] = ["cpu"]
-    with pytest.raises(UnsupportedError, match=r"resources\.limits: a mapping was expected"):
-        parse_manifest(wrong_type)
+    typo_r, portless_r, wrong_r = run(call("parse_manifest", typo), call("parse_manifest", portless),
+                                      call("parse_manifest", wrong_type))
+    assert typo_r["message"] == ("InferenceService.spec.predictor.model: V1beta1ModelSpec has no field "
+                                 "storageURI")
+    assert portless_r["message"].startswith("InferenceService.spec.predictor.model.ports[0]:")
+    assert "containerPort" in portless_r["message"]
+    assert wrong_r["message"].startswith("InferenceService.spec.predictor.model.resources.limits: a mapping "
+                                         "was expected")

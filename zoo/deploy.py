@@ -19,6 +19,11 @@ Python-form artifacts (`zoo export --triton python`; the default for `torch`,
 Triton image must have zoo and the artifacts' backend plugins installed: NVIDIA's stock
 image has not. Such a repository needs `--image` (docs/deploy.md builds one); without
 it the command says which artifacts need it and refuses.
+
+The kserve SDK is imported only when a manifest is built. It registers KServe's
+`inference.*` protobuf messages under the same names as Triton's (tritonclient.grpc, which
+`zoo serve`'s gRPC front end uses), and one Python process cannot hold both: build
+manifests in a process that does not serve.
 """
 
 from __future__ import annotations
