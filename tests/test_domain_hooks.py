@@ -176,8 +176,8 @@ def test_spec_contracts_for_the_new_fields():
         Metric("neither")
     with pytest.raises(ZooError, match="go together"):
         ModelSpec(**{**_fields(SPEC), "raw_kind": None})
-    with pytest.raises(ZooError, match="raw_kind 'audio' is not one of"):
-        ModelSpec(**{**_fields(SPEC), "raw_kind": "audio"})
+    with pytest.raises(ZooError, match="raw_kind 'Audio' must be a lowercase name"):
+        ModelSpec(**{**_fields(SPEC), "raw_kind": "Audio"})
     assert SPEC.trainable  # a trainer and a recipe suffice, with no dataset or loss
     assert json.loads(json.dumps(SPEC.to_json()))["raw_input"] == "text"
 

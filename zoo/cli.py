@@ -360,8 +360,11 @@ def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, 
 
 @app.command()
 def predict(model: str = typer.Argument(..., help="Model name (or '-' with --artifact)."),
-            items: List[str] = typer.Argument(None, help="Domain-native inputs: text, SMILES, image files."),
-            text: List[str] = typer.Option([], "--text", help="A text input (repeatable)."),
+            items: List[str] = typer.Argument(None, help="Domain-native inputs of the kind the model takes (`zoo info` "
+                                              "says which): text items as given, binary ones (images, ...) as "
+                                              "file paths."),
+            text: List[str] = typer.Option([], "--text", help="A text input (repeatable); as an item, checked to "
+                                           "be the model's kind."),
             smiles: List[str] = typer.Option([], "--smiles", help="A SMILES string (repeatable)."),
             image: List[Path] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
@@ -383,20 +386,20 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
             raise InputError(f"{', '.join(local)} choose what runs here; with --url the server runs its own model")
 
         client = Client(url)
-        kind = client.raw_kind(model)
+        kind, binary = client.raw_kind(model), client.raw_binary(model)
         name, source = model, f"server {url}"
         fn = lambda raw: client.predict(model, raw)  # noqa: E731
     else:
         spec, fn_, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint, device)
-        kind, name = spec.raw_kind, spec.name
+        kind, binary, name = spec.raw_kind, spec.raw_binary, spec.name
         fn = lambda raw: run(spec, fn_, raw)  # noqa: E731
     for k, values in given.items():
         if values and k != kind:
             raise InputError(f"model {name} takes {kind or 'tensors'} inputs, not --{k}")
     raw: list = list(given.get(kind or "", []))
-    raw += [Path(x) for x in items or []] if kind == "image" else list(items or [])
-    if kind == "image":
-        raw = [_read_image(p) for p in raw]
+    raw += [Path(x) for x in items or []] if binary else list(items or [])
+    if binary:
+        raw = [_read_file(p) for p in raw]
     results = fn(raw)
     if as_json:
         return _emit_json({"model": name, "source": source, "results": results})
@@ -405,11 +408,11 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
         out.print(f"{escape(label)}: {escape(json.dumps(result))}", soft_wrap=True)
 
 
-def _read_image(path: Path) -> bytes:
+def _read_file(path: Path) -> bytes:
     from .errors import InputError
 
     if not path.is_file():
-        raise InputError(f"image file {path} does not exist")
+        raise InputError(f"input file {path} does not exist")
     return path.read_bytes()
 
 

@@ -80,6 +80,11 @@ class Client:
         native = (self.metadata(model).get("zoo") or {}).get("domain_native")
         return native["kind"] if native else None
 
+    def raw_binary(self, model: str) -> bool:
+        """Whether the model's domain-native items are binary (read from files), not text."""
+        native = (self.metadata(model).get("zoo") or {}).get("domain_native") or {}
+        return bool(native.get("binary", native.get("kind") == "image"))
+
     def infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
               binary: bool = True, version: str | None = None, request_id: str | None = None) -> dict[str, np.ndarray]:
         """Run `model` on tensors by name (numpy arrays; lists of bytes/str for BYTES)."""

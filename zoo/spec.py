@@ -21,8 +21,10 @@ from .errors import UnsupportedError, ZooError
 if TYPE_CHECKING:
     import torch
 
-#: what a model's `preprocess` accepts: items of this kind, each as bytes.
-RAW_KINDS = ("text", "smiles", "image", "observation")
+#: a domain-native input kind's name (`ModelSpec.raw_kind`): any plugin names its own
+#: ("text", "smiles", "image", "observation" are the built-in plugins'); it is also the
+#: BYTES input's name on the server.
+RAW_KIND = re.compile(r"^[a-z][a-z0-9_]*$")
 #: dtypes a TensorSpec may name; "string" is the protocol's BYTES (text, SMILES).
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "string")
 #: precisions a backend may build an artifact in.
@@ -258,9 +260,13 @@ class ModelSpec:
     #: observations). `precision` (keyword) picks its threshold: int8 is held to a looser one.
     domain_check: Callable[..., dict[str, Any]] | None = None
     #: domain-native inputs (`zoo predict`, the server's BYTES tensors): the kind of item
-    #: (one of RAW_KINDS), items (bytes) -> model inputs, and outputs -> one JSON-able
-    #: result per item. `preprocess` raises `InputError` naming a bad item.
+    #: (a name the plugin chooses, matching RAW_KIND), items (bytes) -> model inputs, and
+    #: outputs -> one JSON-able result per item. `preprocess` raises `InputError` naming a
+    #: bad item. `raw_binary`: items are binary (an image, a recording): `zoo predict`
+    #: reads each from a file named on its command line; otherwise items are UTF-8 text,
+    #: given on the command line and checked as UTF-8 before `preprocess` sees them.
     raw_kind: str | None = None
+    raw_binary: bool = False
     preprocess: Callable[[Sequence[bytes]], dict[str, np.ndarray]] | None = None
     postprocess: Callable[[Mapping[str, np.ndarray]], list[Any]] | None = None
     #: language models: token ids -> text, for `zoo generate` (ids come from `preprocess`).
@@ -274,8 +280,9 @@ class ModelSpec:
             raise ZooError(f"model {self.name}: axes must include 'batch'")
         if (self.preprocess is None) != (self.raw_kind is None):
             raise ZooError(f"model {self.name}: `preprocess` and `raw_kind` go together")
-        if self.raw_kind is not None and self.raw_kind not in RAW_KINDS:
-            raise ZooError(f"model {self.name}: raw_kind {self.raw_kind!r} is not one of {', '.join(RAW_KINDS)}")
+        if self.raw_kind is not None and not RAW_KIND.match(self.raw_kind):
+            raise ZooError(f"model {self.name}: raw_kind {self.raw_kind!r} must be a lowercase name (letters, "
+                           f"digits and _, starting with a letter): it names the server's BYTES input")
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ZooError(f"model {self.name}: quantization {self.quantization!r} is not one of "
                            f"{', '.join(QUANTIZATIONS)}")
@@ -362,4 +369,5 @@ class ModelSpec:
             "quantization": self.quantization,
             "pretrained": self.pretrained is not None,
             "raw_input": self.raw_kind,
+            "raw_binary": self.raw_binary,
         }

@@ -153,7 +153,7 @@ class ServedModel:
             raise InputError(f"input {kind!r}: give a shape [n] list of 1 to {limit} {kind} items, got shape "
                              f"{list(t.shape)}")
         items = [bytes(x) for x in t.data]
-        if kind in ("text", "smiles"):
+        if not self.spec.raw_binary:  # text items: named when not UTF-8, before the plugin sees them
             for k, item in enumerate(items, 1):
                 try:
                     item.decode("utf-8")
@@ -254,7 +254,8 @@ class ServedModel:
         if self.spec.raw_kind:
             outputs = [{"name": RESULT, "datatype": "BYTES", "shape": [-1], "content": "one JSON document per item"}]
             raw = {"inputs": [{"name": self.spec.raw_kind, "datatype": "BYTES", "shape": [-1]}],
-                   "outputs": outputs if self.spec.postprocess else "the tensor outputs", "kind": self.spec.raw_kind}
+                   "outputs": outputs if self.spec.postprocess else "the tensor outputs", "kind": self.spec.raw_kind,
+                   "binary": self.spec.raw_binary}
         return {
             "name": self.name, "versions": [self.version], "platform": self.platform,
             "inputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}

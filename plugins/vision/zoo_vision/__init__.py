@@ -48,7 +48,7 @@ DIGIT_TOLERANCES = {**CLASSIFIER_TOLERANCES, "int8": Tolerance(1.0, 0.1, metric_
 #: tell a usable artifact from a broken one (the trained mobilenetv2.digits has int8).
 RESNET_TOLERANCES = {**CLASSIFIER_TOLERANCES, "int8": Tolerance(0.03, 0.1)}
 #: what the digit classifiers share: PNG/JPEG in, {"label", "score", "top5"} out.
-DIGIT_IO = {"raw_kind": "image", "preprocess": partial(images.digit_batch, size=digits.SIZE),
+DIGIT_IO = {"raw_kind": "image", "raw_binary": True, "preprocess": partial(images.digit_batch, size=digits.SIZE),
             "postprocess": images.classifications}
 DIGITS_DATASET = Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stratified 80/20 split",
                          digits.load, digits.augment)

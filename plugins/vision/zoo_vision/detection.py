@@ -86,7 +86,7 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
                       schedule="onecycle", seed=0, target=0.9),
         tolerances=DETECTOR_TOLERANCES,
         quantization="static",  # a CNN: int8 convolutions end to end
-        raw_kind="image",
+        raw_kind="image", raw_binary=True,
         preprocess=partial(images.rgb_batch, size=image_size),
         postprocess=partial(images.detections, classes=shapes.CLASSES, image_size=image_size,
                             threshold=SCORE_THRESHOLD),
