@@ -83,7 +83,7 @@ class Client:
     def raw_binary(self, model: str) -> bool:
         """Whether the model's domain-native items are binary (read from files), not text."""
         native = (self.metadata(model).get("zoo") or {}).get("domain_native") or {}
-        return bool(native.get("binary", native.get("kind") == "image"))
+        return bool(native.get("binary"))
 
     def infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
               binary: bool = True, version: str | None = None, request_id: str | None = None) -> dict[str, np.ndarray]:

@@ -149,7 +149,7 @@ def with_raw_inputs(spec: ModelSpec, model: Mapping[str, Any]) -> ModelSpec:
         raise PluginNotLoadedError(needs_plugin(model, f"turn {kind} inputs into tensors and its outputs into "
                                                        "results"))
 
-    return replace(spec, raw_kind=kind, raw_binary=bool(model.get("raw_binary", kind == "image")),
+    return replace(spec, raw_kind=kind, raw_binary=bool(model.get("raw_binary")),
                    preprocess=missing, postprocess=missing,
                    detokenize=missing if model.get("generates_text") else None)
 
