@@ -80,3 +80,21 @@ def test_a_precision_the_device_cannot_do_is_refused_up_front(tmp_path):
     with pytest.raises(ZooError, match="unknown precision 'int8'"):
         TrainOptions(precision="int8")
     assert not tmp_path.joinpath("model").exists()
+
+
+def test_a_run_that_misses_its_recipes_target_says_so(tmp_path, caplog):
+    """`Recipe.target` is checked after every run: recorded beside the metrics, and a miss
+    is a warning (the library's log, and one line from `zoo train`)."""
+    import dataclasses
+    import logging
+
+    tiny = zoo.get_model("resnet8.digits").tiny()
+    unreachable = dataclasses.replace(tiny, recipe=dataclasses.replace(tiny.recipe, target=1.01))
+    with caplog.at_level(logging.WARNING, logger="zoo.train"):
+        ckpt = zoo.train(unreachable, out=tmp_path / "miss", epochs=1, progress=False)
+    reached = ckpt.metrics["target"]
+    assert reached == {"metric": "accuracy", "value": ckpt.metrics["test_accuracy"], "target": 1.01, "met": False}
+    assert any("short of its recipe's target 1.01" in r.getMessage() for r in caplog.records)
+    assert json.loads((tmp_path / "miss" / "metrics.json").read_text())["target"]["met"] is False
+    lower = dataclasses.replace(tiny, recipe=dataclasses.replace(tiny.recipe, target=0.0))
+    assert zoo.train(lower, out=tmp_path / "met", epochs=1, progress=False).metrics["target"]["met"] is True

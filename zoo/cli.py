@@ -182,6 +182,10 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
         if not isinstance(v, (list, dict))))
+    reached = ckpt.metrics.get("target")
+    if reached and not reached["met"]:
+        err.print(escape(f"warning: test {reached['metric']} {reached['value']:.4g} misses the recipe's target "
+                         f"{reached['target']:g}"), highlight=False)
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:

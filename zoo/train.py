@@ -16,7 +16,7 @@ device handling are the same for every model.
 from __future__ import annotations
 
 import contextlib
-
+import logging
 import platform
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +33,8 @@ from .training.loop import fit
 from .training.options import TrainOptions
 from .training.run import Run
 from .verify import evaluate
+
+log = logging.getLogger("zoo.train")
 
 
 def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | None = None,
@@ -78,10 +80,29 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
                 metric = evaluate(spec, module_fn(ckpt.module(spec).to(run.device), spec, run.device))
                 ckpt.metrics[f"test_{spec.metric.name}"] = metric
         ckpt.metrics.update(_facts(run))
+        reached = target_report(spec, ckpt.metrics)
+        if reached is not None:
+            ckpt.metrics["target"] = reached
+            if not reached["met"] and world.main:
+                log.warning("%s reached test %s %.4g, short of its recipe's target %g (seed %d, %d epochs)",
+                            spec.name, reached["metric"], reached["value"], reached["target"], seed, epochs)
         return run.finish(ckpt)
     finally:
         torch.set_num_threads(threads)
         distributed.shutdown(world)
+
+
+def target_report(spec: ModelSpec, metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether a run reached its recipe's stated quality (`Recipe.target`) on the test split:
+    {"metric", "value", "target", "met"}; None where the recipe states none."""
+    if spec.recipe is None or spec.recipe.target is None or spec.metric is None:
+        return None
+    value = metrics.get(f"test_{spec.metric.name}")
+    if not isinstance(value, (int, float)):
+        return None
+    target = spec.recipe.target
+    met = value >= target if spec.metric.higher_is_better else value <= target
+    return {"metric": spec.metric.name, "value": float(value), "target": target, "met": bool(met)}
 
 
 def _facts(run: Run) -> dict[str, Any]:
