@@ -9,7 +9,7 @@
     >>> zoo.benchmark("resnet8.digits", backends=["torch", "onnxruntime"])
 """
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 from .artifact import Artifact  # noqa: E402
 from .backend import Availability, Backend, Runner  # noqa: E402

@@ -11,22 +11,12 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from . import registry
 from .backend import Availability
+from .cli_common import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
 from .errors import PluginError, ZooError, first_line
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
-# Piped output (CI logs, files) gets wide tables rather than rich's 80-column default.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
-
-JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
-REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model repository (export directory).")
 
 
 @app.callback()
@@ -42,17 +32,6 @@ class _WarningLine(logging.Handler):
         err.print(f"[yellow]warning:[/yellow] {escape(record.getMessage())}", highlight=False)
 
 
-def _emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
-
-
-def _csv(text: str, kind=str) -> list:
-    try:
-        return [kind(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ZooError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
-
-
 def _config(pairs: list[str]) -> dict[str, Any]:
     """KEY=VALUE pairs; values are JSON where they parse (64, 0.5, true), else strings."""
     config: dict[str, Any] = {}
@@ -65,13 +44,6 @@ def _config(pairs: list[str]) -> dict[str, Any]:
         except ValueError:
             config[key] = value
     return config
-
-
-def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
-    table = Table(*columns, title=title)
-    for row in rows:
-        table.add_row(*("" if v is None else escape(str(v)) for v in row))
-    out.print(table)
 
 
 def _signature(spec) -> str:

@@ -1,4 +1,4 @@
-"""`zoo bench` and `zoo optimize`: the benchmark suite's commands (registered on `zoo.cli.app`)."""
+"""`zoo bench` and `zoo optimize`: the benchmark suite's commands (registered on the shared `zoo.cli_common.app`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.report import precision_label
-from .cli import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
+from .cli_common import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
 from .errors import ZooError
 
 

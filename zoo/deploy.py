@@ -28,7 +28,6 @@ manifests in a process that does not serve.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path

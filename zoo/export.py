@@ -31,7 +31,8 @@ from typing import Any, Mapping
 import torch
 from safetensors.torch import save_file
 
-from . import __version__, vectors
+from . import vectors
+from .version import __version__
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, default_path, load_checkpoint

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
-from .. import __version__
+from ..version import __version__
 from ..errors import ZooError
 from . import repository
 from .errors import (

@@ -33,7 +33,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from .. import __version__
+from ..version import __version__
 from ..errors import ZooError
 from . import datatypes as dt
 from .errors import FeatureOffError, ProtocolError, scrub, status_for

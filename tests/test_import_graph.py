@@ -1,0 +1,102 @@
+"""No import cycles among the project's own modules: the core (`zoo`) and every built-in
+backend and plugin package. Edges are the imports a module runs when it is imported (its
+top-level statements); imports inside functions are deferred on purpose (a heavy library,
+or the SDK one command needs) and are not edges here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = [ROOT / "zoo", *sorted(ROOT.glob("backends/*/zoo_*")), *sorted(ROOT.glob("plugins/*/zoo_*"))]
+
+
+def module_name(path: Path, package_root: Path) -> str:
+    parts = path.relative_to(package_root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_at_import_time(tree: ast.Module):
+    """Import statements run when the module is imported: top level, and inside top-level
+    if/try/with blocks (a conditional import still runs), not inside functions or classes."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                     *(h for handler in getattr(node, "handlers", []) for h in handler.body)]
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p, pkg): p for pkg in PACKAGES for p in pkg.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in imports_at_import_time(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[:len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                # `from pkg import sub` imports the submodule sub where one exists
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            found |= {t for t in targets if t in files and t != name}
+        edges[name] = found
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_the_packages():
+    edges = graph()
+    assert {"zoo", "zoo.cli", "zoo.cli_bench", "zoo_torch", "zoo_onnxruntime", "zoo_vision"} <= set(edges)
+    assert "zoo.cli_common" in edges["zoo.cli_bench"] and "zoo.cli_bench" in edges["zoo.cli"]
+    assert "zoo.export" in edges["zoo"]
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,0 +1,44 @@
+"""What every `zoo` command module shares: the Typer app, the consoles, common options and
+output helpers. `zoo.cli` and `zoo.cli_bench` both register commands on `app`; neither
+imports the other's commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .errors import ZooError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
+# Piped output (CI logs, files) gets wide tables rather than rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
+
+JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
+REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model repository (export directory).")
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _csv(text: str, kind=str) -> list:
+    try:
+        return [kind(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ZooError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
+
+
+def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*("" if v is None else escape(str(v)) for v in row))
+    out.print(table)
