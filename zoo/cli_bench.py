@@ -57,54 +57,66 @@ def _row_line(r: dict[str, Any]) -> str:
             f"{r['throughput']:.1f} samples/s")
 
 
+# `zoo bench` options whose help runs over a line
+_BATCH_SIZES = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
+                            "with --url, rows per request, default 1).")
+_PRECISION = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
+                          "backend at each (combinations a backend lacks are listed as unsupported).")
+_LENGTHS = typer.Option(None, help="Lengths of the sequence or atom axis to measure at, "
+                        "comma-separated (default: as sampled).")
+_MIN_TIME = typer.Option(None, help="Seconds of timed runs per point (default 1; "
+                         "with --scenario, per LoadGen run, default 10).")
+_REPORT_DIR = typer.Option(None, help="Write JSON, CSV, markdown and PNG plots here "
+                           "(default reports/bench-TIME).")
+_COMPARE = typer.Option(None, "--compare", help="A baseline report.json: exit 1 on a "
+                        "regression beyond the noise measured in both runs.")
+_SCENARIO = typer.Option(None, help="MLPerf LoadGen scenario(s): singlestream,offline,"
+                         "server; in process per combination, or against --url.")
+_FIND_QPS = typer.Option(False, "--find-qps", help="Server scenario: search the highest QPS "
+                         "meeting --latency-bound-ms.")
+_URL = typer.Option(None, help="Load-test a running server at this URL instead "
+                    "(requests/s and latency per concurrency): http://HOST:PORT, or "
+                    "grpc://HOST:PORT (its gRPC port; needs --metrics-url).")
+_METRICS_URL = typer.Option(None, help="With --url: the server's HTTP address "
+                            "(http://HOST:PORT) for /metrics and the model's zoo metadata; "
+                            "required with a grpc:// URL (default: --url).")
+_SHARED_MEMORY = typer.Option(False, "--shared-memory", help="With --url: send every tensor through "
+                              "system shared memory (a server on this machine, started with "
+                              "--shared-memory system).")
+_MODEL_NAME = typer.Option(None, help="With --url: the model's name on the server "
+                           "(default MODEL).")
+_RAY = typer.Option(None, "--ray", help="Run each combination as a Ray task: `local` "
+                    "(a Ray instance on this machine), `auto` (the cluster this machine "
+                    "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
+                    "(docs/benchmarks.md).")
+_STRICT = typer.Option(False, "--strict", help="Exit 1 also when verification refused a "
+                       "combination (status refused); a failed one (crash, exporter error, "
+                       "time-out) always does.")
+
+
 @app.command()
-def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
+def bench(ctx: typer.Context,
+          models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
           backends_: str = typer.Option("torch,onnxruntime", "--backends"),
-          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
-                                                    "with --url, rows per request, default 1)."),
-          precision: str = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
-                                        "backend at each (combinations a backend lacks are listed as unsupported)."),
+          batch_sizes: Optional[str] = _BATCH_SIZES, precision: str = _PRECISION,
           device: str = typer.Option("cpu", help="Device(s), comma-separated: cpu,cuda."),
-          lengths: Optional[str] = typer.Option(None, help="Lengths of the sequence or atom axis to measure at, "
-                                                "comma-separated (default: as sampled)."),
+          lengths: Optional[str] = _LENGTHS,
           repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
           random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
-          threads: Optional[int] = None,
-          min_time: Optional[float] = typer.Option(None, help="Seconds of timed runs per point (default 1; "
-                                                   "with --scenario, per LoadGen run, default 10)."),
+          threads: Optional[int] = None, min_time: Optional[float] = _MIN_TIME,
           timeout: float = typer.Option(1800.0, help="Seconds each process of a combination may take."),
-          report_dir: Optional[Path] = typer.Option(None, help="Write JSON, CSV, markdown and PNG plots here "
-                                                    "(default reports/bench-TIME)."),
-          compare: Optional[Path] = typer.Option(None, "--compare", help="A baseline report.json: exit 1 on a "
-                                                 "regression beyond the noise measured in both runs."),
+          report_dir: Optional[Path] = _REPORT_DIR, compare: Optional[Path] = _COMPARE,
           sigmas: float = typer.Option(3.0, help="With --compare: noise multiples a change must exceed."),
           min_change: float = typer.Option(0.05, help="With --compare: smallest relative change flagged."),
-          scenario: Optional[str] = typer.Option(None, help="MLPerf LoadGen scenario(s): singlestream,offline,"
-                                                 "server; in process per combination, or against --url."),
+          scenario: Optional[str] = _SCENARIO,
           target_qps: Optional[float] = typer.Option(None, help="Server scenario: Poisson arrivals at this QPS."),
-          find_qps: bool = typer.Option(False, "--find-qps", help="Server scenario: search the highest QPS "
-                                        "meeting --latency-bound-ms."),
+          find_qps: bool = _FIND_QPS,
           latency_bound_ms: Optional[float] = typer.Option(None, help="Server scenario: the p99 latency bound."),
-          url: Optional[str] = typer.Option(None, help="Load-test a running server at this URL instead "
-                                            "(requests/s and latency per concurrency): http://HOST:PORT, or "
-                                            "grpc://HOST:PORT (its gRPC port; needs --metrics-url)."),
-          metrics_url: Optional[str] = typer.Option(None, help="With --url: the server's HTTP address "
-                                                    "(http://HOST:PORT) for /metrics and the model's zoo metadata; "
-                                                    "required with a grpc:// URL (default: --url)."),
-          shared_memory: bool = typer.Option(False, "--shared-memory", help="With --url: send every tensor through "
-                                             "system shared memory (a server on this machine, started with "
-                                             "--shared-memory system)."),
+          url: Optional[str] = _URL, metrics_url: Optional[str] = _METRICS_URL, shared_memory: bool = _SHARED_MEMORY,
           concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
-          model_name: Optional[str] = typer.Option(None, help="With --url: the model's name on the server "
-                                                   "(default MODEL)."),
+          model_name: Optional[str] = _MODEL_NAME,
           json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
-          ray: Optional[str] = typer.Option(None, "--ray", help="Run each combination as a Ray task: `local` "
-                                            "(a Ray instance on this machine), `auto` (the cluster this machine "
-                                            "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
-                                            "(docs/benchmarks.md)."),
-          strict: bool = typer.Option(False, "--strict", help="Exit 1 also when verification refused a "
-                                      "combination (status refused); a failed one (crash, exporter error, "
-                                      "time-out) always does."),
+          ray: Optional[str] = _RAY, strict: bool = _STRICT,
           output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
     """Latency, throughput, memory, cold start, size and accuracy over models x backends x precisions x
     devices x batch sizes, each combination in its own processes; reports with plots; a regression gate.
@@ -115,12 +127,7 @@ def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name
     Exit status: 0 when every combination was measured, unsupported, or refused by verification
     (each listed with its reason); 1 when one failed (a crash, an exporter's error, a time-out), when
     --compare finds a regression, or with --strict when one was refused; 2 for a usage error."""
-    from .bench.compare import compare as compare_reports
-    from .bench.compare import failed, print_comparison
-    from .bench.report import load_report, write_report
-
-    min_time_set = min_time is not None
-    min_time = 1.0 if min_time is None else min_time
+    from .bench.report import load_report
 
     _refuse_ignored(ctx, url, scenario)
     if ray is not None and (url is not None or scenario is not None):
@@ -128,6 +135,17 @@ def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
         raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
+    if url is not None and scenario is None:
+        from .serve.perf import print_sweep, sweep
+
+        report = sweep(url, model_name or models, models, _csv(concurrency, int), _csv(batch_sizes or "1", int),
+                       duration=1.0 if min_time is None else min_time, binary=not json_data,
+                       metrics_url=metrics_url, shared_memory=shared_memory)
+        _write_json(output, report)
+        _emit_json(report) if as_json else print_sweep(report, out)
+        if any(r["errors"] for r in report["results"]):
+            raise typer.Exit(1)
+        return
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
     directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     if scenario is not None:
@@ -141,22 +159,9 @@ def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name
             report = loadgen(_csv(models), _csv(backends_), _csv(precision), _csv(device), sizes[0],
                              _csv(scenario), directory / "loadgen", repository=repository, checkpoint=checkpoint,
                              random_init=random_init, threads=threads, target_qps=target_qps, find_qps=find_qps,
-                             latency_bound_ms=latency_bound_ms, duration_s=min_time if min_time_set else 10.0,
+                             latency_bound_ms=latency_bound_ms, duration_s=10.0 if min_time is None else min_time,
                              url=url, model_name=model_name, timeout=timeout,
                              on_result=lambda r: progress.console.print(_loadgen_line(r), highlight=False))
-    elif url is not None:
-        from .serve.perf import print_sweep, sweep
-
-        report = sweep(url, model_name or models, models, _csv(concurrency, int), _csv(batch_sizes or "1", int),
-                       duration=min_time, binary=not json_data, metrics_url=metrics_url,
-                       shared_memory=shared_memory)
-        if output:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(report, indent=2))
-        _emit_json(report) if as_json else print_sweep(report, out)
-        if any(r["errors"] for r in report["results"]):
-            raise typer.Exit(1)
-        return
     else:
         from .bench import benchmark
 
@@ -164,15 +169,30 @@ def bench(ctx: typer.Context, models: str = typer.Argument(..., help="Model name
             task = progress.add_task("benchmarking", total=None)
             report = benchmark(
                 _csv(models), _csv(backends_), _csv(batch_sizes or "1,8,32", int), _csv(precision), _csv(device),
-                repository, checkpoint=checkpoint, random_init=random_init, threads=threads, min_time=min_time,
-                lengths=_csv(lengths, int) if lengths else None, timeout=timeout, ray=ray,
-                on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
+                repository, checkpoint=checkpoint, random_init=random_init, threads=threads,
+                min_time=1.0 if min_time is None else min_time, lengths=_csv(lengths, int) if lengths else None,
+                timeout=timeout, ray=ray, on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
                 on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
                                                                            description=label))
-    written = write_report(report, directory)
+    _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict)
+
+
+def _write_json(output: Optional[Path], report: dict[str, Any]) -> None:
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2))
+
+
+def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], output: Optional[Path],
+            as_json: bool, sigmas: float, min_change: float, strict: bool) -> None:
+    """Write the report, print it (and the comparison with `baseline`), and exit 1 as
+    `zoo bench --help` says: a regression, a failed combination, a refused one with --strict."""
+    from .bench.compare import compare as compare_reports
+    from .bench.compare import failed, print_comparison
+    from .bench.report import write_report
+
+    written = write_report(report, directory)
+    _write_json(output, report)
     result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change) if baseline else None
     if as_json:
         _emit_json({**report, "comparison": result} if result else report)
