@@ -3,8 +3,11 @@ the model is gone. Nothing in zoo changes in between: the entry point is the con
 
 The distribution is tests/thirdparty/zoo-example-plugin. It is built from a copy (so
 the build leaves nothing in the source tree) without build isolation and without an
-index, so nothing is downloaded. `zoo` itself runs in subprocesses, which read the
-installed entry points afresh, as a user's shell would.
+index, so nothing is downloaded, and installed into a throwaway environment that sees
+the project's packages through a `.pth` file: the environment running the tests is never
+changed. `zoo` runs in that environment's interpreter, which reads the installed entry
+points afresh, as a user's shell would. Each test that uninstalls has an environment of
+its own, so the tests hold in any order.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -23,46 +27,49 @@ DIST = Path(__file__).parent / "thirdparty" / "zoo-example-plugin"
 MODEL = "mlp.example"
 
 
-def pip(*args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--no-input"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+class Environment:
+    """A virtual environment without pip of its own (this one's pip installs into it) that
+    also sees this environment's packages."""
 
+    def __init__(self, root: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+        self.python = root / "bin" / "python"
+        site = Path(subprocess.run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        # addsitedir, not a bare path: the project's editable installs are .pth files there too
+        (site / "zz_project.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
 
-def zoo_cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "zoo", *args], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return result
+    def pip(self, *args: str) -> None:
+        result = subprocess.run([sys.executable, "-m", "pip", "--python", str(self.python), *args,
+                                 "--disable-pip-version-check", "--no-input"], capture_output=True, text=True)
+        assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
 
-
-def listed() -> dict[str, dict]:
-    return {row["name"]: row for row in json.loads(zoo_cli("list", "--json").stdout)}
-
-
-class Installed:
-    """The installed example distribution; `uninstall()` removes it (idempotent)."""
+    def install(self, tmp: Path) -> None:
+        source = tmp / DIST.name
+        shutil.copytree(DIST, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        self.pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", str(source))
 
     def uninstall(self) -> None:
-        pip("uninstall", "-y", "zoo-example-plugin")
+        self.pip("uninstall", "-y", "zoo-example-plugin")
+
+    def zoo(self, *args: str) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(self.python), "-m", "zoo", *args], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    def listed(self) -> dict[str, dict]:
+        return {row["name"]: row for row in json.loads(self.zoo("list", "--json").stdout)}
 
 
 @pytest.fixture(scope="module")
 def example_plugin(tmp_path_factory):
-    # Load this process's entry points now, so the example plugin never registers in the
-    # test process itself: only the subprocesses below see it, and it leaves with them.
-    zoo.list_models()
-    source = tmp_path_factory.mktemp("dist") / DIST.name
-    shutil.copytree(DIST, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    installed = Installed()
-    try:
-        pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", str(source))
-        yield installed
-    finally:
-        installed.uninstall()
+    env = Environment(tmp_path_factory.mktemp("env"))
+    env.install(tmp_path_factory.mktemp("dist"))
+    return env
 
 
 def test_installed_plugin_model_is_listed_with_its_plugin(example_plugin):
-    models = listed()
+    models = example_plugin.listed()
     assert MODEL in models
     row = models[MODEL]
     assert "zoo-example-plugin" in row["plugin"]
@@ -70,12 +77,12 @@ def test_installed_plugin_model_is_listed_with_its_plugin(example_plugin):
     assert row["inputs"] == [{"name": "features", "dtype": "float32", "shape": ["batch", 4]}]
     # the built-in plugins are still there, found the same way
     assert "resnet8.digits" in models
-    info = json.loads(zoo_cli("info", MODEL, "--json").stdout)  # `zoo list` builds no model; `info` does
+    info = json.loads(example_plugin.zoo("info", MODEL, "--json").stdout)  # `zoo list` builds no model; `info` does
     assert info["parameters"] == (4 * 16 + 16) + (16 * 3 + 3)
 
 
 def test_installed_plugin_model_exports(example_plugin, repository):
-    zoo_cli("export", MODEL, "--backend", "onnxruntime", "--repository", str(repository))
+    example_plugin.zoo("export", MODEL, "--backend", "onnxruntime", "--repository", str(repository))
     artifact = repository / f"{MODEL}.onnxruntime.fp32"
     assert (artifact / "1" / "model.onnx").is_file()
     assert (artifact / "config.pbtxt").is_file()
@@ -92,9 +99,12 @@ def test_installed_plugin_model_exports(example_plugin, repository):
         zoo.Artifact.open(artifact).spec().build()
 
 
-def test_uninstalling_the_distribution_removes_its_model(example_plugin):
-    # runs last in this module: the fixture's teardown uninstalls again, harmlessly
-    example_plugin.uninstall()
-    models = listed()
+def test_uninstalling_the_distribution_removes_its_model(tmp_path):
+    env = Environment(tmp_path / "env")
+    env.install(tmp_path)
+    assert MODEL in env.listed()
+    env.uninstall()
+    models = env.listed()
     assert MODEL not in models
     assert "resnet8.digits" in models
+    assert MODEL not in zoo.list_models()  # never in the environment running the tests
