@@ -26,6 +26,7 @@ def test_the_default_leaves_compiling_backends_to_an_option():
         choose(["onnx"])
 
 
+@pytest.mark.slow
 def test_demo_trains_to_its_target_and_every_artifact_matches_pytorch(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the demo writes checkpoints/ and exports/ where it runs
     report = run(tmp_path / "exports", min_time=0.05, batch_sizes=(1,), only=["torch", "onnxruntime"])

@@ -76,6 +76,7 @@ def cartpole(tmp_path_factory):
     return zoo.train("ppo.cartpole", out=tmp_path_factory.mktemp("rl") / "ckpt", progress=False)
 
 
+@pytest.mark.slow
 def test_cartpole_reaches_its_stated_return(cartpole):
     spec = zoo.get_model("ppo.cartpole")
     assert cartpole.metrics["test_mean_return"] >= spec.recipe.target == 475
@@ -84,6 +85,7 @@ def test_cartpole_reaches_its_stated_return(cartpole):
     assert spec.metric.evaluate(module_fn(module, spec)) == cartpole.metrics["test_mean_return"]
 
 
+@pytest.mark.slow
 def test_exported_policy_acts_like_pytorch_and_a_perturbed_one_fails(cartpole, tmp_path):
     spec = zoo.get_model("ppo.cartpole")
     art = zoo.export(spec, "onnxruntime", repository=tmp_path, checkpoint=cartpole)

@@ -19,6 +19,7 @@ def digits_fp32(tmp_path_factory):
     return out, zoo.train("resnet8.digits", out=out, progress=False)
 
 
+@pytest.mark.slow
 def test_digits_reaches_its_stated_accuracy(digits_fp32):
     out, ckpt = digits_fp32
     spec = zoo.get_model("resnet8.digits")
@@ -32,6 +33,7 @@ def test_digits_reaches_its_stated_accuracy(digits_fp32):
     assert loaded.sha256 == ckpt.sha256 and loaded.metrics["test_accuracy"] == ckpt.metrics["test_accuracy"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _cpu_has_bf16(), reason="this CPU has no native bf16 (AVX512-BF16 or AMX)")
 def test_bf16_autocast_trains_within_one_point_of_fp32(digits_fp32, tmp_path):
     _, fp32 = digits_fp32
