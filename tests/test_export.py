@@ -91,13 +91,18 @@ def test_failed_rebuild_keeps_the_previous_artifact(faulty_backends, repository)
 
 def test_reuse_only_with_identical_provenance(repository):
     first = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    written = (first.path / "zoo.json").stat()
     again = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
-    assert again.manifest["created"] == first.manifest["created"]  # reused, not rebuilt
+    # reused, not rebuilt: a rebuild writes a new directory, so a new file (inode), whatever the clock says
+    now = (again.path / "zoo.json").stat()
+    assert (now.st_ino, now.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    assert again.manifest == first.manifest
 
     torch.manual_seed(1)
     other = zoo.Checkpoint(SPEC.name, dict(SPEC.config), SPEC.build().state_dict())
     rebuilt = zoo.export(SPEC, "onnxruntime", repository=repository, checkpoint=other)
     assert rebuilt.manifest["weights"]["sha256"] == other.sha256 != first.manifest["weights"]["sha256"]
+    assert (rebuilt.path / "zoo.json").stat().st_ino != written.st_ino
 
 
 def test_manifest_records_provenance(repository):

@@ -154,8 +154,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
             "signature": signature(spec), "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "export_seconds": round(time.perf_counter() - start, 3),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "export_seconds": round(time.perf_counter() - start, 3),
             "parity": report, "domain": domain, "metric": metric,
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
