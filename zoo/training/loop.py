@@ -44,33 +44,12 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     steps_per_epoch = math.ceil(micro_per_epoch / opts.accumulate)
     run.facts.update(train_examples=len(train_idx), val_examples=len(val_idx))
 
-    module = spec.build().to(device)
-    if opts.grad_checkpointing:
-        if not hasattr(module, "set_grad_checkpointing"):
-            raise ZooError(f"model {spec.name} does not support gradient checkpointing "
-                           f"(its module has no set_grad_checkpointing)")
-        module.set_grad_checkpointing(True)
-    memory_format = torch.channels_last if opts.wants_channels_last(module) else None
-    if memory_format is not None:
-        module = module.to(memory_format=memory_format)
+    module, memory_format = _build(spec, opts, device)
     optimizer = _optimizer(module, recipe.optimizer, recipe.lr, recipe.weight_decay)
     scheduler = _scheduler(optimizer, recipe.schedule, recipe.lr, run.epochs * steps_per_epoch)
     scaler = opts.scaler(device)
     data_gen = torch.Generator().manual_seed(run.seed + world.rank)  # augmentation
-
-    epoch, step = 0, 0
-    progress: dict[str, Any] = {"history": [], "val_history": [], "best": None, "best_epoch": None,
-                                "stale_epochs": 0, "stopped_early": False}
-    resumed = run.resume_state()
-    if resumed is not None:
-        module.load_state_dict(resumed.checkpoint.state)
-        optimizer.load_state_dict(resumed.optimizer)
-        if resumed.scheduler is not None:
-            scheduler.load_state_dict(resumed.scheduler)
-        if resumed.scaler:
-            scaler.load_state_dict(resumed.scaler)
-        restore_rng(resumed.rng, data_gen)
-        epoch, step, progress = resumed.epoch, resumed.step, resumed.run["progress"]
+    epoch, step, progress = _resume(run, module, optimizer, scheduler, scaler, data_gen)
 
     model: torch.nn.Module = DistributedDataParallel(module) if world.distributed else module
     if opts.compile:
@@ -101,13 +80,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                     total += value * len(idx) * (weight > 0)
                     seen += len(idx) * (weight > 0)
                     update(status=f"epoch {epoch + 1}/{run.epochs} loss {value:.4f}{_last(progress, monitor)}")
-                if opts.clip_grad_norm is not None:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(module.parameters(), opts.clip_grad_norm)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
+                _optimizer_step(module, optimizer, scheduler, scaler, opts.clip_grad_norm)
                 step += 1
                 profiler_step()
                 run.log(step, {"train/loss": value, "train/lr": scheduler.get_last_lr()[0]})
@@ -117,16 +90,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             train_loss = world.all_reduce_sum(total) / world.all_reduce_sum(seen)
             epoch += 1
             val = validate(spec, module, inputs, targets, val_idx, device) if len(val_idx) else {}
-            progress["history"].append(train_loss)
-            progress["val_history"].append(val.get(monitor))
-            improved = _improved(val.get(monitor), progress["best"], higher)
-            if improved:
-                progress.update(best=val[monitor], best_epoch=epoch, stale_epochs=0)
-                run.save_model(Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
-                                          {"epoch": epoch, f"val_{monitor}": val[monitor]}))
-            elif val:
-                progress["stale_epochs"] += 1
-                progress["stopped_early"] = opts.patience is not None and progress["stale_epochs"] >= opts.patience
+            _select(spec, run, module, progress, epoch, train_loss, val, monitor, higher)
             scalars = {"train/loss_epoch": train_loss, "train/samples_per_second": rate,
                        **{f"val/{k}": v for k, v in val.items()}}
             run.log(step, scalars)
@@ -144,13 +108,73 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     if progress["best_epoch"] is not None and progress["best_epoch"] != epoch:
         module.load_state_dict(run.saved_model().state)  # the selected epoch's weights
     module.eval()
-    metrics: dict[str, Any] = {
-        "train_loss": progress["history"][-1] if progress["history"] else None,
-        "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
-        "best_epoch": progress["best_epoch"] or epoch, "epochs_run": epoch, "steps": step, "stopped_early": progress["stopped_early"],
-        "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
-        "train_seconds": round(throughput.seconds, 2)}
-    return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module), metrics)
+    return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
+                      _metrics(progress, monitor, epoch, step, throughput))
+
+
+def _build(spec: ModelSpec, opts, device: str) -> tuple[torch.nn.Module, Any]:
+    """The module on `device`, with gradient checkpointing and channels-last as asked."""
+    module = spec.build().to(device)
+    if opts.grad_checkpointing:
+        if not hasattr(module, "set_grad_checkpointing"):
+            raise ZooError(f"model {spec.name} does not support gradient checkpointing "
+                           f"(its module has no set_grad_checkpointing)")
+        module.set_grad_checkpointing(True)
+    memory_format = torch.channels_last if opts.wants_channels_last(module) else None
+    if memory_format is not None:
+        module = module.to(memory_format=memory_format)
+    return module, memory_format
+
+
+def _resume(run: Run, module, optimizer, scheduler, scaler, data_gen) -> tuple[int, int, dict[str, Any]]:
+    """(epoch, step, progress): from the run's resume point where it has one, else a fresh start."""
+    resumed = run.resume_state()
+    if resumed is None:
+        return 0, 0, {"history": [], "val_history": [], "best": None, "best_epoch": None, "stale_epochs": 0,
+                      "stopped_early": False}
+    module.load_state_dict(resumed.checkpoint.state)
+    optimizer.load_state_dict(resumed.optimizer)
+    if resumed.scheduler is not None:
+        scheduler.load_state_dict(resumed.scheduler)
+    if resumed.scaler:
+        scaler.load_state_dict(resumed.scaler)
+    restore_rng(resumed.rng, data_gen)
+    return resumed.epoch, resumed.step, resumed.run["progress"]
+
+
+def _optimizer_step(module, optimizer, scheduler, scaler, clip_grad_norm: float | None) -> None:
+    if clip_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+
+
+def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: int, train_loss: float,
+            val: dict[str, float], monitor: str, higher: bool) -> None:
+    """Record the epoch; save the model when validation improved; count stale epochs for --patience."""
+    progress["history"].append(train_loss)
+    progress["val_history"].append(val.get(monitor))
+    if _improved(val.get(monitor), progress["best"], higher):
+        progress.update(best=val[monitor], best_epoch=epoch, stale_epochs=0)
+        run.save_model(Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
+                                  {"epoch": epoch, f"val_{monitor}": val[monitor]}))
+    elif val:
+        progress["stale_epochs"] += 1
+        patience = run.options.patience
+        progress["stopped_early"] = patience is not None and progress["stale_epochs"] >= patience
+
+
+def _metrics(progress: dict[str, Any], monitor: str, epoch: int, step: int,
+             throughput: Throughput) -> dict[str, Any]:
+    return {"train_loss": progress["history"][-1] if progress["history"] else None,
+            "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
+            "best_epoch": progress["best_epoch"] or epoch, "epochs_run": epoch, "steps": step,
+            "stopped_early": progress["stopped_early"],
+            "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
+            "train_seconds": round(throughput.seconds, 2)}
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:

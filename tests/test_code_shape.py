@@ -1,7 +1,8 @@
-"""No import cycles among the project's own modules: the core (`zoo`) and every built-in
-backend and plugin package. Edges are the imports a module runs when it is imported (its
-top-level statements); imports inside functions are deferred on purpose (a heavy library,
-or the SDK one command needs) and are not edges here."""
+"""The shape of the code. No import cycles among the project's own modules: the core
+(`zoo`) and every built-in backend and plugin package. Edges are the imports a module
+runs when it is imported (its top-level statements); imports inside functions are
+deferred on purpose (a heavy library, or the SDK one command needs) and are not edges
+here. And no function of the core over 80 lines."""
 
 from __future__ import annotations
 
@@ -100,3 +101,14 @@ def test_no_import_cycles():
 
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_core_function_runs_over_80_lines():
+    """The core stays readable one function at a time (its signature and docstring count)."""
+    long = []
+    for path in sorted((ROOT / "zoo").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                            f"({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
