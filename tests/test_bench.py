@@ -150,3 +150,39 @@ def test_options_a_mode_does_not_use_are_refused(mode, option, value):
     assert str(result.exception) == (f"{option} does nothing with {mode}: "
                                      + ("it measures the server as it runs" if mode == "--url"
                                         else "LoadGen runs each combination at its own sizes") + "; leave it out")
+
+
+def test_an_artifact_is_measured_as_it_is_without_its_plugin(tmp_path):
+    """`zoo bench --artifact`: no export, and the plugin that defined the model is not
+    loaded (a fresh process without --plugin): the artifact describes its model itself."""
+    import os
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    plugin = Path(__file__).with_name("raw_kind_plugin.py")
+    registry.load_plugin_file(plugin)
+    try:
+        art = zoo.export("loudness.test", "onnxruntime", repository=tmp_path / "repo", random_init=True)
+    finally:
+        registry.unload_plugin_file(plugin)
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+    done = subprocess.run([sys.executable, "-m", "zoo", "bench", "--artifact", str(art.path), "--batch-sizes", "1,4",
+                           "--min-time", "0.05", "--report-dir", str(tmp_path / "report"), "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    rows = report["results"]
+    assert [(r["model"], r["backend"], r["batch"], r["status"]) for r in rows] == [
+        ("loudness.test", "onnxruntime", 1, "ok"), ("loudness.test", "onnxruntime", 4, "ok")]
+    assert all(r["p50_ms"] > 0 and r["artifact"] == art.name and r["max_abs_error"] is not None for r in rows)
+    assert report["options"]["artifacts"] == [art.name] and (tmp_path / "report" / "report.json").is_file()
+    for args, message in ((["--artifact", str(art.path), "--backends", "torch"],
+                           "--backends does nothing with --artifact"),
+                          (["resnet8.digits", "--artifact", str(art.path)], "or --artifact to measure existing"),
+                          (["--artifact", str(tmp_path / "nothing")], "no artifact directory")):
+        refused = CliRunner().invoke(app, ["bench", *args])
+        assert refused.exit_code != 0 and message in str(refused.exception), (args, refused.exception)

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from . import registry
 from .backend import Availability
-from .cli_common import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
 from .errors import PluginError, ZooError, first_line
 
 
@@ -247,11 +247,6 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
         facts = {k: v for k, v in art.manifest["domain"].items() if isinstance(v, (int, float, str))}
         out.print("domain check: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                for k, v in facts.items()))
-
-
-def _artifact_path(artifact: str, repository: Path) -> Path:
-    path = Path(artifact)
-    return path if path.exists() or path.is_absolute() or "/" in artifact else repository / artifact
 
 
 @app.command()

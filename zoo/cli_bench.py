@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from types import SimpleNamespace
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.report import precision_label
-from .cli_common import JSON, REPOSITORY, _csv, _emit_json, _table, app, err, out
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
 from .errors import ZooError
 
 
@@ -58,6 +59,8 @@ def _row_line(r: dict[str, Any]) -> str:
 
 
 # `zoo bench` options whose help runs over a line
+_ARTIFACT = typer.Option([], "--artifact", "-a", help="Measure this artifact as it is (directory, or name in "
+                         "the repository; repeatable) instead of exporting MODEL: no plugin needed.")
 _BATCH_SIZES = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
                             "with --url, rows per request, default 1).")
 _PRECISION = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
@@ -96,7 +99,9 @@ _STRICT = typer.Option(False, "--strict", help="Exit 1 also when verification re
 
 @app.command()
 def bench(ctx: typer.Context,
-          models: str = typer.Argument(..., help="Model name(s), comma-separated; globs ('resnet*') or 'all'."),
+          models: Optional[str] = typer.Argument(None, help="Model name(s), comma-separated; globs ('resnet*') "
+                                                 "or 'all'."),
+          artifact: List[str] = _ARTIFACT,
           backends_: str = typer.Option("torch,onnxruntime", "--backends"),
           batch_sizes: Optional[str] = _BATCH_SIZES, precision: str = _PRECISION,
           device: str = typer.Option("cpu", help="Device(s), comma-separated: cpu,cuda."),
@@ -129,52 +134,77 @@ def bench(ctx: typer.Context,
     --compare finds a regression, or with --strict when one was refused; 2 for a usage error."""
     from .bench.report import load_report
 
-    _refuse_ignored(ctx, url, scenario)
+    o = SimpleNamespace(**ctx.params)
+    _refuse_ignored(ctx, url, scenario, bool(artifact))
+    if (models is None) == (not artifact):
+        raise ZooError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts, not both")
     if ray is not None and (url is not None or scenario is not None):
         raise ZooError("--ray runs the combination matrix; it does not go with --url or --scenario")
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
         raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
     if url is not None and scenario is None:
-        from .serve.perf import print_sweep, sweep
-
-        report = sweep(url, model_name or models, models, _csv(concurrency, int), _csv(batch_sizes or "1", int),
-                       duration=1.0 if min_time is None else min_time, binary=not json_data,
-                       metrics_url=metrics_url, shared_memory=shared_memory)
-        _write_json(output, report)
-        _emit_json(report) if as_json else print_sweep(report, out)
-        if any(r["errors"] for r in report["results"]):
-            raise typer.Exit(1)
-        return
+        return _sweep_server(o)
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
     directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
-    if scenario is not None:
-        from .bench.scenarios import loadgen
-
-        sizes = _csv(batch_sizes or "8", int)
-        if len(sizes) != 1:
-            raise ZooError("with --scenario, --batch-sizes takes one value: the most rows per execution")
-        with _progress() as progress:
-            progress.add_task("MLPerf LoadGen", total=None)
-            report = loadgen(_csv(models), _csv(backends_), _csv(precision), _csv(device), sizes[0],
-                             _csv(scenario), directory / "loadgen", repository=repository, checkpoint=checkpoint,
-                             random_init=random_init, threads=threads, target_qps=target_qps, find_qps=find_qps,
-                             latency_bound_ms=latency_bound_ms, duration_s=10.0 if min_time is None else min_time,
-                             url=url, model_name=model_name, timeout=timeout,
-                             on_result=lambda r: progress.console.print(_loadgen_line(r), highlight=False))
-    else:
-        from .bench import benchmark
-
-        with _progress() as progress:
-            task = progress.add_task("benchmarking", total=None)
-            report = benchmark(
-                _csv(models), _csv(backends_), _csv(batch_sizes or "1,8,32", int), _csv(precision), _csv(device),
-                repository, checkpoint=checkpoint, random_init=random_init, threads=threads,
-                min_time=1.0 if min_time is None else min_time, lengths=_csv(lengths, int) if lengths else None,
-                timeout=timeout, ray=ray, on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
-                on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
-                                                                           description=label))
+    report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict)
+
+
+def _sweep_server(o: SimpleNamespace) -> None:
+    """`--url`: requests/s and latency of a running server at each concurrency."""
+    from .serve.perf import print_sweep, sweep
+
+    report = sweep(o.url, o.model_name or o.models, o.models, _csv(o.concurrency, int),
+                   _csv(o.batch_sizes or "1", int), duration=1.0 if o.min_time is None else o.min_time,
+                   binary=not o.json_data, metrics_url=o.metrics_url, shared_memory=o.shared_memory)
+    _write_json(o.output, report)
+    _emit_json(report) if o.as_json else print_sweep(report, out)
+    if any(r["errors"] for r in report["results"]):
+        raise typer.Exit(1)
+
+
+def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
+    """`--scenario`: MLPerf LoadGen runs, in process per combination or against `--url`."""
+    from .bench.scenarios import loadgen
+
+    sizes = _csv(o.batch_sizes or "8", int)
+    if len(sizes) != 1:
+        raise ZooError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+    with _progress() as progress:
+        progress.add_task("MLPerf LoadGen", total=None)
+        return loadgen(_csv(o.models), _csv(o.backends_), _csv(o.precision), _csv(o.device), sizes[0],
+                       _csv(o.scenario), directory / "loadgen", repository=o.repository, checkpoint=o.checkpoint,
+                       random_init=o.random_init, threads=o.threads, target_qps=o.target_qps, find_qps=o.find_qps,
+                       latency_bound_ms=o.latency_bound_ms, duration_s=10.0 if o.min_time is None else o.min_time,
+                       url=o.url, model_name=o.model_name, timeout=o.timeout,
+                       on_result=lambda r: progress.console.print(_loadgen_line(r), highlight=False))
+
+
+def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
+    """`--artifact`: existing artifacts measured as they are."""
+    from .bench import benchmark_artifacts
+
+    return benchmark_artifacts([_artifact_path(a, o.repository) for a in o.artifact],
+                               _csv(o.batch_sizes or "1,8,32", int),
+                               lengths=_csv(o.lengths, int) if o.lengths else None, threads=o.threads,
+                               min_time=1.0 if o.min_time is None else o.min_time, timeout=o.timeout,
+                               on_result=lambda row: err.print(_row_line(row), highlight=False))
+
+
+def _matrix(o: SimpleNamespace) -> dict[str, Any]:
+    """The combination matrix: each exported (or reused) and measured in its own processes."""
+    from .bench import benchmark
+
+    with _progress() as progress:
+        task = progress.add_task("benchmarking", total=None)
+        return benchmark(
+            _csv(o.models), _csv(o.backends_), _csv(o.batch_sizes or "1,8,32", int), _csv(o.precision),
+            _csv(o.device), o.repository, checkpoint=o.checkpoint, random_init=o.random_init, threads=o.threads,
+            min_time=1.0 if o.min_time is None else o.min_time, lengths=_csv(o.lengths, int) if o.lengths else None,
+            timeout=o.timeout, ray=o.ray, on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
+            on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
+                                                                       description=label))
 
 
 def _write_json(output: Optional[Path], report: dict[str, Any]) -> None:
@@ -218,19 +248,22 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
 #: options each mode does not use: given on the command line there, they are refused, not ignored
 _NOT_WITH_URL = ("backends_", "precision", "device", "threads", "lengths", "report_dir", "compare", "checkpoint",
                  "random_init", "strict")
-_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data")
+_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data", "artifact")
+_WHY = {"--url": "it measures the server as it runs", "--scenario": "LoadGen runs each combination at its own sizes",
+        "--artifact": "an artifact is measured as it is, and nothing is exported"}
+#: with --artifact the artifact says what it is: nothing is exported
+_NOT_WITH_ARTIFACT = ("backends_", "precision", "device", "checkpoint", "random_init", "ray", "url")
 
 
-def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str]) -> None:
+def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool) -> None:
     given = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
     for mode, active, names in (("--scenario", scenario is not None, _NOT_WITH_SCENARIO),
-                                ("--url", url is not None and scenario is None, _NOT_WITH_URL)):
+                                ("--url", url is not None and scenario is None, _NOT_WITH_URL),
+                                ("--artifact", artifacts and scenario is None, _NOT_WITH_ARTIFACT)):
         unused = [p.opts[0] for p in given if active and p.name in names]
         if unused:
             raise ZooError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}: "
-                           f"{'it measures' if mode == '--url' else 'LoadGen runs'} "
-                           f"{'the server as it runs' if mode == '--url' else 'each combination at its own sizes'}"
-                           f"; leave {'it' if len(unused) == 1 else 'them'} out")
+                           f"{_WHY[mode]}; leave {'it' if len(unused) == 1 else 'them'} out")
 
 
 def _loadgen_line(r: dict[str, Any]) -> str:

@@ -42,3 +42,8 @@ def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) 
     for row in rows:
         table.add_row(*("" if v is None else escape(str(v)) for v in row))
     out.print(table)
+
+
+def _artifact_path(artifact: str, repository: Path) -> Path:
+    path = Path(artifact)
+    return path if path.exists() or path.is_absolute() or "/" in artifact else repository / artifact

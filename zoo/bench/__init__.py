@@ -7,7 +7,7 @@
 """
 
 from .env import environment
-from .matrix import benchmark, combinations
+from .matrix import benchmark, benchmark_artifacts, combinations
 from .stats import noise, row_key, summarize
 
 __all__ = ["benchmark", "combinations", "environment", "noise", "row_key", "summarize"]

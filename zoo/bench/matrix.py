@@ -23,7 +23,7 @@ from ..errors import UnsupportedError, ZooError
 from ..export import DEFAULT_REPOSITORY
 from ..spec import ModelSpec
 from .env import environment
-from .measure import export_job, length_axis, measure_job, run_in_child
+from .measure import artifact_facts, export_job, length_axis, measure_job, run_in_child
 
 __all__ = ["benchmark", "combinations", "environment"]
 
@@ -232,3 +232,45 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     if len(specs) == 1:
         report["model"] = specs[0].name
     return report
+
+
+def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] = (1, 8, 32),
+                        lengths: Sequence[int] | None = None, threads: int | None = None, warmup: int = 10,
+                        min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
+                        timeout: float | None = 1800.0,
+                        on_result: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Measure artifacts as they are (`zoo bench --artifact`): no export, and no plugin,
+    since an artifact describes its model itself. Each is opened here first (a missing or
+    modified one is an error before anything runs), then measured in its own process, as
+    a combination of the matrix is; the report has the same rows."""
+    from ..artifact import Artifact
+    from ..registry import plugin_files
+
+    if not paths or not batch_sizes:
+        raise ZooError("name at least one artifact and one batch size to benchmark")
+    arts = [Artifact.open(p) for p in paths]
+    options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
+               "max_iters": max_iters}
+    rows: list[dict[str, Any]] = []
+    for art in arts:
+        spec = art.spec()
+        error = _out_of_range(spec, batch_sizes, lengths)
+        if error is not None:
+            raise ZooError(f"artifact {art.name}: {error}")
+        base = {"model": art.model, "backend": art.backend, "precision": art.precision,
+                "quantization": art.manifest.get("quantization"), "device": art.device}
+        job = {"path": str(art.path), "plugin_files": list(plugin_files), "batch_sizes": list(batch_sizes),
+               "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}
+        try:
+            outcome: tuple[str, Any] = ("ok", (artifact_facts(art, spec),
+                                               _in_own_process(measure_job, job, timeout)))
+        except _Failed as exc:
+            outcome = (exc.status, exc.error)
+        for row in rows_of(base, outcome):
+            rows.append(row)
+            if on_result:
+                on_result(row)
+    return {"models": list(dict.fromkeys(a.model for a in arts)), "environment": environment(threads),
+            "options": {"artifacts": [a.name for a in arts], "batch_sizes": list(batch_sizes),
+                        "lengths": list(lengths or []), **options},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}

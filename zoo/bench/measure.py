@@ -40,9 +40,15 @@ def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
     spec = get_model(job["model"], **job["config"])
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
                  checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"])
+    return {"path": str(art.path), **artifact_facts(art, spec)}
+
+
+def artifact_facts(art, spec) -> dict[str, Any]:
+    """What a report row says about the artifact itself, from its manifest: parity, the
+    metric through it, its export time and size."""
     metric = art.manifest.get("metric") or {}
     files = [p for p in (art.path / "1").rglob("*") if p.is_file()]
-    return {"path": str(art.path), "artifact": art.name, "max_abs_error": art.manifest["parity"]["max_abs_error"],
+    return {"artifact": art.name, "max_abs_error": art.manifest["parity"]["max_abs_error"],
             "metric_name": metric.get("name"), "metric": metric.get("artifact"),
             "metric_reference": metric.get("reference"), "metric_delta": metric.get("delta"),
             "higher_is_better": spec.metric.higher_is_better if spec.metric else None,
