@@ -11,7 +11,7 @@ TRITON_STAMP := $(TRITON_HOME)/.installed
 
 .PHONY: setup triton demo test bench clean gpu-validate
 
-$(STAMP): $(REQUIREMENTS) pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
+$(STAMP): $(REQUIREMENTS) pyproject.toml libs/*/pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r $(REQUIREMENTS)

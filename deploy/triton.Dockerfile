@@ -4,7 +4,7 @@
 # runner. Native-form artifacts (onnxruntime_onnx, tensorrt_plan, openvino) need none of
 # this: NVIDIA's image serves them as it is. docs/deploy.md gives the commands.
 #
-#   pip wheel --no-deps . backends/torch backends/onnxruntime plugins/vision -w dist
+#   pip wheel --no-deps . libs/onnx backends/torch backends/onnxruntime plugins/vision -w dist
 #   docker build -f deploy/triton.Dockerfile -t REGISTRY/zoo-triton:0.1 .
 #
 # Install the wheels of the backends (and, for pre/post-processing, domain plugins) that

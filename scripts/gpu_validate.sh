@@ -39,7 +39,7 @@ if [[ -n ${WHEELS:-} ]]; then
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
     # the project itself, editable, so that its plugins' entry points are registered
     "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation \
-        -e . $(printf -- '-e %s ' backends/*/ plugins/*/) || exit 1
+        -e . $(printf -- '-e %s ' libs/*/ backends/*/ plugins/*/) || exit 1
 fi
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 note() { printf '\n== %s\n' "$*" | tee -a "$OUT/summary.txt"; }

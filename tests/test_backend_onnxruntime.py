@@ -18,8 +18,9 @@ import torch
 
 import zoo
 from zoo.errors import BackendUnavailableError, StaleArtifactError, ZooError
+from zoo.tensors import dynamic_shapes
+from zoo_onnx.export import DEFAULT_OPSET, export_onnx
 from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend, zoo_register_backends
-from zoo_onnxruntime.export import DEFAULT_OPSET, dynamic_shapes, export_onnx
 from zoo_onnxruntime.runner import OnnxRuntimeRunner, to_torch
 from zoo_onnxruntime.tensorrt_ep import profile_shapes
 

@@ -24,13 +24,14 @@ from zoo import registry
 from zoo.errors import (ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError)
 from zoo.spec import AxisRange, ModelSpec, TensorSpec
 from zoo.tensors import state_dict_sha256
-from zoo_onnxruntime.export import export_onnx
-from zoo_tensorrt import TensorRTBackend, library, profiles, provenance, support
+from zoo_onnx import engines
+from zoo_onnx.engines import ShapeRange
+from zoo_onnx.export import export_onnx
+from zoo_tensorrt import TensorRTBackend, library, provenance, support
 from zoo_tensorrt.engine import EngineBuilder
-from zoo_tensorrt.profiles import ShapeRange
 from zoo_tensorrt.runner import TensorRTRunner
 
-H100 = provenance.Machine("10.3.0", "NVIDIA H100 80GB HBM3", "9.0")
+H100 = engines.Machine("10.3.0", "NVIDIA H100 80GB HBM3", "9.0")
 
 
 class TinyConv(torch.nn.Module):
@@ -74,7 +75,7 @@ def test_profile_takes_axis_ranges_and_keeps_static_dims() -> None:
         build=TinyConv, sample=lambda b, rng: {},
         axes={"batch": AxisRange(1, 4, 16), "seq": AxisRange(8, 64, 256)},
     )
-    assert profiles.profile_for(spec) == {
+    assert engines.profile_for(spec) == {
         "ids": ShapeRange((1, 8), (4, 64), (16, 256)),
         "scale": ShapeRange((1,), (1,), (1,)),
     }
@@ -82,37 +83,37 @@ def test_profile_takes_axis_ranges_and_keeps_static_dims() -> None:
 
 def test_profile_json_round_trip_and_shape_check() -> None:
     spec = tiny_spec()
-    profile = profiles.profile_for(spec)
-    assert profiles.profile_to_json(profile) == {"image": {"min": [1, 1, 8, 8], "opt": [8, 1, 8, 8],
+    profile = engines.profile_for(spec)
+    assert engines.profile_to_json(profile) == {"image": {"min": [1, 1, 8, 8], "opt": [8, 1, 8, 8],
                                                            "max": [32, 1, 8, 8]}}
-    assert profiles.profile_from_json(json.loads(json.dumps(profiles.profile_to_json(profile)))) == profile
-    profiles.check_shape(spec, profile, "image", (32, 1, 8, 8))
+    assert engines.profile_from_json(json.loads(json.dumps(engines.profile_to_json(profile)))) == profile
+    engines.check_shape(spec, profile, "image", (32, 1, 8, 8))
     with pytest.raises(UnsupportedError, match=r"\(64, 1, 8, 8\).*\(batch 1\.\.32, 1, 8, 8\)"):
-        profiles.check_shape(spec, profile, "image", (64, 1, 8, 8))
+        engines.check_shape(spec, profile, "image", (64, 1, 8, 8))
     with pytest.raises(UnsupportedError):
-        profiles.check_shape(spec, profile, "image", (2, 8, 8))
+        engines.check_shape(spec, profile, "image", (2, 8, 8))
 
 
 # -- provenance ---------------------------------------------------------------------------
 
 
-def record(machine: provenance.Machine = H100, precision: str = "fp16") -> dict:
-    return provenance.engine_provenance(weights_sha256="w" * 64, onnx_sha256="o" * 64, precision=precision,
-                                        profile=profiles.profile_for(tiny_spec()), machine=machine)
+def record(machine: engines.Machine = H100, precision: str = "fp16") -> dict:
+    return engines.engine_provenance(weights_sha256="w" * 64, onnx_sha256="o" * 64, precision=precision,
+                                     profile=engines.profile_for(tiny_spec()), machine=machine)
 
 
 def test_provenance_key_is_canonical_and_covers_every_field() -> None:
     rec = record()
     assert set(rec) == {"weights_sha256", "onnx_sha256", "precision", "profile", "tensorrt", "gpu",
                         "compute_capability"}
-    assert provenance.provenance_key(rec) == provenance.provenance_key(dict(reversed(list(rec.items()))))
+    assert engines.provenance_key(rec) == engines.provenance_key(dict(reversed(list(rec.items()))))
     for field, value in [("weights_sha256", "x"), ("precision", "fp32"), ("compute_capability", "8.9")]:
-        assert provenance.provenance_key({**rec, field: value}) != provenance.provenance_key(rec)
+        assert engines.provenance_key({**rec, field: value}) != engines.provenance_key(rec)
 
 
-def check(machine: provenance.Machine, precision: str = "fp16", spec: ModelSpec | None = None) -> None:
+def check(machine: engines.Machine, precision: str = "fp16", spec: ModelSpec | None = None) -> None:
     provenance.check_provenance(record(), machine=machine, precision=precision,
-                                profile=profiles.profile_for(spec or tiny_spec()), model="tiny.conv")
+                                profile=engines.profile_for(spec or tiny_spec()), model="tiny.conv")
 
 
 def test_same_machine_same_use_loads() -> None:
@@ -121,7 +122,7 @@ def test_same_machine_same_use_loads() -> None:
 
 def test_other_tensorrt_version_is_refused_with_what_differs_and_how_to_rebuild() -> None:
     with pytest.raises(StaleArtifactError) as err:
-        check(provenance.Machine("10.5.0", H100.gpu, "9.0"))
+        check(engines.Machine("10.5.0", H100.gpu, "9.0"))
     msg = str(err.value)
     assert ("engine built for TensorRT 10.3.0 on NVIDIA H100 80GB HBM3 (sm_90); this machine has "
             "TensorRT 10.5.0 on NVIDIA H100 80GB HBM3 (sm_90) (TensorRT version differs)") in msg
@@ -140,7 +141,7 @@ def test_an_int8_artifact_of_either_name_is_rebuilt_as_tensorrts_static_int8() -
 
 def test_other_gpu_is_refused() -> None:
     with pytest.raises(StaleArtifactError, match=r"on NVIDIA L4 \(sm_89\) \(GPU and compute capability differ\)"):
-        check(provenance.Machine("10.3.0", "NVIDIA L4", "8.9"))
+        check(engines.Machine("10.3.0", "NVIDIA L4", "8.9"))
 
 
 def test_other_precision_and_shapes_are_refused() -> None:
@@ -153,7 +154,7 @@ def test_other_precision_and_shapes_are_refused() -> None:
 
 def test_recorded_provenance_must_exist_and_match_its_key() -> None:
     rec = record()
-    info = {"provenance": rec, "provenance_key": provenance.provenance_key(rec)}
+    info = {"provenance": rec, "provenance_key": engines.provenance_key(rec)}
     assert provenance.recorded_provenance(info, "tiny.conv", "fp16") == rec
     with pytest.raises(ArtifactError, match="no provenance"):
         provenance.recorded_provenance({"build_seconds": 1.0}, "tiny.conv", "fp16")
@@ -320,7 +321,7 @@ def test_real_engine_builds_runs_and_matches_torch(precision: str, tmp_path: Pat
     builder = EngineBuilder()
     assert support.check_onnx(tmp_path / "m.onnx", builder.supports_operator) == []
     builder.parse(tmp_path / "m.onnx")
-    profile = profiles.profile_for(spec)
+    profile = engines.profile_for(spec)
     plan = builder.build(profile, precision, timing_cache=tmp_path / "timing.cache")
     assert (tmp_path / "timing.cache").stat().st_size > 0
     runner = TensorRTRunner(plan, spec, profile, "cuda")

@@ -1,16 +1,22 @@
 """The shape of the code. No import cycles among the project's own modules: the core
-(`zoo`) and every built-in backend and plugin package. Edges are the imports a module
-runs when it is imported (its top-level statements); imports inside functions are
+(`zoo`) and every built-in library, backend and plugin package. Edges are the imports a
+module runs when it is imported (its top-level statements); imports inside functions are
 deferred on purpose (a heavy library, or the SDK one command needs) and are not edges
-here. And no function of the core over 80 lines."""
+here. No backend depends on another, nor the core on any of them. And no function of
+the core over 80 lines."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = [ROOT / "zoo", *sorted(ROOT.glob("backends/*/zoo_*")), *sorted(ROOT.glob("plugins/*/zoo_*"))]
+LIBS = sorted(ROOT.glob("libs/*/zoo_*"))
+BACKENDS = sorted(ROOT.glob("backends/*/zoo_*"))
+PACKAGES = [ROOT / "zoo", *LIBS, *BACKENDS, *sorted(ROOT.glob("plugins/*/zoo_*"))]
 
 
 def module_name(path: Path, package_root: Path) -> str:
@@ -90,7 +96,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_packages():
     edges = graph()
-    assert {"zoo", "zoo.cli", "zoo.cli_bench", "zoo_torch", "zoo_onnxruntime", "zoo_vision"} <= set(edges)
+    assert {"zoo", "zoo.cli", "zoo.cli_bench", "zoo_onnx", "zoo_torch", "zoo_onnxruntime", "zoo_vision"} <= set(edges)
     assert "zoo.cli_common" in edges["zoo.cli_bench"] and "zoo.cli_bench" in edges["zoo.cli"]
     assert "zoo.export" in edges["zoo"]
 
@@ -101,6 +107,38 @@ def test_no_import_cycles():
 
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def first_party_imports(package: Path) -> set[str]:
+    """The other first-party packages `package` imports anywhere, deferred imports included."""
+    found = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module.split(".")[0])
+    return (found & {p.name for p in PACKAGES}) - {package.name}
+
+
+def test_backends_share_libraries_not_one_another():
+    """What two backends share lives in a library under libs/ (the ONNX export, engine
+    provenance), so each backend installs and runs without the others: none imports or
+    declares another, and the core imports none of them."""
+    tomllib = pytest.importorskip("tomllib")
+    libs, backends = {p.name for p in LIBS}, {p.name for p in BACKENDS}
+    assert {"zoo_onnx"} <= libs and {"zoo_onnxruntime", "zoo_tensorrt", "zoo_openvino"} <= backends
+    assert first_party_imports(ROOT / "zoo") == set()
+    for package in LIBS:
+        assert first_party_imports(package) == {"zoo"}, package.name
+    for package in BACKENDS:
+        assert first_party_imports(package) <= {"zoo", *libs}, package.name
+    projects = {p: tomllib.loads((p.parent / "pyproject.toml").read_text())["project"] for p in LIBS + BACKENDS}
+    names = {project["name"] for p, project in projects.items() if p in BACKENDS}
+    for package, project in projects.items():
+        requires = {re.split(r"[ \[<>=!~;]", r, maxsplit=1)[0] for r in project.get("dependencies", [])}
+        assert not requires & names, f"{project['name']} depends on another backend: {requires & names}"
+        assert package in BACKENDS or "entry-points" not in project, f"{project['name']} is a library, not a plugin"
 
 
 def test_no_core_function_runs_over_80_lines():

@@ -19,17 +19,16 @@ import pytest
 import torch
 
 import zoo
-from zoo.engines import Machine, onnx_sha256, profile_for, provenance_key
-from zoo.tensors import example_inputs
+from zoo.tensors import example_inputs, state_dict_sha256
 from zoo.train import module_fn
 from zoo.verify import parity
+from zoo_onnx.engines import Machine, engine_provenance, onnx_sha256, profile_for, provenance_key
+from zoo_onnx.export import export_onnx
+from zoo_onnx.fp16 import FP32_OPS, convert_fp16, op_block_list
 from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend
-from zoo_onnxruntime.export import export_onnx
-from zoo_onnxruntime.fp16 import FP32_OPS, convert_fp16, op_block_list
 from zoo_onnxruntime.runner import OnnxRuntimeRunner
 from zoo_onnxruntime.tensorrt_ep import (PROVENANCE_FILE, cache_provenance, engine_cache_dir, profile_shapes,
                                          provider_options)
-from zoo_tensorrt import provenance as native
 
 pytest.importorskip("onnxruntime")
 
@@ -43,12 +42,10 @@ FACTS = {"weights_sha256": "w" * 64, "onnx_sha256": "o" * 64, "precision": "fp16
 
 
 def test_cache_record_is_the_native_record_plus_the_onnxruntime_version(tmp_path):
-    assert native.provenance_key is provenance_key and native.Machine is Machine  # one definition, in the core
     record = cache_provenance(**FACTS, onnxruntime="1.31.0")
-    native_record = native.engine_provenance(**FACTS)
+    native_record = engine_provenance(**FACTS)  # what the native tensorrt backend records (zoo_onnx.engines)
     assert {k: v for k, v in record.items() if k != "onnxruntime"} == native_record
-    assert provenance_key({k: v for k, v in record.items() if k != "onnxruntime"}) == \
-        native.provenance_key(native_record)
+    assert provenance_key({k: v for k, v in record.items() if k != "onnxruntime"}) == provenance_key(native_record)
     directory = engine_cache_dir(record, root=tmp_path)
     assert directory == tmp_path / "zoo" / "ort-trt" / provenance_key(record)
 
@@ -101,7 +98,7 @@ def test_tensorrt_records_the_weights_hash_the_manifest_has(tmp_path):
     module = spec.build().eval()
     info = OnnxRuntimeTensorRTBackend().export(module, spec, example_inputs(spec), tmp_path / "model.onnx",
                                                "fp16", "cuda")  # writes the fp32 ONNX file only
-    assert info["weights_sha256"] == native.weights_sha256(module)  # == zoo.export's manifest hash
+    assert info["weights_sha256"] == state_dict_sha256(module.state_dict())  # zoo.export's manifest hash
     assert info["graph_precision"] == "fp32" and "fp16" not in info
 
 
@@ -109,7 +106,7 @@ def test_tensorrt_records_the_weights_hash_the_manifest_has(tmp_path):
 def test_both_tensorrt_paths_build_the_same_profile(name):
     spec = zoo.get_model(name).tiny()
     shapes = profile_shapes(spec)
-    profile = native.profiles.profile_for(spec)
+    profile = profile_for(spec)  # the native tensorrt backend's
     for point in ("min", "opt", "max"):
         parsed = dict(entry.split(":") for entry in shapes[f"trt_profile_{point}_shapes"].split(","))
         assert {n: tuple(int(d) for d in s.split("x")) for n, s in parsed.items()} == \

@@ -153,7 +153,7 @@ def test_export_refuses_an_undeclared_output_naming_it(inline, repository, backe
 
 
 def test_the_onnx_exporter_reports_the_signature_not_its_own_failure(tmp_path):
-    from zoo_onnxruntime.export import export_onnx
+    from zoo_onnx.export import export_onnx
 
     spec = pair_spec("pair.undeclared", lambda: lambda first, second: {"first": first, "y": second})
     with pytest.raises(SignatureError, match=r"\['second'\] missing"):

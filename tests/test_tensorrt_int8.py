@@ -33,7 +33,7 @@ from zoo.fsutil import sha256_file
 from zoo.spec import AxisRange, ModelSpec, TensorSpec, Tolerance, _default_tolerances
 from zoo.tensors import example_inputs
 from zoo.verify import domain_report, metric_report, parity
-from zoo_onnxruntime.export import export_onnx
+from zoo_onnx.export import export_onnx
 from zoo_onnxruntime.runner import OnnxRuntimeRunner
 from zoo_tensorrt import TensorRTBackend, support
 from zoo_tensorrt.quantize import WEIGHTED_OPS, qdq_for_tensorrt
@@ -267,7 +267,7 @@ class Untouchable(torch.nn.Module):
     ("cuda", {"quantization": "dynamic"}, None, UnsupportedError, "names dynamic int8.*--quantization static"),
     ("cuda", {"tolerances": _default_tolerances(), "quantization": None}, None, UnsupportedError,
      "no tolerance for precision int8"),
-    ("cuda", {}, "onnxruntime", BackendUnavailableError, "onnxruntime's quantization tool.*zoo-onnxruntime"),
+    ("cuda", {}, "onnxruntime", BackendUnavailableError, "onnxruntime's quantization tool.*pip install onnxruntime"),
     ("cuda", {}, "tensorrt", BackendUnavailableError, r"pip install 'zoo-tensorrt\[gpu\]'"),
 ], ids=["cpu", "dynamic-method", "no-int8-tolerance", "no-onnxruntime", "no-tensorrt"])
 def test_int8_export_is_refused_before_any_work(device, change, missing, error, message, tmp_path: Path,

@@ -27,7 +27,7 @@ class Availability:
     """The answer of `Backend.probe`: can it run on this device here, and if not, why."""
 
     ok: bool
-    reason: str = ""  # one sentence when not ok: "tensorrt is not installed"
+    reason: str = ""  # one sentence when not ok: "no CUDA device"
 
 
 class Runner(Protocol):
@@ -104,7 +104,7 @@ class Backend(abc.ABC):
         """Refuse an artifact written by other library versions than these.
 
         The default requires the same major.minor version of every library recorded;
-        engine backends (TensorRT) override this to require the exact build.
+        a backend whose artifacts run only with the exact build that wrote them overrides this.
         """
         current = self.versions()
         for lib, version in recorded.items():

@@ -1,6 +1,6 @@
 """A user's backend plugin: ONNX's own reference evaluator (`onnx.reference`), a pure
 Python runtime, behind the zoo's Backend interface. It exports through the same ONNX
-exporter as the onnxruntime backend and runs the file with another engine."""
+exporter as the ONNX backends (`zoo_onnx.export`) and runs the file with another engine."""
 
 from pathlib import Path
 
@@ -27,7 +27,7 @@ class OnnxReference(zoo.Backend):
         return zoo.Availability(True)
 
     def export(self, module, spec, example, path, precision, device):
-        from zoo_onnxruntime.export import export_onnx
+        from zoo_onnx.export import export_onnx
 
         return export_onnx(module, spec, example, Path(path))
 

@@ -120,7 +120,7 @@ def _peak_rss_mb() -> float:
 
 def _cuda_process_mb() -> float | None:
     """GPU memory NVML sees this process use: engines that bypass torch's allocator
-    (ONNX Runtime, TensorRT) show here and not in torch.cuda.max_memory_allocated."""
+    show here and not in torch.cuda.max_memory_allocated."""
     import os
 
     try:

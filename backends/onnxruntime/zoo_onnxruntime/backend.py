@@ -73,7 +73,7 @@ class OnnxRuntimeBackend(Backend):
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
-        from .export import export_onnx
+        from zoo_onnx.export import export_onnx
 
         self.check_supported(precision, device_kind(device))
         if precision != "int8":

@@ -16,22 +16,19 @@ The method must fit the model (`ModelSpec.quantization`, overridable per export)
 Both run `quant_pre_process` first (shape inference and ONNX Runtime's basic graph
 optimizations, e.g. BatchNorm folded into Conv), as the quantization docs advise:
 https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html
+The steps TensorRT's Q/DQ graph shares with these are `zoo_onnx.quantize`'s.
 """
 
 from __future__ import annotations
 
-import collections
-import logging
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-import onnx
-
-from zoo.calibration import DEFAULT_SAMPLES, calibration_batches
+from zoo.calibration import DEFAULT_SAMPLES
 from zoo.errors import ExportError, UnsupportedError
 from zoo.spec import QUANTIZATIONS, ModelSpec
+from zoo_onnx.quantize import calibration_reader, computed_weight_nodes, pre_process, quantized_ops, run_quietly
 
 #: What each method is run with; recorded in the manifest with the counts of the ops it
 #: produced. Static uses uint8 activations and int8 weights (U8S8): on the development
@@ -54,10 +51,6 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
     "dynamic": {"weights": "QUInt8", "per_channel": True, "reduce_range": False, "op_types": ["MatMul"],
                 "matmul_const_b_only": True},
 }
-#: ops whose presence shows what was quantized (static: the Q/DQ pairs; dynamic: the
-#: integer MatMuls, fused or not).
-_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
-                  "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "ConvInteger", "QLinearConv", "QLinearMatMul"}
 
 
 def quantize_onnx(fp32: Path, out: Path, spec: ModelSpec, method: str | None) -> dict[str, Any]:
@@ -80,49 +73,15 @@ def quantize_onnx(fp32: Path, out: Path, spec: ModelSpec, method: str | None) ->
     return {"method": method, **SETTINGS[method], "preprocess": preprocess, "quantized_ops": ops}
 
 
-def pre_process(fp32: Path, out: Path) -> str:
-    """`quant_pre_process`; its symbolic shape inference (which dynamic quantization of
-    the MLPs needs) merges conflicting symbolic dims (`auto_merge`) rather than give up
-    on the detector's in-graph decoding, and is skipped where it crashes (on MiniLM's
-    attention), leaving ONNX's own shape inference."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    try:
-        run_quietly(quant_pre_process, str(fp32), str(out), auto_merge=True)
-        return "symbolic shape inference, onnx shape inference, basic graph optimizations"
-    except ExportError as exc:
-        run_quietly(quant_pre_process, str(fp32), str(out), skip_symbolic_shape=True)
-        cause = exc.__cause__ or exc
-        return (f"onnx shape inference, basic graph optimizations (symbolic shape inference failed: "
-                f"{type(cause).__name__}: {_first_line(cause)})")
-
-
-def quantized_ops(path: Path) -> dict[str, int]:
-    """How many of each int8 op the model at `path` has."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return dict(sorted(collections.Counter(n.op_type for n in graph.node if n.op_type in _QUANTIZED_OPS).items()))
-
-
 def _static(model: Path, out: Path, spec: ModelSpec) -> None:
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     settings = SETTINGS["static"]
-
-    class Batches(CalibrationDataReader):
-        """The training-split batches every backend calibrates on (`zoo.calibration`)."""
-
-        def __init__(self) -> None:
-            self.batches = iter(calibration_batches(spec, samples=settings["calibration_samples"]))
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.batches, None)
-
-    run_quietly(quantize_static, str(model), str(out), Batches(),
-             quant_format=QuantFormat.QDQ, per_channel=settings["per_channel"],
-             reduce_range=settings["reduce_range"], nodes_to_exclude=computed_weight_nodes(model),
-             activation_type=QuantType[settings["activations"]], weight_type=QuantType[settings["weights"]],
-             calibrate_method=CalibrationMethod[settings["calibration"]])
+    run_quietly(quantize_static, str(model), str(out), calibration_reader(spec, settings["calibration_samples"]),
+                quant_format=QuantFormat.QDQ, per_channel=settings["per_channel"],
+                reduce_range=settings["reduce_range"], nodes_to_exclude=computed_weight_nodes(model),
+                activation_type=QuantType[settings["activations"]], weight_type=QuantType[settings["weights"]],
+                calibrate_method=CalibrationMethod[settings["calibration"]])
 
 
 def _dynamic(model: Path, out: Path) -> None:
@@ -130,35 +89,6 @@ def _dynamic(model: Path, out: Path) -> None:
 
     settings = SETTINGS["dynamic"]
     run_quietly(quantize_dynamic, str(model), str(out), per_channel=settings["per_channel"],
-             reduce_range=settings["reduce_range"], weight_type=QuantType[settings["weights"]], op_types_to_quantize=list(settings["op_types"]),
-             extra_options={"MatMulConstBOnly": settings["matmul_const_b_only"]})
-
-
-def computed_weight_nodes(path: Path, op_types: tuple[str, ...] = ("MatMul", "Gemm")) -> list[str]:
-    """Nodes of `op_types` whose second input is computed rather than a constant weight:
-    attention's activation x activation MatMuls (Q*K^T, P*V), which stay float. The
-    tool's `MatMulConstBOnly` option does this in its QOperator and dynamic modes only,
-    not in QDQ."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    constants = {i.name for i in graph.initializer}
-    return [n.name for n in graph.node
-            if n.op_type in op_types and (len(n.input) < 2 or n.input[1] not in constants)]
-
-
-def run_quietly(fn, *args, **kwargs) -> None:
-    """Run a quantization step; its advice is logged at INFO/WARNING by the root logger."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        fn(*args, **kwargs)
-    except Exception as exc:  # the tool raises bare Exceptions, ValueErrors and onnx errors alike
-        raise ExportError(f"onnxruntime could not quantize the model: {type(exc).__name__}: "
-                          f"{_first_line(exc)}"[:500]) from exc
-    finally:
-        root.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
+                reduce_range=settings["reduce_range"], weight_type=QuantType[settings["weights"]],
+                op_types_to_quantize=list(settings["op_types"]),
+                extra_options={"MatMulConstBOnly": settings["matmul_const_b_only"]})

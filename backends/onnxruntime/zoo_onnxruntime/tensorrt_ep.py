@@ -3,13 +3,13 @@
 TensorRT compiles the graph into an engine for this GPU, one optimization profile and
 one precision (fp16 on or off per artifact); ONNX Runtime keeps that engine, and
 TensorRT's timing cache, in a cache directory. The directory is named by the engine's
-provenance key: the record and key of the native `tensorrt` backend (`zoo.engines`:
+provenance key: the record and key of the native `tensorrt` backend (`zoo_onnx.engines`:
 weights and ONNX hashes, precision, shape profile, TensorRT version, GPU name, compute
 capability) plus the onnxruntime version, whose TensorRT provider writes the cache
 files. A changed fact never meets a stale engine: it gets a fresh directory and a fresh
 build. The record is written into the directory as `provenance.json`, so a user can see
 what a cache directory belongs to. Both TensorRT paths build the same optimization
-profile (`zoo.engines.profile_for`). Nodes TensorRT cannot compile run on the CUDA
+profile (`zoo_onnx.engines.profile_for`). Nodes TensorRT cannot compile run on the CUDA
 execution provider listed after it.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from zoo.backend import device_kind
-from zoo.engines import Machine, Profile, engine_provenance, onnx_sha256, profile_for, provenance_key
 from zoo.fsutil import atomic_write_text
+from zoo_onnx.engines import Machine, Profile, engine_provenance, onnx_sha256, profile_for, provenance_key
 
 from .backend import OnnxRuntimeBackend, _index, cuda_options
 
@@ -55,8 +55,7 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
         from zoo.tensors import state_dict_sha256
-
-        from .export import export_onnx
+        from zoo_onnx.export import export_onnx
 
         self.check_supported(precision, device_kind(device))
         # The graph stays fp32 for every precision: TensorRT lowers it itself
@@ -137,7 +136,7 @@ def provider_options(spec: "ModelSpec", precision: str, index: int, cache: Path,
 
 
 def profile_shapes(spec: "ModelSpec") -> dict[str, str]:
-    """The optimization profile (`zoo.engines.profile_for`) in the provider's option format.
+    """The optimization profile (`zoo_onnx.engines.profile_for`) in the provider's option format.
 
     E.g. {"trt_profile_min_shapes": "image:1x1x8x8", ...}; only inputs with a dynamic
     axis are named, as the provider expects. Without an explicit profile TensorRT would

@@ -1,6 +1,6 @@
 """Export a zoo module to OpenVINO IR (`model.xml` + `model.bin` beside it).
 
-The IR is read from the ONNX file that zoo-onnxruntime's exporter writes, not converted
+The IR is read from the ONNX file that zoo-onnx's exporter writes, not converted
 from the torch module directly. That exporter already gives every model in the registry
 its spec's input/output names and each symbolic axis (batch, seq, atoms) as a dynamic
 dimension, with fixed dimensions kept fixed; `openvino.convert_model` on a
@@ -32,7 +32,7 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
     Returns the ONNX exporter's facts, plus the quantization's for int8.
     """
     import openvino as ov
-    from zoo_onnxruntime.export import export_onnx
+    from zoo_onnx.export import export_onnx
 
     with tempfile.TemporaryDirectory(prefix="zoo-openvino-") as tmp:
         onnx_path = Path(tmp) / "model.onnx"

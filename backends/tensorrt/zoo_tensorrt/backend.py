@@ -1,6 +1,6 @@
 """`TensorRTBackend`: native TensorRT engines built from the verified ONNX export.
 
-export: module -> ONNX (zoo-onnxruntime's verified exporter) -> for int8, the Q/DQ graph
+export: module -> ONNX (zoo-onnx's verified exporter) -> for int8, the Q/DQ graph
 calibrated on the model's data (`quantize.qdq_for_tensorrt`) -> CPU support check ->
 TensorRT build (workspace cap, FP16 flag or a strongly typed int8 network, the spec's
 optimization profile, persistent timing cache) -> `model.plan`, with the engine's
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import zoo
 from zoo.errors import BackendUnavailableError, StaleArtifactError, UnsupportedError
-from zoo.engines import onnx_sha256
+from zoo_onnx import engines
 
-from . import library, profiles, provenance
+from . import library, provenance
 
 if TYPE_CHECKING:
     import torch
@@ -81,10 +81,10 @@ class TensorRTBackend(zoo.Backend):
             _check_int8(spec)
         self._require(device)
         try:
-            from zoo_onnxruntime.export import export_onnx  # the verified ONNX graph to build from
+            from zoo_onnx.export import export_onnx  # the verified ONNX graph to build from
         except ImportError as exc:
             raise BackendUnavailableError(
-                f"the TensorRT backend builds from zoo-onnxruntime's ONNX export, which fails to import: {exc}"
+                f"the TensorRT backend builds from zoo-onnx's ONNX export, which fails to import: {exc}"
             ) from exc
 
         import torch
@@ -92,7 +92,7 @@ class TensorRTBackend(zoo.Backend):
         from . import support
         from .engine import EngineBuilder
 
-        profile = profiles.profile_for(spec)
+        profile = engines.profile_for(spec)
         machine = provenance.current_machine(device)
         # The ONNX file is an intermediate: it lives beside the plan only for the build, in
         # the artifact's temporary directory, so an interrupted export leaves nothing behind.
@@ -112,8 +112,8 @@ class TensorRTBackend(zoo.Backend):
             problems = support.check_onnx(onnx_path, builder.supports_operator)
             if problems:
                 raise UnsupportedError(f"TensorRT cannot build {spec.name}:\n  - " + "\n  - ".join(problems))
-            record = provenance.engine_provenance(
-                weights_sha256=provenance.weights_sha256(module), onnx_sha256=onnx_sha256(onnx_path),
+            record = engines.engine_provenance(
+                weights_sha256=provenance.weights_sha256(module), onnx_sha256=engines.onnx_sha256(onnx_path),
                 precision=precision, profile=profile, machine=machine)
             started = time.perf_counter()
             builder.parse(onnx_path)
@@ -121,7 +121,7 @@ class TensorRTBackend(zoo.Backend):
             build_seconds = time.perf_counter() - started
         path.write_bytes(plan)
         return {"build_seconds": round(build_seconds, 3), "provenance": record,
-                "provenance_key": provenance.provenance_key(record), **info}
+                "provenance_key": engines.provenance_key(record), **info}
 
     def load(self, path: Path, spec: "ModelSpec", precision: str, device: str,
              threads: int | None = None, info: Mapping[str, Any] | None = None) -> "TensorRTRunner":
@@ -131,7 +131,7 @@ class TensorRTBackend(zoo.Backend):
         self._require(device)
         from .runner import TensorRTRunner
 
-        profile = profiles.profile_for(spec)
+        profile = engines.profile_for(spec)
         provenance.check_provenance(recorded, machine=provenance.current_machine(device),
                                     precision=precision, profile=profile, model=spec.name, device=device)
         return TensorRTRunner(Path(path).read_bytes(), spec, profile, device)
@@ -173,7 +173,7 @@ def _check_int8(spec: "ModelSpec") -> None:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"TensorRT int8 calibrates its Q/DQ graph with onnxruntime's quantization tool, which fails to "
-            f"import ({exc}); pip install 'zoo-onnxruntime[cpu]' (or '[gpu]')") from exc
+            f"import ({exc}); pip install onnxruntime (or onnxruntime-gpu)") from exc
 
 
 def _model_and_precision(artifact: str) -> tuple[str, str]:

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import UnsupportedError, ZooError
+from zoo_onnx.engines import Profile
 
 from . import library
-from .profiles import Profile
 
 #: workspace pool cap. TensorRT's default is all device memory; a cap keeps a build from
 #: starving other processes on a shared GPU, and the zoo's models need far less. Tactics

@@ -1,10 +1,10 @@
 """Engine provenance: everything a TensorRT engine depends on, and the check that refuses
 to load one built for something else.
 
-The record and its key (`Machine`, `engine_provenance`, `provenance_key`) live in the core,
-`zoo.engines`, where the reasons are cited: ONNX Runtime's TensorRT execution provider keys
-its engine cache by the same record, so equal facts give equal keys on both paths. This
-module adds what is the native backend's own: this machine's facts, the manifest's
+The record and its key (`Machine`, `engine_provenance`, `provenance_key`) and the shape
+profile live in `zoo_onnx.engines`, where the reasons are cited: ONNX Runtime's TensorRT
+execution provider keys its engine cache by the same record, so equal facts give equal
+keys on both paths. This module adds what is the native backend's own: this machine's facts, the manifest's
 record and the refusal of a stale engine with a message that says how to rebuild it,
 never loading it (docs/architecture.md, "Contracts that matter").
 """
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from zoo.engines import MACHINE_FIELDS, Machine, engine_provenance, provenance_key
 from zoo.errors import ArtifactError, StaleArtifactError
+from zoo_onnx.engines import MACHINE_FIELDS, Machine, Profile, profile_from_json, profile_to_json, provenance_key
 
-from . import profiles
-
-__all__ = ["MACHINE_FIELDS", "Machine", "check_provenance", "current_machine", "engine_provenance",
-           "provenance_key", "rebuild_command", "recorded_provenance", "weights_sha256"]
+__all__ = ["check_provenance", "current_machine", "rebuild_command", "recorded_provenance", "weights_sha256"]
 
 if TYPE_CHECKING:
     import torch
@@ -70,7 +67,7 @@ def recorded_provenance(info: Mapping[str, Any] | None, model: str, precision: s
 
 
 def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision: str,
-                     profile: profiles.Profile, model: str, device: str = "cuda") -> None:
+                     profile: Profile, model: str, device: str = "cuda") -> None:
     """Raise StaleArtifactError unless the engine was built for exactly this use here.
 
     Compares what can be known at load time: the machine (TensorRT version, GPU name,
@@ -91,10 +88,10 @@ def check_provenance(recorded: Mapping[str, Any], *, machine: Machine, precision
                         f"({_and(differs)} differ{'s' if len(differs) == 1 else ''})")
     if recorded["precision"] != precision:
         problems.append(f"engine built for {recorded['precision']}, loaded as {precision}")
-    built_profile = profiles.profile_to_json(profiles.profile_from_json(recorded["profile"]))
-    if built_profile != profiles.profile_to_json(profile):
+    built_profile = profile_to_json(profile_from_json(recorded["profile"]))
+    if built_profile != profile_to_json(profile):
         problems.append(f"engine built for input shapes {_shapes(built_profile)}; "
-                        f"the model now declares {_shapes(profiles.profile_to_json(profile))}")
+                        f"the model now declares {_shapes(profile_to_json(profile))}")
     if problems:
         raise StaleArtifactError(
             f"stale TensorRT engine for {model}: {'; '.join(problems)}. A TensorRT engine runs only "

@@ -31,7 +31,8 @@ https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/quantized
   in float and has no int32 bias DequantizeLinear.
 
 `quant_pre_process` runs first, as for ONNX Runtime's own int8 (BatchNorm folded into
-Conv, shape inference); the settings and the op counts go into the manifest.
+Conv, shape inference; the steps both share are `zoo_onnx.quantize`'s); the settings and
+the op counts go into the manifest.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import onnx
 
-from zoo.calibration import DEFAULT_SAMPLES, calibration_batches
+from zoo.calibration import DEFAULT_SAMPLES
 from zoo.errors import ExportError
 from zoo.spec import ModelSpec
+from zoo_onnx.quantize import calibration_reader, computed_weight_nodes, pre_process, quantized_ops, run_quietly
 
 #: ONNX ops with weights: the only ones whose inputs get Q/DQ.
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -66,8 +67,6 @@ def qdq_for_tensorrt(fp32_onnx: Path, out: Path, spec: ModelSpec) -> dict[str, A
     Raises ExportError when ONNX Runtime fails, or when the graph has no weighted op to
     quantize (the engine would be an fp32 one named int8).
     """
-    from zoo_onnxruntime.quantize import pre_process, quantized_ops, run_quietly
-
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="zoo-tensorrt-qdq-") as tmp:
         pre = Path(tmp) / "preprocessed.onnx"
@@ -84,21 +83,10 @@ def qdq_for_tensorrt(fp32_onnx: Path, out: Path, spec: ModelSpec) -> dict[str, A
 
 
 def _quantize(model: Path, out: Path, spec: ModelSpec) -> None:
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
-    from zoo_onnxruntime.quantize import computed_weight_nodes
-
-    class Batches(CalibrationDataReader):
-        """The training-split batches every backend calibrates on (`zoo.calibration`)."""
-
-        def __init__(self) -> None:
-            self.batches = iter(calibration_batches(spec, samples=SETTINGS["calibration_samples"]))
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.batches, None)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     quantize_static(
-        str(model), str(out), Batches(), quant_format=QuantFormat.QDQ,
+        str(model), str(out), calibration_reader(spec, SETTINGS["calibration_samples"]), quant_format=QuantFormat.QDQ,
         activation_type=QuantType[SETTINGS["activations"]], weight_type=QuantType[SETTINGS["weights"]],
         per_channel=SETTINGS["per_channel"], op_types_to_quantize=list(SETTINGS["op_types"]),
         nodes_to_exclude=computed_weight_nodes(model, WEIGHTED_OPS),

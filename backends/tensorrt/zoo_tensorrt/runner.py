@@ -18,14 +18,15 @@ from typing import Any, Mapping
 
 from zoo.errors import ArtifactError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
+from zoo_onnx import engines
 
-from . import library, profiles
+from . import library
 
 
 class TensorRTRunner:
     """A loaded engine: `runner({name: array}) -> {name: torch CUDA tensor}`."""
 
-    def __init__(self, plan: bytes, spec: ModelSpec, profile: profiles.Profile, device: str) -> None:
+    def __init__(self, plan: bytes, spec: ModelSpec, profile: engines.Profile, device: str) -> None:
         import torch
 
         trt = library.import_tensorrt()
@@ -73,7 +74,7 @@ class TensorRTRunner:
             bound = []  # referenced until enqueued
             for name in self.input_names:
                 tensor = self._on_device(inputs[name], self._dtypes[name])
-                profiles.check_shape(self.spec, self.profile, name, tuple(tensor.shape))
+                engines.check_shape(self.spec, self.profile, name, tuple(tensor.shape))
                 if not context.set_input_shape(name, tuple(tensor.shape)):
                     raise UnsupportedError(f"TensorRT refused shape {tuple(tensor.shape)} for input {name!r}: "
                                            + "; ".join(library.recent_errors()))

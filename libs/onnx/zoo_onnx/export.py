@@ -1,13 +1,13 @@
 """Export a zoo module to one ONNX file with the spec's names and dynamic axes.
 
-Shared by the ONNX Runtime backends and the TensorRT plugin (which parses this same
-file), so every ONNX consumer sees one graph: inputs and outputs named as in the spec,
-each symbolic axis dynamic over its `spec.axes` range. The `torch.export`-based exporter
+Shared by every backend that consumes an ONNX graph (ONNX Runtime, TensorRT, OpenVINO),
+so each sees one graph: inputs and outputs named as in the spec, each symbolic axis
+dynamic over its `spec.axes` range. The `torch.export`-based exporter
 (`dynamo=True`) is tried first; a module it cannot capture falls back to the TorchScript
 exporter, and the returned info says which one wrote the file.
 
 Imports torch and onnx (never onnxruntime, unless fp16 is asked for), so the TensorRT
-plugin can call it on a machine with only `onnx` installed.
+and OpenVINO backends call it on machines without onnxruntime.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     whose batch size is not 1 (a size-1 example would be specialized to a constant).
     `precision` "fp16" converts the graph to float16 with ONNX Runtime's own tool while
     keeping float32 inputs and outputs, so the signature does not change, and numerically
-    sensitive ops in float32 (`zoo_onnxruntime.fp16`).
+    sensitive ops in float32 (`zoo_onnx.fp16`).
 
     Returns ``{"exporter": "dynamo" | "torchscript", "opset": N}``, plus
     ``"dynamo_error"`` (why the preferred exporter failed) after a fallback and, for

@@ -1,4 +1,4 @@
-"""What a compiled GPU engine is built for: its shape profile and its full provenance.
+"""Engines built from an ONNX graph: the shape profile each is built for and its provenance.
 
 A TensorRT engine (the native backend's `model.plan`, or the one ONNX Runtime's TensorRT
 execution provider caches) is not a portable model file. "By default, TensorRT engines
@@ -20,7 +20,8 @@ fall outside the valid range for this profile" (TensorRT Python API,
 dimensions stay as they are.
 
 Pure Python, importing no GPU library: the profile and the key are computed and
-checked on machines with and without a GPU.
+checked on machines with and without a GPU. Both TensorRT paths import it from here
+(`zoo_tensorrt`, and `zoo_onnxruntime.tensorrt_ep`), so neither backend imports the other.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from .errors import UnsupportedError
-from .fsutil import sha256_file
-from .spec import ModelSpec
+from zoo.errors import UnsupportedError
+from zoo.fsutil import sha256_file
+from zoo.spec import ModelSpec
 
 
 class ShapeRange(NamedTuple):
