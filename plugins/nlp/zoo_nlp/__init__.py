@@ -68,7 +68,7 @@ def gpt_spec(width: int = 128, layers: int = 4, heads: int = 4) -> ModelSpec:
         # nanoGPT's AdamW with weight decay 0.1, one-cycle schedule; 204 steps of 64 windows
         # (~17 min on 2 shared cores) reach 9.2. A transformer learns bytes more slowly than
         # the GRU at this budget; more steps lower it further.
-        Recipe(epochs=2, batch_size=64, lr=3e-3, weight_decay=0.1, schedule="onecycle", seed=0, target=10.0))
+        Recipe(epochs=2, batch_size=64, lr=3e-3, weight_decay=0.1, schedule="onecycle", seed=0, target=10.0, quality_seeds=1))
 
 
 def gru_spec(embed: int = 64, hidden: int = 256, layers: int = 2) -> ModelSpec:
@@ -79,7 +79,7 @@ def gru_spec(embed: int = 64, hidden: int = 256, layers: int = 2) -> ModelSpec:
         partial(GRULanguageModel, vocab=VOCAB, **config), config,
         {"embed": 16, "hidden": 32, "layers": 1}, gru_spec,
         # 204 steps of 64 windows (~11 min on 2 shared cores) reach 4.9
-        Recipe(epochs=2, batch_size=64, lr=5e-3, weight_decay=0.01, schedule="onecycle", seed=0, target=5.5))
+        Recipe(epochs=2, batch_size=64, lr=5e-3, weight_decay=0.01, schedule="onecycle", seed=0, target=5.5, quality_seeds=1))
 
 
 @zoo.hookimpl

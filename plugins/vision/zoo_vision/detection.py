@@ -83,7 +83,7 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
         loss=partial(loss, num_classes, image_size),
         metric=Metric("map50", map50, higher_is_better=True),
         recipe=Recipe(epochs=20, batch_size=32, lr=4e-3, weight_decay=1e-4, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=0.9),
+                      schedule="onecycle", seed=0, target=0.9, quality_seeds=1),
         tolerances=DETECTOR_TOLERANCES,
         quantization="static",  # a CNN: int8 convolutions end to end
         raw_kind="image", raw_binary=True,
