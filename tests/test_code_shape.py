@@ -14,9 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBS = sorted(ROOT.glob("libs/*/zoo_*"))
-BACKENDS = sorted(ROOT.glob("backends/*/zoo_*"))
-PACKAGES = [ROOT / "zoo", *LIBS, *BACKENDS, *sorted(ROOT.glob("plugins/*/zoo_*"))]
+
+
+def packages(pattern: str) -> list[Path]:
+    """The packages a glob finds (an editable install leaves a `zoo_*.egg-info` beside each)."""
+    return sorted(p for p in ROOT.glob(pattern) if (p / "__init__.py").is_file())
+
+
+LIBS = packages("libs/*/zoo_*")
+BACKENDS = packages("backends/*/zoo_*")
+PACKAGES = [ROOT / "zoo", *LIBS, *BACKENDS, *packages("plugins/*/zoo_*")]
 
 
 def module_name(path: Path, package_root: Path) -> str:
