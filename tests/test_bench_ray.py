@@ -1,8 +1,9 @@
 """`zoo bench --ray`: the matrix as Ray tasks gives the local run's rows, in its order.
 
 A local Ray instance is started here (2 CPUs, loopback, no dashboard), as a cluster's
-head would be; the sweep is 2 models x 2 backends plus a combination whose exporter
-fails and one a backend does not offer on this device. (A combination that never
+head would be; the sweep is one model on 2 backends plus a combination whose exporter
+fails and one a backend does not offer on this device (every combination is an export and
+a measurement in processes of their own, about 10 s each here, run twice). (A combination that never
 returns meets the same per-process timeout code as a local run's, tested in
 tests/test_bench.py; each costs the timeout twice over here.) The same sweep runs locally; both reports must have the same
 rows (model, backend, precision, device, batch, status, and the reason of a failure).
@@ -19,7 +20,7 @@ ray = pytest.importorskip("ray", reason="zoo[ray] is not installed")
 import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
 
-MODELS = [zoo.get_model("resnet8.digits").tiny(), zoo.get_model("ppo.cartpole").tiny()]
+MODELS = [zoo.get_model("resnet8.digits").tiny()]
 FAST = {"warmup": 1, "min_time": 0.05, "min_iters": 5, "batch_sizes": [1, 2], "timeout": 300}
 KEYS = ("model", "backend", "precision", "device", "batch", "status", "error")
 
@@ -52,15 +53,15 @@ def test_a_ray_sweep_has_the_local_runs_rows(tmp_path, failing_backends, local_r
     local = zoo.benchmark(MODELS, backends, repository=tmp_path / "local", random_init=True, **FAST)
     assert rows(on_ray) == rows(local)
     statuses = {(r["model"], r["backend"]): r["status"] for r in on_ray["results"]}
-    for model in ("resnet8.digits", "ppo.cartpole"):
-        assert statuses[model, "torch"] == statuses[model, "onnxruntime"] == "ok"
-        assert statuses[model, "broken-test"] == "failed"
-        assert statuses[model, "tensorrt"] == "unsupported"
+    model = "resnet8.digits"
+    assert statuses[model, "torch"] == statuses[model, "onnxruntime"] == "ok"
+    assert statuses[model, "broken-test"] == "failed"
+    assert statuses[model, "tensorrt"] == "unsupported"
     broken = next(r for r in on_ray["results"] if r["backend"] == "broken-test")
     assert "cannot lower" in broken["error"]
     assert all(r["p50_ms"] > 0 for r in on_ray["results"] if r["status"] == "ok")
     assert on_ray["options"]["ray"] == "auto" and "ray" not in local["options"]
-    assert seen == list(range(1, 9))
+    assert seen == list(range(1, 5))
     # every ok combination's artifact was written by a Ray worker, into the repository it was given
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
 
