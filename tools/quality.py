@@ -12,7 +12,9 @@ run takes a minute or two, one where it takes many.
 Every run must reach its recipe's `target` on the held-out split; the report records
 every seed's value, the mean, the worst seed and its margin over the target (positive:
 met with that much to spare). The figures docs/models.md states are this table: `--docs`
-rewrites the block between its `quality:begin` and `quality:end` markers. A trainable
+rewrites the block between its `quality:begin` and `quality:end` markers. A run limited by
+`--models` replaces those models' rows in the report and keeps the others', each row with
+the date and machine it was measured on. A trainable
 model without a target, a run that fails, or one that misses its target makes the exit
 status 1, after the report is written.
 """
@@ -44,7 +46,7 @@ def plan(pattern: str, seeds: int | None) -> list[dict[str, Any]]:
 
     jobs = []
     for name in sorted(registry.models()):
-        if not fnmatch.fnmatch(name, pattern):
+        if not any(fnmatch.fnmatch(name, p) for p in pattern.split(",")):
             continue
         spec = registry.get_model(name)
         if not spec.trainable:
@@ -81,7 +83,7 @@ def margin(job: dict[str, Any], value: float) -> float:
     return value - job["target"] if job["higher_is_better"] else job["target"] - value
 
 
-def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(results: list[dict[str, Any]], measured: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per model: every seed's value, mean, worst seed and its margin."""
     rows = []
     for model in sorted({r["model"] for r in results}):
@@ -89,7 +91,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = runs[0]
         values = [r["value"] for r in runs if "value" in r]
         row = {k: first[k] for k in ("model", "metric", "higher_is_better", "target", "epochs")}
-        row.update(seeds=[r["seed"] for r in runs], values=values, statuses=[r["status"] for r in runs],
+        row.update(measured, seeds=[r["seed"] for r in runs], values=values, statuses=[r["status"] for r in runs],
                    seconds=[r["seconds"] for r in runs],
                    passed=all(r["status"] == "met" for r in runs))
         if values:
@@ -105,13 +107,12 @@ def _fmt(x: float) -> str:
 
 def table(report: dict[str, Any]) -> str:
     """The markdown block docs/models.md shows between its markers."""
-    env = report["environment"]
     lines = [BEGIN, "",
-             f"Measured by `make quality` ({report['date']}, {env['cpu']}, {env['cores']} cores, torch "
-             f"{env['torch']}, {report['workers']} runs at a time, one thread each; {report['wall_seconds']:.0f} s "
-             "in all). Every seed must reach the target; the margin is the worst seed's distance past it.", "",
-             "| model | test metric | target | seeds | every seed | mean | margin (worst seed) | time per run |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Measured by `make quality` (tools/quality.py; docs/reports/quality.json has every run). Runs go "
+             f"{report['workers']} at a time, one thread each, so a run's time is that of one core shared with "
+             "the others. Every seed must reach the target; the margin is the worst seed's distance past it.", "",
+             "| model | test metric | target | seeds | every seed | mean | margin (worst seed) | time per run | measured |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in report["models"]:
         arrow = ">=" if row["higher_is_better"] else "<="
         values = ", ".join(_fmt(v) for v in row["values"]) or "-"
@@ -121,7 +122,8 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"| `{row['model']}` | {row['metric']} | {arrow} {row['target']:g} | "
                      f"{', '.join(map(str, row['seeds']))} | {values}{note} | "
                      f"{_fmt(row['mean']) if 'mean' in row else '-'} | "
-                     f"{_fmt(row['margin']) if 'margin' in row else '-'} | {seconds:.0f} s |")
+                     f"{_fmt(row['margin']) if 'margin' in row else '-'} | {seconds:.0f} s | "
+                     f"{row['date']}, {row['cpu']}, torch {row['torch']} |")
     lines += ["", END]
     return "\n".join(lines)
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", type=Path, default=ROOT / "docs" / "reports" / "quality.json")
     parser.add_argument("--docs", type=Path, default=None, help="rewrite this file's quality block (docs/models.md)")
-    parser.add_argument("--models", default="*", help="a pattern of model names (default: every trainable model)")
+    parser.add_argument("--models", default="*", help="patterns of model names, comma-separated (default: every trainable model)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seeds", type=int, default=None, help="seeds per model (default: the recipe's quality_seeds)")
     parser.add_argument("--plan", action="store_true", help="print the jobs and stop")
@@ -180,12 +182,23 @@ def main(argv: list[str] | None = None) -> int:
             shown = _fmt(r["value"]) if "value" in r else r.get("error", "").splitlines()[-1:]
             print(f"[{len(results)}/{len(jobs)}] {r['model']} seed {r['seed']}: {r['status']} {shown} "
                   f"({r['seconds']:.0f} s)", flush=True)
-    report = {"date": datetime.date.today().isoformat(), "workers": args.workers,
-              "wall_seconds": round(time.perf_counter() - start, 1),
-              "environment": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
-                              "python": platform.python_version(), "torch": torch.__version__},
+    today = datetime.date.today().isoformat()
+    measured = {"date": today, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__}
+    models, runs = summarize(results, measured), results
+    if args.models != "*" and args.report.is_file():  # keep the rows of the models this run left out
+        every = {j["model"] for j in plan("*", None)}
+        previous = json.loads(args.report.read_text())
+        kept = [row for row in previous.get("models", []) if row["model"] in every - {r["model"] for r in results}]
+        env = previous["environment"]
+        models += [{"date": previous["date"], "cpu": env["cpu"], "cores": env["cores"], "torch": env["torch"], **row}
+                   for row in kept]
+        runs += [r for r in previous.get("runs", []) if r["model"] in every - {r["model"] for r in results}]
+    report = {"date": today, "workers": args.workers, "wall_seconds": round(time.perf_counter() - start, 1),
+              "environment": {"cpu": measured["cpu"], "cores": measured["cores"], "platform": platform.platform(),
+                              "python": platform.python_version(), "torch": measured["torch"]},
               "command": " ".join(["tools/quality.py", *(argv if argv is not None else sys.argv[1:])]),
-              "models": summarize(results), "runs": sorted(results, key=lambda r: (r["model"], r["seed"]))}
+              "models": sorted(models, key=lambda r: r["model"]),
+              "runs": sorted(runs, key=lambda r: (r["model"], r["seed"]))}
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     block = table(report)

