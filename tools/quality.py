@@ -1,9 +1,9 @@
 """The quality tier: every trainable model trained at full size by its recipe, held to its target.
 
     .venv/bin/python tools/quality.py [--report docs/reports/quality.json] [--docs docs/models.md]
-                                      [--models PATTERN] [--workers N] [--seeds N] [--plan]
+                                      [--models PATTERNS] [--workers N] [--seeds N] [--plugin FILE] [--plan]
 
-Every registered model with a training recipe (a user's plugin's included) is trained by
+Every registered model with a training recipe (an installed plugin's, or a `--plugin` file's) is trained by
 `zoo train NAME --seed S` in a process of its own, one intra-op thread each, `--workers`
 at a time (default: one per core), longest first by the last report's timings. A recipe
 is run over `Recipe.quality_seeds` seeds (its own seed and the next ones): three where a
@@ -59,11 +59,11 @@ def plan(pattern: str, seeds: int | None) -> list[dict[str, Any]]:
     return jobs
 
 
-def run_one(job: dict[str, Any], work: Path) -> dict[str, Any]:
+def run_one(job: dict[str, Any], work: Path, plugins: list[Path]) -> dict[str, Any]:
     """`zoo train` in its own process; the result is what it wrote to metrics.json."""
     out = work / f"{job['model']}.seed{job['seed']}"
-    cmd = [sys.executable, "-m", "zoo", "train", job["model"], "--seed", str(job["seed"]), "--out", str(out),
-           "--threads", "1", "--no-tensorboard"]
+    cmd = [sys.executable, "-m", "zoo", *(a for p in plugins for a in ("--plugin", str(p))), "train", job["model"],
+           "--seed", str(job["seed"]), "--out", str(out), "--threads", "1", "--no-tensorboard"]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
@@ -152,8 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="*", help="patterns of model names, comma-separated (default: every trainable model)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seeds", type=int, default=None, help="seeds per model (default: the recipe's quality_seeds)")
+    parser.add_argument("--plugin", type=Path, action="append", default=[], help="a local plugin file (repeatable)")
     parser.add_argument("--plan", action="store_true", help="print the jobs and stop")
     args = parser.parse_args(argv)
+    from zoo import registry
+
+    plugins = [p.resolve() for p in args.plugin]
+    for plugin in plugins:
+        registry.load_plugin_file(plugin)
 
     jobs = plan(args.models, args.seeds)
     if not jobs:
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="zoo-quality-") as tmp, \
             concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
-        futures = [pool.submit(run_one, job, Path(tmp)) for job in jobs]
+        futures = [pool.submit(run_one, job, Path(tmp), plugins) for job in jobs]
         for future in concurrent.futures.as_completed(futures):
             r = future.result()
             results.append(r)
@@ -184,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({r['seconds']:.0f} s)", flush=True)
     today = datetime.date.today().isoformat()
     measured = {"date": today, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__}
-    models, runs = summarize(results, measured), results
+    models, runs = summarize(results, measured), list(results)
     if args.models != "*" and args.report.is_file():  # keep the rows of the models this run left out
         every = {j["model"] for j in plan("*", None)}
         previous = json.loads(args.report.read_text())
