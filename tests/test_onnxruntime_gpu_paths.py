@@ -113,13 +113,34 @@ def test_both_tensorrt_paths_build_the_same_profile(name):
             {n: getattr(r, point) for n, r in profile.items()}
 
 
+#: the TensorRT provider's option keys ONNX Runtime's Python binding parses
+#: (onnxruntime_pybind_state.cc, `CreateExecutionProviderInstance`, 1.18 and later); any
+#: other key throws "Invalid TensorRT EP option"
+TRT_EP_KEYS = {
+    "device_id", "user_compute_stream", "trt_max_partition_iterations", "trt_min_subgraph_size",
+    "trt_max_workspace_size", "trt_fp16_enable", "trt_int8_enable", "trt_int8_calibration_table_name",
+    "trt_int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core", "trt_dump_subgraphs",
+    "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_engine_decryption_enable",
+    "trt_engine_decryption_lib_path", "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path", "trt_force_timing_cache",
+    "trt_detailed_build_log", "trt_build_heuristics_enable", "trt_sparsity_enable", "trt_builder_optimization_level",
+    "trt_auxiliary_streams", "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes",
+    "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable", "trt_dump_ep_context_model",
+    "trt_ep_context_file_path", "trt_ep_context_embed_mode", "trt_weight_stripped_engine_enable",
+    "trt_onnx_model_folder_path", "trt_engine_hw_compatible", "trt_op_types_to_exclude"}
+
+
 def test_provider_options_share_one_stream_and_one_cache(tmp_path):
     (trt, trt_options), (cuda, cuda_options) = provider_options(MPNN, "fp16", 1, tmp_path, stream=1234)
     assert (trt, cuda) == ("TensorrtExecutionProvider", "CUDAExecutionProvider")
     assert trt_options["trt_fp16_enable"] and trt_options["device_id"] == cuda_options["device_id"] == 1
     assert trt_options["trt_engine_cache_path"] == trt_options["trt_timing_cache_path"] == str(tmp_path)
     assert trt_options["user_compute_stream"] == cuda_options["user_compute_stream"] == "1234"
+    # issue 17, finding 1: a key the binding does not parse ("has_user_compute_stream") makes
+    # ONNX Runtime throw "Invalid TensorRT EP option" and fall back to the CUDA provider
+    assert "has_user_compute_stream" not in trt_options and set(trt_options) <= TRT_EP_KEYS
     (_, plain), _ = provider_options(MPNN, "fp32", 0, tmp_path)
+    assert set(plain) <= TRT_EP_KEYS
     assert not plain["trt_fp16_enable"] and "user_compute_stream" not in plain
     assert cuda_options["use_tf32"] is False  # fp32 is computed in fp32, not TF32
     assert OnnxRuntimeBackend().providers(tmp_path, MPNN, "fp32", "cuda:1", stream=99) == [

@@ -116,10 +116,12 @@ def provider_options(spec: "ModelSpec", precision: str, index: int, cache: Path,
     """TensorRT then CUDA, with the engine and timing caches in `cache`.
 
     `stream` (a CUDA stream handle) is the compute stream both providers run on, shared
-    with torch (see `OnnxRuntimeRunner`); TensorRT's provider takes it with
-    `has_user_compute_stream` (OrtTensorRTProviderOptionsV2), CUDA's with
-    `user_compute_stream` alone ("It implicitly sets the has_user_compute_stream option",
-    CUDA Execution Provider docs).
+    with torch (see `OnnxRuntimeRunner`). Both take it as `user_compute_stream` alone,
+    which sets the `has_user_compute_stream` field itself ("It implicitly sets the
+    has_user_compute_stream option", CUDA Execution Provider docs). That field is not a key
+    the Python binding parses: onnxruntime_pybind_state.cc throws "Invalid TensorRT EP
+    option" for any key it does not know, and the session then falls back to the next
+    provider (tests/test_onnxruntime_gpu_paths.py holds these options to the keys it parses).
     """
     tensorrt: dict[str, Any] = {
         "device_id": index,
@@ -131,7 +133,7 @@ def provider_options(spec: "ModelSpec", precision: str, index: int, cache: Path,
         **profile_shapes(spec),
     }
     if stream:
-        tensorrt.update(has_user_compute_stream=True, user_compute_stream=str(stream))
+        tensorrt["user_compute_stream"] = str(stream)
     return [("TensorrtExecutionProvider", tensorrt), ("CUDAExecutionProvider", cuda_options(index, stream))]
 
 
