@@ -14,6 +14,11 @@
 #   MIN_TIME=0.5 scripts/gpu_validate.sh     # seconds of timed calls per benchmark point
 #   WHEELS=.whl scripts/gpu_validate.sh      # an offline machine: install the project and the
 #                                            # wheels in .whl first (see docs/gpu-validation.md)
+#
+# A GPU test that skips on this machine fails (tests/conftest.py): a library that failed to
+# install or load is not a pass. Where TensorRT cannot be installed (its libraries come only
+# from NVIDIA's index), ZOO_GPU_MISSING=tensorrt lets the needs_tensorrt tests skip, each
+# with its reason in tests.log.
 set -uo pipefail
 
 OUT=${1:-reports/gpu-$(date +%Y%m%d-%H%M%S)}
