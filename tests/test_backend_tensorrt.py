@@ -24,6 +24,7 @@ from zoo import registry
 from zoo.errors import (ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError)
 from zoo.spec import AxisRange, ModelSpec, TensorSpec
 from zoo.tensors import state_dict_sha256
+from zoo.train import ieee_fp32
 from zoo_onnx import engines
 from zoo_onnx.engines import ShapeRange
 from zoo_onnx.export import export_onnx
@@ -331,7 +332,7 @@ def test_real_engine_builds_runs_and_matches_torch(precision: str, tmp_path: Pat
         image = np.random.default_rng(batch).standard_normal((batch, 1, 8, 8)).astype(np.float32)
         out = runner({"image": image})["logits"]  # numpy in: moved to the GPU once
         assert out.is_cuda and out.shape == (batch, 10)
-        with torch.no_grad():
+        with torch.no_grad(), ieee_fp32("cuda"):  # issue 17: the reference in IEEE fp32, not cuDNN's TF32 default
             ref = module(torch.from_numpy(image).cuda())
         torch.testing.assert_close(out, ref, atol=tol.atol, rtol=tol.rtol)
         again = runner({"image": torch.from_numpy(image).cuda()})["logits"]  # CUDA in: bound in place
@@ -354,6 +355,7 @@ def test_real_backend_export_then_load(tmp_path: Path) -> None:
     info = json.loads(json.dumps(info))  # as read back from the manifest
     runner = backend.load(plan, spec, "fp32", "cuda", info=info)
     image = torch.randn(5, 1, 8, 8, device="cuda")
-    with torch.no_grad():
-        torch.testing.assert_close(runner({"image": image})["logits"], module(image), atol=1e-4, rtol=1e-4)
+    with torch.no_grad(), ieee_fp32("cuda"):  # issue 17: the reference in IEEE fp32, not cuDNN's TF32 default
+        reference = module(image)
+    torch.testing.assert_close(runner({"image": image})["logits"], reference, atol=1e-4, rtol=1e-4)
     backend.check_compatible(backend.versions(), "exports/tiny.conv.tensorrt.fp32")
