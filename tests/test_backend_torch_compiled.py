@@ -320,3 +320,22 @@ def test_cuda_graphs_per_batch_size_replay_eager_results_without_recompiling(tmp
     replays = {g["shapes"][0][0]: g["replays"] for g in runner.cudagraphs}
     assert replays[3] == 2 and replays[r.opt] == 1
     assert runner.compiles == compiled and runner.uncaptured == []
+
+
+@pytest.mark.needs_cuda
+def test_a_failed_capture_leaves_the_allocator_routed_nowhere():
+    """Issue 17, finding 4: a capture that fails (a host sync inside it) is refused, and the
+    caching allocator no longer routes the capture stream's allocations to the graph pool."""
+    from zoo_torch.cudagraphs import CudaGraphs
+
+    def syncs(x):
+        return x * float(x.sum().item())  # .item() synchronizes: not capturable
+
+    graphs = CudaGraphs(syncs, lambda t: t, "cuda")
+    x = torch.ones(4, device="cuda")
+    torch.testing.assert_close(graphs(x), x * 4.0)  # runs without a graph
+    assert graphs.captured == [] and graphs.uncaptured[0]["reason"].startswith("capture failed")
+    index = torch.cuda.current_device()
+    with pytest.raises(RuntimeError, match="not currently recording"):
+        torch._C._cuda_endAllocateToPool(index, graphs._pool)  # finding 4: still routed to the pool
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()

@@ -33,6 +33,7 @@ sets another).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -138,6 +139,7 @@ class CudaGraphs:
             # `torch.cuda.graph.__exit__` restores the caller's stream only after a capture
             # that ended cleanly; an invalidated one raises first
             torch.cuda.set_stream(caller)
+            self._end_routing()
             self._refuse(key, shapes, f"capture failed: {first_line(exc)}")
             return None
         torch.cuda.current_stream(self.device).wait_stream(stream)
@@ -145,6 +147,18 @@ class CudaGraphs:
         self.captured.append(record)
         self.graphs[key] = captured = _Graph(graph, inputs, result, record)
         return captured
+
+    def _end_routing(self) -> None:
+        """After a failed capture, route allocations back out of the private pool.
+
+        `CUDAGraph::capture_end` ends the caching allocator's routing to the graph's pool
+        (`endAllocateToPool`) only after `cudaStreamEndCapture` succeeded; an invalidated
+        capture throws first, and every later allocation on the capture stream would land
+        in the pool (issue 17, finding 4). Where it did end, the allocator says "not
+        currently recording" and nothing is left to do."""
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        with contextlib.suppress(RuntimeError):
+            torch._C._cuda_endAllocateToPool(index, self._pool)
 
     def _refuse(self, key: tuple[tuple[int, ...], ...], shapes: list[list[int]], reason: str) -> None:
         self._refused.add(key)
