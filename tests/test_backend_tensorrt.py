@@ -307,6 +307,20 @@ def test_export_refuses_cpu_and_missing_tensorrt_before_any_work(no_tensorrt, tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_unaligned_view_is_copied_before_tensorrt_binds_it():
+    """Issue 17, finding 4: `setTensorAddress` takes 256-byte aligned addresses only; a
+    contiguous view at an offset is copied, an aligned tensor bound as it is."""
+    from zoo_tensorrt.runner import ALIGNMENT, aligned
+
+    base = torch.arange(1024, dtype=torch.float32)
+    start = (-base.data_ptr() % ALIGNMENT) // base.element_size()  # the first aligned element
+    at = base[start:start + 512]
+    assert at.data_ptr() % ALIGNMENT == 0 and aligned(at) is at
+    off = base[start + 1:start + 513]  # contiguous, 4 bytes past an aligned address
+    copied = aligned(off)
+    assert off.is_contiguous() and copied.data_ptr() != off.data_ptr() and torch.equal(copied, off)
+
+
 # -- a real engine ---------------------------------------------------------------------------
 
 

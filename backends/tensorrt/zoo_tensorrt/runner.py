@@ -6,9 +6,14 @@ binds device pointers for inputs and outputs; `execute_async_v3(stream_handle)`
 enqueues the work ("Working with Dynamic Shapes" and `IExecutionContext`, TensorRT
 Python API). Memory is torch's: inputs that are already CUDA tensors of the engine's
 dtype are bound in place, numpy inputs are moved to the GPU once, outputs are allocated
-by torch's caching allocator. The work goes on torch's current stream, so it is ordered
-with the caller's own torch work and tensors freed after the call are only reused by
-work queued behind it.
+by torch's caching allocator. The work goes on a stream the runner owns, ordered both
+ways with the caller's current stream: it waits for the caller's queued work before it
+starts, and the caller's later work waits for it, so tensors freed after the call are only
+reused once the engine is done. `enqueueV3` on the legacy default stream (torch's current
+stream unless the caller set one) "adds additional device synchronizations" (TensorRT's
+`IExecutionContext::enqueueV3`), which a stream of its own avoids (issue 17, finding 3).
+Every bound address is 256-byte aligned, as `setTensorAddress` requires: an input that
+is a view at an unaligned offset is copied first (finding 4).
 """
 
 from __future__ import annotations
@@ -21,6 +26,15 @@ from zoo.spec import ModelSpec
 from zoo_onnx import engines
 
 from . import library
+
+#: the alignment `IExecutionContext::setTensorAddress` requires of every address, in bytes
+ALIGNMENT = 256
+
+
+def aligned(tensor: Any) -> Any:
+    """`tensor`, or a copy of it where its address is not `ALIGNMENT`-aligned (a view at an
+    offset: `x[1:]`); torch's CUDA caching allocator hands out blocks aligned to 512."""
+    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
 
 class TensorRTRunner:
@@ -42,6 +56,7 @@ class TensorRTRunner:
                 raise ArtifactError("TensorRT could not deserialize the engine: "
                                     + ("; ".join(library.recent_errors()) or "the plan file is corrupt"))
             self._context = self._engine.create_execution_context()
+            self._stream = torch.cuda.Stream(self.device)  # the runner's own (module docstring)
         engine = self._engine
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
@@ -68,7 +83,7 @@ class TensorRTRunner:
         if missing:
             raise ZooError(f"missing inputs {missing}; this model takes {list(self.input_names)}")
         with self._lock, torch.cuda.device(self.device):
-            stream = torch.cuda.current_stream(self.device)
+            caller, stream = torch.cuda.current_stream(self.device), self._stream
             context = self._context
             library.clear_errors()
             bound = []  # referenced until enqueued
@@ -91,9 +106,11 @@ class TensorRTRunner:
                                            f"which this runner does not support")
                 outputs[name] = torch.empty(shape, dtype=self._dtypes[name], device=self.device)
                 self._bind(name, outputs[name])
+            stream.wait_stream(caller)  # the inputs and outputs are written in the caller's order
             if not context.execute_async_v3(stream.cuda_stream):
                 raise ZooError("TensorRT failed to enqueue the engine: "
                                + ("; ".join(library.recent_errors()) or "no detail was given"))
+            caller.wait_stream(stream)  # the caller's later work, frees included, after the engine
         return outputs
 
     def _bind(self, name: str, tensor: Any) -> None:
@@ -107,7 +124,7 @@ class TensorRTRunner:
         import torch
 
         tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
-        return tensor.to(device=self.device, dtype=dtype).contiguous()
+        return aligned(tensor.to(device=self.device, dtype=dtype).contiguous())
 
 
 def _torch_dtypes(trt: Any, torch: Any) -> dict[Any, Any]:
