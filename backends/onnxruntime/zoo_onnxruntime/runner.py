@@ -126,9 +126,15 @@ class OnnxRuntimeRunner:
             caller = torch.cuda.current_stream(self.device)
             if self.stream is not None:
                 self.stream.wait_stream(caller)  # ordered on the GPU; the host goes on
+                for tensor in tensors.values():  # freed by the caller, reused only after our stream's use
+                    tensor.record_stream(self.stream)
             else:  # the session computes on a stream of its own, unknown to torch
                 caller.synchronize()
         self.session.run_with_iobinding(binding)  # returns once its compute stream is done
+        if self.device.type == "cuda" and self.stream is not None:
+            # ordered both ways even where a run returned before its stream finished
+            # (issue 17, finding 4); after a synchronized run this costs nothing
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
         # get_outputs() is in binding order, which is ours.
         return {name: to_torch(value, self._output_types[name].torch)
                 for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}
