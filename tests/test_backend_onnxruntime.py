@@ -223,7 +223,7 @@ def test_without_a_gpu_cuda_is_refused_with_a_reason(exported, backend):
     available = backend.probe("cuda")
     assert not available.ok and available.reason
     with pytest.raises(BackendUnavailableError, match=available.reason[:20]):
-        backend.load(path, SPEC, "fp32", "cuda")
+        backend.load(path, SPEC, "fp16", "cuda")  # a precision both offer on cuda
 
 
 def test_probe_names_the_devices_and_never_raises():

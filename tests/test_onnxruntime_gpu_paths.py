@@ -25,6 +25,7 @@ from zoo.verify import parity
 from zoo_onnx.engines import Machine, engine_provenance, onnx_sha256, profile_for, provenance_key
 from zoo_onnx.export import export_onnx
 from zoo_onnx.fp16 import FP32_OPS, convert_fp16, op_block_list
+from zoo.errors import UnsupportedError
 from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend
 from zoo_onnxruntime.runner import OnnxRuntimeRunner
 from zoo_onnxruntime.tensorrt_ep import (PROVENANCE_FILE, cache_provenance, engine_cache_dir, profile_shapes,
@@ -128,6 +129,16 @@ TRT_EP_KEYS = {
     "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable", "trt_dump_ep_context_model",
     "trt_ep_context_file_path", "trt_ep_context_embed_mode", "trt_weight_stripped_engine_enable",
     "trt_onnx_model_folder_path", "trt_engine_hw_compatible", "trt_op_types_to_exclude"}
+
+
+def test_the_tensorrt_provider_refuses_fp32_and_says_why():
+    """Issue 17, finding 2: TensorRT's default TF32 cannot be cleared through the provider,
+    so fp32 is refused with the reason and where IEEE fp32 is, not verified loosely."""
+    backend = OnnxRuntimeTensorRTBackend()
+    with pytest.raises(UnsupportedError, match="TF32.*--backend tensorrt or --backend onnxruntime"):
+        backend.check_supported("fp32", "cuda")
+    backend.check_supported("fp16", "cuda")
+    assert "fp32" in OnnxRuntimeBackend.precisions["cuda"]  # the CUDA provider keeps IEEE fp32 (use_tf32 off)
 
 
 def test_provider_options_share_one_stream_and_one_cache(tmp_path):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from zoo.backend import device_kind
+from zoo.errors import UnsupportedError
 from zoo.fsutil import atomic_write_text
 from zoo_onnx.engines import Machine, Profile, engine_provenance, onnx_sha256, profile_for, provenance_key
 
@@ -42,8 +43,20 @@ PROVENANCE_FILE = "provenance.json"
 class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     name = "onnxruntime-trt"
     description = "ONNX run by ONNX Runtime's TensorRT execution provider (CUDA provider for the rest)"
-    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp32", "fp16")}
+    #: fp16 only (issue 17, finding 2): TensorRT builds fp32 layers in TF32 by default
+    #: (BuilderFlag.TF32: 10-bit mantissas) and the provider has no option that clears it,
+    #: so its "fp32" would be held to a tolerance it cannot meet, or to a looser one under
+    #: fp32's name. IEEE fp32 on a GPU: `tensorrt` (TF32 cleared) or `onnxruntime` (use_tf32 off).
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp16",)}
     provider_names: ClassVar[Mapping[str, str]] = {"cuda": "TensorrtExecutionProvider"}
+
+    def check_supported(self, precision: str, device: str) -> None:
+        if precision == "fp32" and device == "cuda":
+            raise UnsupportedError(
+                f"backend {self.name} does not offer fp32: ONNX Runtime's TensorRT provider builds fp32 "
+                "layers in TF32 (TensorRT's default) and has no option to turn that off, so it cannot hold "
+                "fp32's tolerance; for IEEE fp32 on a GPU use --backend tensorrt or --backend onnxruntime")
+        super().check_supported(precision, device)
 
     def unavailable(self, device: str) -> str | None:
         reason = super().unavailable(device)
