@@ -52,10 +52,13 @@ def plan(pattern: str, seeds: int | None) -> list[dict[str, Any]]:
         if not spec.trainable:
             continue
         recipe = spec.recipe
-        assert recipe is not None and spec.metric is not None, name
+        assert recipe is not None, name
+        metric = spec.metric
         for i in range(recipe.quality_seeds if seeds is None else seeds):
-            jobs.append({"model": name, "seed": recipe.seed + i, "epochs": recipe.epochs, "target": recipe.target,
-                         "metric": spec.metric.name, "higher_is_better": spec.metric.higher_is_better})
+            jobs.append({"model": name, "seed": recipe.seed + i, "epochs": recipe.epochs,
+                         "target": recipe.target if metric is not None else None,
+                         "metric": metric.name if metric else None,
+                         "higher_is_better": metric.higher_is_better if metric else None})
     return jobs
 
 
@@ -166,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no trainable model matches {args.models!r}")
     untargeted = sorted({j["model"] for j in jobs if j["target"] is None})
     if untargeted:
-        print(f"FAIL: no Recipe.target stated for {', '.join(untargeted)}", file=sys.stderr)
+        print(f"FAIL: no Recipe.target stated (or no metric to hold to one) for {', '.join(untargeted)}",
+              file=sys.stderr)
         return 1
     jobs = order(jobs, args.report)
     if args.plan:
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         for future in concurrent.futures.as_completed(futures):
             r = future.result()
             results.append(r)
-            shown = _fmt(r["value"]) if "value" in r else r.get("error", "").splitlines()[-1:]
+            shown = _fmt(r["value"]) if "value" in r else "".join(r["error"].splitlines()[-1:])
             print(f"[{len(results)}/{len(jobs)}] {r['model']} seed {r['seed']}: {r['status']} {shown} "
                   f"({r['seconds']:.0f} s)", flush=True)
     today = datetime.date.today().isoformat()
