@@ -196,13 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     measured = {"date": today, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__}
     models, runs = summarize(results, measured), list(results)
     if args.models != "*" and args.report.is_file():  # keep the rows of the models this run left out
-        every = {j["model"] for j in plan("*", None)}
+        left_out = {j["model"] for j in plan("*", None)} - {r["model"] for r in results}
         previous = json.loads(args.report.read_text())
-        kept = [row for row in previous.get("models", []) if row["model"] in every - {r["model"] for r in results}]
+        kept = [row for row in previous.get("models", []) if row["model"] in left_out]
         env = previous["environment"]
         models += [{"date": previous["date"], "cpu": env["cpu"], "cores": env["cores"], "torch": env["torch"], **row}
                    for row in kept]
-        runs += [r for r in previous.get("runs", []) if r["model"] in every - {r["model"] for r in results}]
+        runs += [r for r in previous.get("runs", []) if r["model"] in left_out]
     report = {"date": today, "workers": args.workers, "wall_seconds": round(time.perf_counter() - start, 1),
               "environment": {"cpu": measured["cpu"], "cores": measured["cores"], "platform": platform.platform(),
                               "python": platform.python_version(), "torch": measured["torch"]},
