@@ -29,6 +29,7 @@ from zoo_onnx import engines
 from zoo_onnx.engines import ShapeRange
 from zoo_onnx.export import export_onnx
 from zoo_tensorrt import TensorRTBackend, library, provenance, support
+from zoo_tensorrt.backend import onnx_for_build
 from zoo_tensorrt.engine import EngineBuilder
 from zoo_tensorrt.runner import TensorRTRunner
 
@@ -332,10 +333,11 @@ def test_real_engine_builds_runs_and_matches_torch(precision: str, tmp_path: Pat
         pytest.skip("no CUDA device")
     torch.manual_seed(0)
     module, spec = TinyConv().eval().cuda(), tiny_spec()
-    export_onnx(module, spec, {"image": torch.randn(2, 1, 8, 8, device="cuda")}, tmp_path / "m.onnx")
+    # the graph of the precision: fp16 engines are built from the fp16 graph (strongly typed)
+    graph, _ = onnx_for_build(module, spec, {"image": torch.randn(2, 1, 8, 8, device="cuda")}, tmp_path, precision)
     builder = EngineBuilder()
-    assert support.check_onnx(tmp_path / "m.onnx", builder.supports_operator) == []
-    builder.parse(tmp_path / "m.onnx")
+    assert support.check_onnx(graph, builder.supports_operator) == []
+    builder.parse(graph)
     profile = engines.profile_for(spec)
     plan = builder.build(profile, precision, timing_cache=tmp_path / "timing.cache")
     assert (tmp_path / "timing.cache").stat().st_size > 0

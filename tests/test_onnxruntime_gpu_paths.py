@@ -194,6 +194,9 @@ def test_fp16_graph_keeps_sensitive_ops_fp32_and_meets_the_fp16_tolerance(name, 
     shutil.copy(fp32, fp16)
     info = convert_fp16(fp16)
     onnx.checker.check_model(str(fp16))
+    # every node's inputs of one type: the graph TensorRT's strongly typed parser is given
+    # for fp16 (zoo_tensorrt.backend.onnx_for_build), where no implicit cast exists
+    onnx.shape_inference.infer_shapes(onnx.load(str(fp16)), check_type=True, strict_mode=True)
     before, after = onnx.load(str(fp32)), onnx.load(str(fp16))
 
     assert _signature(after) == _signature(before)  # float inputs and outputs stay float32

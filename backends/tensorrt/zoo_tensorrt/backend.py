@@ -1,11 +1,13 @@
 """`TensorRTBackend`: native TensorRT engines built from the verified ONNX export.
 
-export: module -> ONNX (zoo-onnx's verified exporter) -> for int8, the Q/DQ graph
-calibrated on the model's data (`quantize.qdq_for_tensorrt`) -> CPU support check ->
-TensorRT build (workspace cap, FP16 flag or a strongly typed int8 network, the spec's
-optimization profile, persistent timing cache) -> `model.plan`, with the engine's
-provenance returned for the manifest. The provenance hashes the graph that was built,
-so for int8 the calibration is part of the engine's key.
+export: module -> the ONNX graph of the precision (`onnx_for_build`: zoo-onnx's verified
+exporter; for fp16 its fp16 graph, the converter and block list ONNX Runtime CUDA's fp16
+uses; for int8 the Q/DQ graph calibrated on the model's data, `quantize.qdq_for_tensorrt`)
+-> CPU support check -> TensorRT build (a strongly typed network on TensorRT 10 and 11,
+no precision flag, workspace cap, the spec's optimization profile, persistent timing
+cache) -> `model.plan`, with the engine's provenance returned for the manifest. The
+provenance hashes the graph that was built, so the fp16 conversion and the int8
+calibration are part of the engine's key.
 load: provenance checked against this machine (a stale engine is refused, never
 loaded) -> deserialized once -> a runner on torch CUDA tensors.
 
@@ -25,7 +27,7 @@ import zoo
 from zoo.errors import BackendUnavailableError, StaleArtifactError, UnsupportedError
 from zoo_onnx import engines
 
-from . import library, provenance
+from . import api, library, provenance
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +62,7 @@ class TensorRTBackend(zoo.Backend):
         try:
             if not device.startswith("cuda"):
                 return zoo.Availability(False, "TensorRT runs on CUDA devices only")
-            library.import_tensorrt()
+            api.check_version(library.import_tensorrt())
             import torch
 
             if not torch.cuda.is_available():
@@ -79,14 +81,9 @@ class TensorRTBackend(zoo.Backend):
         self.check_supported(precision, device)
         if precision == "int8":
             _check_int8(spec)
+        elif precision == "fp16":
+            _check_fp16()
         self._require(device)
-        try:
-            from zoo_onnx.export import export_onnx  # the verified ONNX graph to build from
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                f"the TensorRT backend builds from zoo-onnx's ONNX export, which fails to import: {exc}"
-            ) from exc
-
         import torch
 
         from . import support
@@ -97,18 +94,10 @@ class TensorRTBackend(zoo.Backend):
         # The ONNX file is an intermediate: it lives beside the plan only for the build, in
         # the artifact's temporary directory, so an interrupted export leaves nothing behind.
         # TensorRT builds for the current CUDA device: make it the one asked for.
-        info: dict[str, Any] = {}
         with (tempfile.TemporaryDirectory(dir=path.parent, prefix=".tensorrt-onnx-") as tmp,
               torch.cuda.device(torch.device(device))):
-            onnx_path = Path(tmp) / "model.onnx"
-            info["onnx"] = export_onnx(module, spec, example, onnx_path)
-            if precision == "int8":  # the engine is built from (and keyed by) the Q/DQ graph
-                from .quantize import qdq_for_tensorrt
-
-                qdq_path = Path(tmp) / "model.qdq.onnx"
-                info["quantization"] = qdq_for_tensorrt(onnx_path, qdq_path, spec)
-                onnx_path = qdq_path
-            builder = EngineBuilder.for_precision(precision)
+            onnx_path, info = onnx_for_build(module, spec, example, Path(tmp), precision)
+            builder = EngineBuilder()
             problems = support.check_onnx(onnx_path, builder.supports_operator)
             if problems:
                 raise UnsupportedError(f"TensorRT cannot build {spec.name}:\n  - " + "\n  - ".join(problems))
@@ -150,6 +139,49 @@ class TensorRTBackend(zoo.Backend):
         availability = self.probe(device)
         if not availability.ok:
             raise BackendUnavailableError(f"backend tensorrt cannot run on {device}: {availability.reason}")
+
+
+def onnx_for_build(module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
+                   directory: Path, precision: str) -> tuple[Path, dict[str, Any]]:
+    """Write the ONNX graph TensorRT builds `precision` from into `directory`; (its path, the
+    export info). The engine is strongly typed, so the graph's types are the engine's:
+    fp32 as exported, fp16 converted by `zoo_onnx.fp16` (float32 inputs and outputs, the
+    same converter and block list as ONNX Runtime CUDA's fp16), int8 as calibrated Q/DQ
+    on the fp32 graph. Runs on the CPU: nothing here needs TensorRT or a GPU."""
+    try:
+        from zoo_onnx.export import export_onnx  # the verified ONNX graph to build from
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"the TensorRT backend builds from zoo-onnx's ONNX export, which fails to import: {exc}") from exc
+    onnx_path = Path(directory) / "model.onnx"
+    info: dict[str, Any] = {"onnx": export_onnx(module, spec, example, onnx_path,
+                                                precision="fp16" if precision == "fp16" else "fp32")}
+    if precision == "int8":  # the engine is built from (and keyed by) the Q/DQ graph
+        from .quantize import qdq_for_tensorrt
+
+        qdq_path = Path(directory) / "model.qdq.onnx"
+        info["quantization"] = qdq_for_tensorrt(onnx_path, qdq_path, spec)
+        onnx_path = qdq_path
+    return onnx_path, info
+
+
+def _check_fp16() -> None:
+    """Refuse, before any work, an fp16 export without ONNX Runtime's fp16 converter.
+
+    TensorRT takes fp16 from the graph's types (the only way on TensorRT 11, which has no
+    FP16 builder flag), and the graph is converted by `onnxruntime.transformers.float16`,
+    which both onnxruntime and onnxruntime-gpu ship. It was chosen over NVIDIA ModelOpt's
+    AutoCast because the ONNX Runtime CUDA backend already converts with it, so both
+    CUDA engines run the same fp16 graph with the same ops kept fp32, and the
+    converter is tested on every registered model on the CPU; ModelOpt is a large
+    package from NVIDIA's index that would add a second converter to keep in step.
+    """
+    try:
+        importlib.import_module("onnxruntime.transformers.float16")
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"TensorRT fp16 is built from an fp16 ONNX graph written by onnxruntime's converter, which fails "
+            f"to import ({exc}); pip install onnxruntime (or onnxruntime-gpu)") from exc
 
 
 def _check_int8(spec: "ModelSpec") -> None:

@@ -1,17 +1,22 @@
 """Building a TensorRT engine (a serialized "plan") from a verified ONNX file.
 
-The steps are the TensorRT 10 Python API's, as NVIDIA's samples
+The steps are the TensorRT Python API's, as NVIDIA's samples
 (`samples/python/*/build_engine.py`) and the API reference describe them:
 `trt.Builder` -> `create_network(flags)` -> `trt.OnnxParser.parse_from_file` ->
-`create_builder_config` (workspace pool limit, FP16 flag or TF32 off, one optimization
+`create_builder_config` (workspace pool limit, TF32 off for fp32, one optimization
 profile, timing cache) -> `build_serialized_network`.
 
-int8 is explicit quantization: the ONNX graph carries calibrated Q/DQ nodes
-(`quantize.qdq_for_tensorrt`) and the network is created strongly typed, with no
-precision flag: "Use explicit quantization with Strong Typing. Precision-control build
-flags are not required and should not be specified" (TensorRT docs, Explicit
-Quantization). Every tensor then has the type the graph gives it: int8 between each
-Q and DQ, float32 elsewhere.
+One build path for TensorRT 10.x and 11.x: the network is always strongly typed, and no
+precision flag is set. Every tensor has the type the ONNX graph gives it, so the
+precision is chosen by the graph the backend hands over: the fp32 export as is, the
+fp16 graph (`zoo_onnx.fp16`: ONNX Runtime's converter, float32 I/O, numerically sensitive
+ops kept fp32) for fp16, the calibrated Q/DQ graph (`quantize.qdq_for_tensorrt`) for
+int8 ("Use explicit quantization with Strong Typing. Precision-control build flags are
+not required and should not be specified", TensorRT docs, Explicit Quantization).
+`build` checks that the parsed network holds what its precision promises (float16
+tensors for fp16, Q/DQ layers for int8, neither for fp32), so an engine is never named
+for a precision it does not run in. The calls that differ between the majors are in
+`api`.
 
 Nothing here runs without a GPU and TensorRT; it has not yet run on one (see the
 plugin's README).
@@ -27,7 +32,7 @@ from typing import Any
 from zoo.errors import UnsupportedError, ZooError
 from zoo_onnx.engines import Profile
 
-from . import library
+from . import api, library
 
 #: workspace pool cap. TensorRT's default is all device memory; a cap keeps a build from
 #: starving other processes on a shared GPU, and the zoo's models need far less. Tactics
@@ -44,23 +49,14 @@ def timing_cache_path() -> Path:
 class EngineBuilder:
     """One network parsed from ONNX and built into one serialized engine."""
 
-    def __init__(self, strongly_typed: bool = False) -> None:
-        """`strongly_typed` for int8 (Q/DQ) graphs: see `for_precision`."""
+    def __init__(self) -> None:
         self._trt = trt = library.import_tensorrt()
+        api.check_version(trt)
         self.builder = trt.Builder(library.logger())
-        # TensorRT 10 networks are always explicit-batch ("kEXPLICIT_BATCH ... Ignored
-        # because networks are always explicit batch in TensorRT 10.0"). STRONGLY_TYPED
-        # is passed as "1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED)" (TensorRT
-        # Python API, Builder); a network's typing is fixed when it is created.
-        self.strongly_typed = strongly_typed
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
-        self.network = self.builder.create_network(flags)
+        # Networks are explicit-batch on both majors; strongly typed by `api` (10.x opts in,
+        # 11.x has no other kind). A network's typing is fixed when it is created.
+        self.network = self.builder.create_network(api.strongly_typed_flags(trt))
         self.parser = trt.OnnxParser(self.network, library.logger())
-
-    @classmethod
-    def for_precision(cls, precision: str) -> EngineBuilder:
-        """The builder for `precision`: strongly typed for int8, whose types come from Q/DQ."""
-        return cls(strongly_typed=precision == "int8")
 
     def supports_operator(self, op_type: str) -> bool:
         """The installed parser's own answer (it may know operators newer than our table)."""
@@ -78,36 +74,28 @@ class EngineBuilder:
 
     def build(self, profile: Profile, precision: str, *, workspace: int = DEFAULT_WORKSPACE,
               timing_cache: Path | None = None) -> bytes:
-        """Build and serialize the engine for `profile` in `precision` ("fp32" | "fp16" | "int8").
-
-        int8 needs a strongly typed builder (`for_precision("int8")`) holding a parsed
-        Q/DQ graph; it sets no precision flag."""
+        """Build and serialize the engine for `profile`; `precision` ("fp32" | "fp16" | "int8")
+        names what the parsed graph must hold (the module docstring), no flag sets it."""
         trt = self._trt
+        if precision not in ("fp32", "fp16", "int8"):
+            raise UnsupportedError(f"the TensorRT backend builds fp32, fp16 or int8 engines, not {precision}")
         config = self.builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
-        if (precision == "int8") != self.strongly_typed:
-            raise ZooError(f"a {'strongly' if self.strongly_typed else 'weakly'} typed network cannot be built "
-                           f"in {precision}: create the builder with EngineBuilder.for_precision({precision!r})")
-        if precision == "int8":
-            # The types are the graph's; the only check is that the graph has Q/DQ at all.
-            if not self._has_quantize_layers():
-                raise UnsupportedError("the int8 network has no Quantize/Dequantize layers, so TensorRT would "
-                                       "build it in float; build from the Q/DQ graph of quantize.qdq_for_tensorrt")
-        elif precision == "fp16":
-            # Lets TensorRT pick fp16 kernels where faster; I/O stays as the ONNX declares
-            # (float32), so callers and verification see the same signature as fp32.
-            flag = getattr(trt.BuilderFlag, "FP16", None)
-            if flag is None:  # removed in TensorRT 11, where every network is strongly typed
-                raise UnsupportedError(
-                    f"TensorRT {trt.__version__} has no FP16 builder flag (its networks are strongly "
-                    f"typed); fp16 engines from an fp32 graph need TensorRT 10")
-            config.set_flag(flag)
-        elif precision == "fp32":
-            # TF32 is "enabled by default" (BuilderFlag.TF32): inner products on 10-bit
-            # mantissas, off from PyTorch's fp32 by more than the spec's fp32 tolerance.
-            config.clear_flag(trt.BuilderFlag.TF32)
-        else:
-            raise UnsupportedError(f"the TensorRT backend builds fp32, fp16 or int8 engines, not {precision}")
+        quantized, half = self._has_quantize_layers(), self._has_float16_tensors()
+        if precision == "int8" and not quantized:
+            raise UnsupportedError("the int8 network has no Quantize/Dequantize layers, so TensorRT would "
+                                   "build it in float; build from the Q/DQ graph of quantize.qdq_for_tensorrt")
+        if precision == "fp16" and not half:
+            raise UnsupportedError("the fp16 network has no float16 tensor, so TensorRT would build it in "
+                                   "fp32; build from the fp16 graph (zoo_onnx.export.export_onnx(..., "
+                                   "precision='fp16'))")
+        if precision == "fp32":
+            if quantized or half:
+                raise UnsupportedError(f"the fp32 network holds {'Q/DQ layers' if quantized else 'float16 tensors'}; "
+                                       f"build fp32 from the fp32 ONNX export")
+            # TF32 is on by default: inner products on 10-bit mantissas, off from PyTorch's
+            # fp32 by more than the spec's fp32 tolerance.
+            api.ieee_fp32(trt, config)
         config.add_optimization_profile(self._optimization_profile(profile))
         cache = _attach_timing_cache(config, timing_cache) if timing_cache else None
         library.clear_errors()
@@ -126,6 +114,15 @@ class EngineBuilder:
         """Whether the parsed network has a Quantize or Dequantize layer (`ILayer.type`)."""
         kinds = {self._trt.LayerType.QUANTIZE, self._trt.LayerType.DEQUANTIZE}
         return any(self.network.get_layer(i).type in kinds for i in range(self.network.num_layers))
+
+    def _has_float16_tensors(self) -> bool:
+        """Whether a layer of the parsed network outputs float16 (`ITensor.dtype`, which a
+        strongly typed network infers from the graph's types when it is parsed)."""
+        for i in range(self.network.num_layers):
+            layer = self.network.get_layer(i)
+            if any(layer.get_output(j).dtype == self._trt.float16 for j in range(layer.num_outputs)):
+                return True
+        return False
 
     def _optimization_profile(self, profile: Profile) -> Any:
         """Profile 0: the spec's min/opt/max for every network input, checked against the graph."""
