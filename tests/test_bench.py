@@ -11,7 +11,7 @@ import pytest
 
 import zoo
 from zoo import registry
-from zoo.bench.measure import at_length, lengths_of
+from zoo.bench.measure import _nvml_process_mb, _own_pids, at_length, lengths_of
 from zoo.errors import ZooError
 
 SPEC = zoo.get_model("resnet8.digits").tiny()
@@ -186,3 +186,21 @@ def test_an_artifact_is_measured_as_it_is_without_its_plugin(tmp_path):
                           (["--artifact", str(tmp_path / "nothing")], "no artifact directory")):
         refused = CliRunner().invoke(app, ["bench", *args])
         assert refused.exit_code != 0 and message in str(refused.exception), (args, refused.exception)
+
+
+def test_gpu_memory_is_matched_by_the_pid_nvml_sees_inside_a_container():
+    """Issue 17, finding 4: NVML lists host PIDs; in a container os.getpid() is another one.
+    Every PID /proc/self/status lists for this process (NSpid) is matched."""
+    import os
+    import types
+
+    status = f"Name:\tpython\nPid:\t{os.getpid()}\nNSpid:\t48213\t{os.getpid()}\nPPid:\t1\n"
+    pids = _own_pids(status)
+    assert pids == {48213, os.getpid()}
+    listed = [types.SimpleNamespace(pid=777, usedGpuMemory=5 << 20),  # another process
+              types.SimpleNamespace(pid=48213, usedGpuMemory=300 << 20)]  # this one, by its host PID
+    assert _nvml_process_mb(listed, pids) == 300
+    assert _nvml_process_mb(listed, {os.getpid()}) is None  # what matching on os.getpid() alone found
+    hidden = [types.SimpleNamespace(pid=48213, usedGpuMemory=None)]  # "not available" in some containers
+    assert _nvml_process_mb(hidden, pids) is None
+    assert os.getpid() in _own_pids()  # the real /proc/self/status

@@ -27,6 +27,7 @@ from zoo_onnx.export import export_onnx
 from zoo_onnx.fp16 import FP32_OPS, convert_fp16, op_block_list
 from zoo.errors import UnsupportedError
 from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend
+from zoo_onnxruntime.backend import cuda_major_mismatch, ort_cuda_version
 from zoo_onnxruntime.runner import OnnxRuntimeRunner
 from zoo_onnxruntime.tensorrt_ep import (PROVENANCE_FILE, cache_provenance, engine_cache_dir, profile_shapes,
                                          provider_options)
@@ -156,6 +157,35 @@ def test_provider_options_share_one_stream_and_one_cache(tmp_path):
     assert cuda_options["use_tf32"] is False  # fp32 is computed in fp32, not TF32
     assert OnnxRuntimeBackend().providers(tmp_path, MPNN, "fp32", "cuda:1", stream=99) == [
         ("CUDAExecutionProvider", {"device_id": 1, "use_tf32": False, "user_compute_stream": "99"})]
+
+
+# -- onnxruntime-gpu's CUDA major against torch's (finding 4) -------------------------------
+
+
+def test_a_cuda_major_mismatch_is_named_with_both_versions():
+    reason = cuda_major_mismatch("12.8", "13.0", "2.13.0+cu130")
+    assert reason == ("onnxruntime-gpu is built for CUDA 12.8 but torch 2.13.0+cu130 brings CUDA 13.0 libraries, "
+                      "so ONNX Runtime's CUDA provider would fail to load (and fall back to the CPU); install the "
+                      "onnxruntime-gpu build for CUDA 13 or a torch build for CUDA 12")
+    assert cuda_major_mismatch("13.0", "13.2", "2.11.0") is None  # minors differ: CUDA is compatible within a major
+    assert cuda_major_mismatch(None, "13.0") is None and cuda_major_mismatch("12.8", None) is None
+
+
+def test_the_cpu_build_records_no_cuda_version():
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("a GPU build of onnxruntime is installed")
+    assert ort_cuda_version() is None
+
+
+@pytest.mark.needs_cuda
+def test_onnxruntime_gpu_matches_the_cuda_major_torch_brings():
+    """Issue 17, finding 4: a mismatch leaves the CUDA provider unloaded, silently."""
+    assert ort_cuda_version(), "finding 4: onnxruntime-gpu records no CUDA version (is the CPU build installed?)"
+    reason = cuda_major_mismatch(ort_cuda_version(), torch.version.cuda, torch.__version__)
+    assert reason is None, f"finding 4: {reason}"
+    assert OnnxRuntimeBackend().probe("cuda").ok, OnnxRuntimeBackend().probe("cuda").reason
 
 
 # -- fp16 graphs, every registered model ----------------------------------------------------

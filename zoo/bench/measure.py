@@ -11,6 +11,7 @@ import logging
 import resource
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -118,24 +119,68 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _cuda_process_mb() -> float | None:
-    """GPU memory NVML sees this process use: engines that bypass torch's allocator
-    show here and not in torch.cuda.max_memory_allocated."""
+def _own_pids(status: str | None = None) -> set[int]:
+    """This process's PID in every PID namespace /proc shows (`NSpid:` in /proc/self/status),
+    and os.getpid(). NVML reports PIDs as the driver's (the host's) namespace sees them, which
+    inside a container differ from os.getpid(): where the container's /proc lists the outer
+    PID too, it matches; where it does not, no PID does and the caller falls back."""
     import os
+
+    pids = {os.getpid()}
+    try:
+        text = status if status is not None else Path("/proc/self/status").read_text()
+    except OSError:
+        return pids
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            pids.update(int(p) for p in line.split()[1:] if p.isdigit())
+    return pids
+
+
+def _nvml_process_mb(processes: Any, pids: set[int]) -> float | None:
+    """The GPU memory NVML lists for one of `pids`, in MiB (None: not listed or hidden)."""
+    used = [p.usedGpuMemory for p in processes if p.pid in pids and p.usedGpuMemory]
+    return used[0] / 2**20 if used else None
+
+
+def _cuda_used_mb(index: int) -> float:
+    """Memory in use on the whole device, as the driver reports it (cudaMemGetInfo)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(index)
+    return (total - free) / 2**20
+
+
+def _cuda_process_mb(index: int, used_before: float | None) -> tuple[float | None, str | None]:
+    """GPU memory this process uses on device `index`, and how it was found: engines that
+    bypass torch's allocator (TensorRT, ONNX Runtime) show here and not in
+    torch.cuda.max_memory_allocated.
+
+    NVML's per-process figure where NVML lists this process ("nvml"), found by the device's
+    UUID (torch's index is relative to CUDA_VISIBLE_DEVICES, NVML's is not) and by PID in
+    any namespace; otherwise the growth of the device's used memory since before the
+    artifact was loaded ("device-delta": exact on a GPU nothing else is using, as a
+    benchmark's measuring process has it)."""
+    import torch
 
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                    if p.pid == os.getpid() and p.usedGpuMemory]
-            return used[0] / 2**20 if used else None
+            uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}") if uuid is not None
+                      else pynvml.nvmlDeviceGetHandleByIndex(index))
+            mb = _nvml_process_mb(pynvml.nvmlDeviceGetComputeRunningProcesses(handle), _own_pids())
+            if mb is not None:
+                return mb, "nvml"
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # NVML unavailable (containers often hide per-process figures)
-        return None
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: the driver's device figure below
+        pass
+    if used_before is None:
+        return None, None
+    return max(_cuda_used_mb(index) - used_before, 0.0), "device-delta"
 
 
 def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -149,8 +194,12 @@ def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     art = Artifact.open(job["path"])
     spec = art.spec()
     cuda = art.device.startswith("cuda")
+    index, used_before = None, None
     if cuda:
-        torch.cuda.reset_peak_memory_stats()
+        index = torch.device(art.device).index
+        index = torch.cuda.current_device() if index is None else index
+        torch.cuda.reset_peak_memory_stats(index)
+        used_before = _cuda_used_mb(index)
     start = time.perf_counter()
     runner = art.load(threads=job["threads"])
     load_seconds = time.perf_counter() - start
@@ -169,13 +218,15 @@ def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
                                job["max_iters"])
             rows.append({"batch": batch, "lengths": lengths, "load_seconds": round(load_seconds, 4),
                          **summarize(times, batch)})
-    peak_cuda = None
+    peak_cuda, source = None, None
     if cuda:
-        peak_cuda = max(torch.cuda.max_memory_allocated() / 2**20, _cuda_process_mb() or 0.0)
+        process_mb, source = _cuda_process_mb(index, used_before)
+        peak_cuda = max(torch.cuda.max_memory_allocated(index) / 2**20, process_mb or 0.0)
     for row in rows:
         row.update({"peak_host_mb": round(_peak_rss_mb(), 1),
                     "baseline_host_mb": None if baseline is None else round(baseline, 1),
-                    "peak_cuda_mb": None if peak_cuda is None else round(peak_cuda, 1)})
+                    "peak_cuda_mb": None if peak_cuda is None else round(peak_cuda, 1),
+                    **({"cuda_mb_source": source} if cuda else {})})
     return rows
 
 

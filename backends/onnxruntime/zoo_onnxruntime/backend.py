@@ -69,6 +69,7 @@ class OnnxRuntimeBackend(Backend):
             index = _index(device)
             if index >= torch.cuda.device_count():
                 return f"no CUDA device {index} (this machine has {torch.cuda.device_count()})"
+            return cuda_major_mismatch(ort_cuda_version(), torch.version.cuda, torch.__version__)
         return None
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
@@ -201,6 +202,35 @@ def _disabled_optimizers(precision: str) -> list[str] | None:
     (gru.pydoc, a Transpose feeding a Scan); an fp16 graph has nothing for it to do.
     """
     return ["NchwcTransformer"] if precision == "fp16" else None
+
+
+def ort_cuda_version() -> str | None:
+    """The CUDA version the installed onnxruntime-gpu was built for ("13.0"), as its own
+    start-up check reads it (`onnxruntime.capi.build_and_package_info.cuda_version`, which
+    CPU builds do not have); None when it is not recorded."""
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+    except ImportError:
+        return None
+    return getattr(info, "cuda_version", None) or None
+
+
+def cuda_major_mismatch(ort_cuda: str | None, torch_cuda: str | None, torch_version: str = "") -> str | None:
+    """Why ONNX Runtime's CUDA provider cannot load next to this torch, or None.
+
+    onnxruntime-gpu links one CUDA major's libraries (libcudart.so.12 or .so.13, cuBLAS,
+    cuDNN), and in a pip environment those come from the nvidia-* wheels torch brings.
+    When the majors differ the provider's library fails to load and ONNX Runtime falls
+    back to the CPU provider with only a logged error (issue 17, finding 4), so the
+    mismatch is named here instead. Unknown versions are not judged."""
+    if not ort_cuda or not torch_cuda:
+        return None
+    ort_major, torch_major = ort_cuda.split(".")[0], torch_cuda.split(".")[0]
+    if ort_major == torch_major:
+        return None
+    return (f"onnxruntime-gpu is built for CUDA {ort_cuda} but torch {torch_version} brings CUDA {torch_cuda} "
+            f"libraries, so ONNX Runtime's CUDA provider would fail to load (and fall back to the CPU); "
+            f"install the onnxruntime-gpu build for CUDA {torch_major} or a torch build for CUDA {ort_major}")
 
 
 def _index(device: str) -> int:
