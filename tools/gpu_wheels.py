@@ -93,6 +93,8 @@ sys.path.insert(0, {tools!r})
 from gpu_wheels import Refuse
 refuse = Refuse(set({allowed!r}))
 sys.meta_path.insert(0, refuse)
+import atexit
+atexit.register(lambda: print("REFUSED", sorted(refuse.refused.items()), flush=True))
 # the image's pytest plugins only (pytest-timeout; not this machine's schemathesis ...)
 code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "pytest_timeout", *{files!r}])
 from zoo import registry
@@ -103,7 +105,6 @@ import zoo.bench.measure, zoo.serve
 for name in ("resnet8.digits", "minilm-l6.all-v2", "ppo.cartpole", "mpnn.freesolv"):
     art = zoo.export(zoo.get_model(name).tiny(), "onnxruntime", repository=tempfile.mkdtemp(), random_init=True)
     zoo.load(art.path)
-print("REFUSED", sorted(refuse.refused.items()))
 sys.exit(code)
 """
 #: the same registry, nothing refused: what the check's must equal
