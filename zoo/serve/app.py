@@ -208,6 +208,11 @@ SHM = "/v2/systemsharedmemory"
 MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version}"
 ROUTES = [
+    # inference first: Starlette tries routes in order until one matches, so the hot path
+    # matches at once instead of after every metadata and shared-memory route (no earlier
+    # pattern can match an .../infer path, so the order changes no routing)
+    Route(MODEL + "/infer", infer, methods=["POST"]),
+    Route(VERSION + "/infer", infer, methods=["POST"]),
     Route("/v2", server_metadata, methods=["GET"]),
     Route("/v2/health/live", live, methods=["GET"]),
     Route("/v2/health/ready", ready, methods=["GET"]),
@@ -222,8 +227,7 @@ ROUTES = [
     *(r for base in (MODEL, VERSION) for r in (
         Route(base, model_metadata, methods=["GET"]),
         Route(base + "/ready", model_ready, methods=["GET"]),
-        Route(base + "/config", model_config, methods=["GET"]),
-        Route(base + "/infer", infer, methods=["POST"]))),
+        Route(base + "/config", model_config, methods=["GET"]))),
     Route("/v2/repository/index", repository_index, methods=["POST", "GET"]),
     Route("/v2/repository/models/{model}/load", load_model, methods=["POST"]),
     Route("/v2/repository/models/{model}/unload", unload_model, methods=["POST"]),
@@ -290,7 +294,7 @@ class Guard:
             await self.app(scope, limited, counted)
         finally:
             route = scope.get("route") or _route_of(scope)  # refused before routing: match it here
-            self.metrics.http.labels(getattr(route, "path", "unmatched"), str(code[0])).inc()
+            self.metrics.child(self.metrics.http, getattr(route, "path", "unmatched"), str(code[0])).inc()
 
     def _refuse(self, headers: dict[bytes, bytes]) -> ZooError | None:
         """Why the request is refused from its headers alone, or None."""

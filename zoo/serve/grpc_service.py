@@ -81,9 +81,9 @@ def _answers(method: Callable) -> Callable:
             code, message = status_of(exc)
             if code == grpc.StatusCode.INTERNAL and message == INTERNAL:
                 log.error("internal error on gRPC %s", method.__name__, exc_info=exc)
-            self.zoo.metrics.grpc.labels(method.__name__, code.name).inc()
+            self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, code.name).inc()
             await context.abort(code, message)
-        self.zoo.metrics.grpc.labels(method.__name__, "OK").inc()
+        self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, "OK").inc()
         return response
 
     return wrapper

@@ -158,14 +158,14 @@ class Server:
         model = self.model(name, version)
         labels = (model.name, model.version)
         stats = self.stats[model.name]
-        self.metrics.requests.labels(*labels).inc()
+        self.metrics.child(self.metrics.requests, *labels).inc()
         try:
             request = await decode(model)
             await self._read_regions(request)
             outputs, work = await model.infer(request, self.settings.request_timeout)
             outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
         except Exception as exc:
-            self.metrics.failures.labels(*labels, reason_for(exc)).inc()
+            self.metrics.child(self.metrics.failures, *labels, reason_for(exc)).inc()
             stats.request(False, time.perf_counter() - start)
             raise
         total, queue = time.perf_counter() - start, work.started - work.enqueued
