@@ -1,0 +1,109 @@
+"""`zoo serve` at two revisions of the project, side by side: did a change make serving faster?
+
+    .venv/bin/python tools/serve_ab.py BASE_REV REPOSITORY MODEL [--rounds 9] [--protocols http,grpc]
+
+Checks BASE_REV out into a temporary git worktree and starts `zoo serve REPOSITORY` from it
+and from this working tree (same virtualenv, same defaults; only the `zoo` package's code
+differs, the plugins and backends are this tree's), then loads both with `zoo bench --url`
+at one concurrency, alternating which goes first every round, each point after the
+other's, so that the machine's load drifts over both alike. Prints each round's requests/s,
+the medians, and the median of the per-round ratios (this tree over BASE_REV); `--json`
+writes them. On a shared 2-core machine single rounds vary by 30% and more: read the
+paired median, over enough rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def serve(cwd: Path, repository: Path, http: int, grpc: int) -> subprocess.Popen:
+    """`python -m zoo serve` with `cwd` first on the path: that tree's `zoo` package."""
+    return subprocess.Popen([PYTHON, "-m", "zoo", "serve", str(repository), "--port", str(http),
+                             "--grpc-port", str(grpc)], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def wait_ready(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"the server on port {port} did not become ready in {timeout:.0f} s")
+
+
+def load(model: str, http: int, grpc: int, protocol: str, concurrency: int, seconds: float) -> float:
+    url = f"http://127.0.0.1:{http}" if protocol == "http" else f"grpc://127.0.0.1:{grpc}"
+    extra = ["--metrics-url", f"http://127.0.0.1:{http}"] if protocol == "grpc" else []
+    out = subprocess.run([PYTHON, "-m", "zoo", "bench", model, "--url", url, *extra, "--concurrency",
+                          str(concurrency), "--min-time", str(seconds), "--json"], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return float(json.loads(out.stdout)["results"][0]["requests_per_s"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", help="the git revision to compare this working tree against")
+    parser.add_argument("repository", type=Path)
+    parser.add_argument("model", help="the artifact's Triton name, e.g. resnet8.digits.onnxruntime.fp32")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--json", type=Path, help="write the rounds and summaries here")
+    args = parser.parse_args()
+    protocols = args.protocols.split(",")
+    with tempfile.TemporaryDirectory(prefix="zoo-serve-ab-") as tmp:
+        base_tree = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base_tree), args.base], cwd=ROOT, check=True)
+        servers = {"base": (base_tree, 8301, 8311), "this": (ROOT, 8302, 8312)}
+        procs = [serve(cwd, args.repository.resolve(), h, g) for cwd, h, g in servers.values()]
+        try:
+            for _, h, _ in servers.values():
+                wait_ready(h)
+            rounds: dict[str, dict[str, list[float]]] = {p: {"base": [], "this": []} for p in protocols}
+            for i in range(args.rounds):
+                order = ("base", "this") if i % 2 == 0 else ("this", "base")
+                for protocol in protocols:
+                    for side in order:
+                        _, h, g = servers[side]
+                        rounds[protocol][side].append(load(args.model, h, g, protocol, args.concurrency,
+                                                           args.seconds))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=60)
+            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=False)
+    summary = {}
+    for protocol, sides in rounds.items():
+        ratios = [t / b for t, b in zip(sides["this"], sides["base"])]
+        summary[protocol] = {"base_median": statistics.median(sides["base"]),
+                             "this_median": statistics.median(sides["this"]),
+                             "paired_ratio_median": statistics.median(ratios), "rounds": sides}
+        print(f"{protocol}: {args.base} {summary[protocol]['base_median']:.0f} req/s "
+              f"{[round(x) for x in sides['base']]}; this tree {summary[protocol]['this_median']:.0f} req/s "
+              f"{[round(x) for x in sides['this']]}; paired ratio median {summary[protocol]['paired_ratio_median']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"base": args.base, "model": args.model, "concurrency": args.concurrency,
+                                         "seconds": args.seconds, "summary": summary}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
