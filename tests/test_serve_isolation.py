@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.serve.batcher import Batcher, BatchPolicy, Work
+from zoo.serve.batcher import Batcher, BatchPolicy, Work, padding_groups
 from zoo.serve.errors import BackendFailureError, RequestFailedError
 from zoo.serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
@@ -57,7 +57,8 @@ def test_the_batcher_bisects_a_failed_batch(ragged):
         return runner(inputs)
 
     async def run() -> list:
-        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05),
+        # one execution for the whole batch (no padding groups): this test is about bisection
+        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05, max_padding=None),
                           ["tokens", "mask"], {"hidden": {1: "seq"}}, known_good=lambda: spec.sample(1, rng))
         loop = asyncio.get_running_loop()
         futures = [batcher.submit(Work(x, len(x["tokens"]), {"seq": x["tokens"].shape[1]}, loop.create_future()))
@@ -80,6 +81,61 @@ def test_the_batcher_bisects_a_failed_batch(ragged):
             for name in want:
                 np.testing.assert_allclose(result[name], want[name], atol=tol.atol, rtol=tol.rtol)
     assert len(calls) <= 2 + 2 * 5, f"bisection ran {len(calls)} executions for one bad request of 31"
+
+
+def _work(rows: int, seq: int) -> Work:
+    return Work({}, rows, {"seq": seq}, None)  # type: ignore[arg-type]: no future needed to group
+
+
+def test_padding_groups_keep_padding_within_the_limit():
+    works = [_work(1, n) for n in (40, 8, 9, 38, 10, 12, 39, 8)]
+    groups = padding_groups(works, 0.25)
+    assert sorted(i for g in groups for i in g) == list(range(len(works)))  # every request, once
+    for g in groups:
+        longest, rows = max(works[i].sizes["seq"] for i in g), sum(works[i].rows for i in g)
+        real = sum(works[i].rows * works[i].sizes["seq"] for i in g)
+        assert rows * longest <= 1.25 * real, [works[i].sizes for i in g]
+    assert [[works[i].sizes["seq"] for i in g] for g in groups] == [[8, 8, 9, 10], [12], [38, 39, 40]]
+    # one padded execution of all eight would compute 8 x 40 = 320 tokens for 164 real ones
+    assert padding_groups(works, None) == [list(range(8))]
+    assert padding_groups([_work(2, 16), _work(1, 16)], 0.0) == [[0, 1]]  # equal shapes: never split
+    assert padding_groups([_work(1, 5)], 0.25) == [[0]]
+
+
+def test_a_spread_batch_runs_in_groups_and_every_request_gets_its_own_answer(ragged):
+    """31 requests of 3 to 16 tokens queued at once: one padded execution under the old
+    policy, a few executions of similar lengths now; every answer is the request's own."""
+    spec, runner = ragged
+    calls: list[tuple[int, int]] = []
+
+    def counted(inputs):
+        calls.append(inputs["tokens"].shape)
+        return runner(inputs)
+
+    async def run() -> list:
+        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05),
+                          ["tokens", "mask"], {"hidden": {1: "seq"}}, known_good=lambda: spec.sample(1, rng))
+        loop = asyncio.get_running_loop()
+        futures = [batcher.submit(Work(x, len(x["tokens"]), {"seq": x["tokens"].shape[1]}, loop.create_future()))
+                   for x in batch]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        await batcher.stop(1)
+        return results
+
+    rng = np.random.default_rng(0)
+    batch = requests(spec, 31)
+    assert len({x["tokens"].shape[1] for x in batch}) > 3  # the lengths spread
+    results = asyncio.run(run())
+    assert 1 < len(calls) < len(batch), calls  # grouped, not one execution nor one per request
+    assert sum(rows for rows, _ in calls) == sum(len(x["tokens"]) for x in batch)
+    padded = sum(rows * seq for rows, seq in calls)
+    real = sum(x["tokens"].shape[0] * x["tokens"].shape[1] for x in batch)
+    assert padded <= 1.25 * real, (padded, real)
+    tol = spec.tolerance("fp32")
+    for inputs, result in zip(batch, results):
+        want = runner(inputs)
+        for name in want:
+            np.testing.assert_allclose(result[name], want[name], atol=tol.atol, rtol=tol.rtol)
 
 
 def test_a_dead_runner_is_a_backend_fault(ragged):
