@@ -46,20 +46,17 @@ def poisoned(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**inputs, "tokens": tokens, "mask": np.ones_like(inputs["mask"])}
 
 
-def test_the_batcher_bisects_a_failed_batch(ragged):
-    """In process, deterministic: 31 requests queued before the first execution form
-    full batches; the poisoned one gets RequestFailedError, the rest their own answers."""
-    spec, runner = ragged
-    calls: list[int] = []
-
-    def counted(inputs):  # the real ONNX Runtime runner, with its batch sizes recorded
-        calls.append(len(inputs["tokens"]))
+def run_queued(spec, runner, batch: list[dict[str, np.ndarray]], calls: list, **policy) -> list:
+    """Queue every request of `batch` before the first execution and run them through a
+    `Batcher` over the real `runner`; `calls` gets each execution's token shape."""
+    def counted(inputs):
+        calls.append(inputs["tokens"].shape)
         return runner(inputs)
 
     async def run() -> list:
-        # one execution for the whole batch (no padding groups): this test is about bisection
-        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05, max_padding=None),
-                          ["tokens", "mask"], {"hidden": {1: "seq"}}, known_good=lambda: spec.sample(1, rng))
+        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05, **policy),
+                          ["tokens", "mask"], {"hidden": {1: "seq"}},
+                          known_good=lambda: spec.sample(1, np.random.default_rng(0)))
         loop = asyncio.get_running_loop()
         futures = [batcher.submit(Work(x, len(x["tokens"]), {"seq": x["tokens"].shape[1]}, loop.create_future()))
                    for x in batch]
@@ -67,10 +64,19 @@ def test_the_batcher_bisects_a_failed_batch(ragged):
         await batcher.stop(1)
         return results
 
-    rng = np.random.default_rng(0)
+    return asyncio.run(run())
+
+
+def test_the_batcher_bisects_a_failed_batch(ragged):
+    """In process, deterministic: 31 requests queued before the first execution form
+    full batches; the poisoned one gets RequestFailedError, the rest their own answers."""
+    spec, runner = ragged
+    calls: list = []
     batch = requests(spec, 31)
     batch[17] = poisoned(batch[17])
-    results = asyncio.run(run())
+    # one execution for the whole batch (no padding groups): this test is about bisection
+    results = run_queued(spec, runner, batch, calls, max_padding=None)
+    calls = [rows for rows, _ in calls]
     assert calls[0] == sum(len(x["tokens"]) for x in batch), "the 31 requests did not form one batch"
     assert isinstance(results[17], RequestFailedError) and f"idx={POISON}" in str(results[17])
     tol = spec.tolerance("fp32")
@@ -106,26 +112,10 @@ def test_a_spread_batch_runs_in_groups_and_every_request_gets_its_own_answer(rag
     """31 requests of 3 to 16 tokens queued at once: one padded execution under the old
     policy, a few executions of similar lengths now; every answer is the request's own."""
     spec, runner = ragged
-    calls: list[tuple[int, int]] = []
-
-    def counted(inputs):
-        calls.append(inputs["tokens"].shape)
-        return runner(inputs)
-
-    async def run() -> list:
-        batcher = Batcher("ragged", [counted], BatchPolicy(max_batch_size=64, max_queue_delay=0.05),
-                          ["tokens", "mask"], {"hidden": {1: "seq"}}, known_good=lambda: spec.sample(1, rng))
-        loop = asyncio.get_running_loop()
-        futures = [batcher.submit(Work(x, len(x["tokens"]), {"seq": x["tokens"].shape[1]}, loop.create_future()))
-                   for x in batch]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        await batcher.stop(1)
-        return results
-
-    rng = np.random.default_rng(0)
+    calls: list = []
     batch = requests(spec, 31)
     assert len({x["tokens"].shape[1] for x in batch}) > 3  # the lengths spread
-    results = asyncio.run(run())
+    results = run_queued(spec, runner, batch, calls)
     assert 1 < len(calls) < len(batch), calls  # grouped, not one execution nor one per request
     assert sum(rows for rows, _ in calls) == sum(len(x["tokens"]) for x in batch)
     padded = sum(rows * seq for rows, seq in calls)
