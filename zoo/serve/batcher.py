@@ -11,8 +11,9 @@ Ragged batching: requests whose dynamic non-batch axes differ (sequence lengths,
 counts) are padded with zeros on the right to the longest in their execution, and each
 request's outputs are sliced back to its own sizes on the output axes of the same
 symbolic name. A batch whose sizes spread widely runs as a few executions of requests of
-similar sizes (`padding_groups`), so that short requests do not pay for the longest. Zoo models with such axes take masks, so padding does not change a
-request's result beyond the model's fp32 tolerance (the plugins' tests check this).
+similar sizes (`padding_groups`), so that short requests do not pay for the longest. Zoo
+models with such axes take masks, so padding does not change a request's result beyond
+the model's fp32 tolerance (the plugins' tests check this).
 
 Side inputs: an input without the batch axis applies to every row of its request (a
 per-request setting next to batched data). Such requests are batched along the batch
@@ -124,7 +125,7 @@ def padding_groups(works: Sequence[Work], max_padding: float | None) -> list[lis
         return [list(range(len(works)))]
     order = sorted(range(len(works)), key=lambda i: works[i].key)
     groups: list[list[int]] = []
-    real = padded = 0
+    real = 0  # the real elements of the open group
     for i in order:
         w = works[i]
         volume = int(np.prod(list(w.sizes.values()))) if w.sizes else 1

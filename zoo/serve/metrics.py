@@ -43,9 +43,10 @@ class Metrics:
         self.compute = Histogram("zoo_inference_compute_duration_seconds", "Time in the model (the runner call) "
                                  "of the batch a request rode in.", labels, buckets=LATENCY_BUCKETS,
                                  registry=self.registry)
-        self.batch_size = Histogram("zoo_inference_batch_size", "Rows per model execution.", labels,
+        self.batch_size = Histogram("zoo_inference_batch_size", "Rows per batch sent to an instance.", labels,
                                     buckets=BATCH_BUCKETS, registry=self.registry)
-        self.executions = Counter("zoo_inference_executions", "Model executions (batches).", labels,
+        self.executions = Counter("zoo_inference_executions", "Batches sent to an instance (a ragged batch "
+                                  "whose sizes spread runs as several padding-group executions).", labels,
                                   registry=self.registry)
         self.queue_depth = Gauge("zoo_inference_queue_depth", "Requests waiting for an instance.", labels,
                                  registry=self.registry)
