@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,21 +126,19 @@ def padding_groups(works: Sequence[Work], max_padding: float | None) -> list[lis
         return [list(range(len(works)))]
     order = sorted(range(len(works)), key=lambda i: works[i].key)
     groups: list[list[int]] = []
-    real = 0  # the real elements of the open group
+    real = rows = 0  # the open group's real elements and rows
+    longest: dict[str, int] = {}  # and its longest size on each axis
     for i in order:
         w = works[i]
-        volume = int(np.prod(list(w.sizes.values()))) if w.sizes else 1
+        volume = math.prod(w.sizes.values())
         if groups:
-            members = groups[-1] + [i]
-            longest = {axis: max(works[j].sizes.get(axis, 0) for j in members) for axis in w.sizes}
-            rows = sum(works[j].rows for j in members)
-            padded = rows * (int(np.prod(list(longest.values()))) if longest else 1)
-            if padded <= (1 + max_padding) * (real + w.rows * volume):
+            grown = {axis: max(longest.get(axis, 0), n) for axis, n in w.sizes.items()}
+            if (rows + w.rows) * math.prod(grown.values()) <= (1 + max_padding) * (real + w.rows * volume):
                 groups[-1].append(i)
-                real += w.rows * volume
+                real, rows, longest = real + w.rows * volume, rows + w.rows, grown
                 continue
         groups.append([i])
-        real = w.rows * volume
+        real, rows, longest = w.rows * volume, w.rows, dict(w.sizes)
     return groups
 
 

@@ -255,12 +255,12 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def answer(message: pb.ModelInferRequest) -> None:
             try:
                 response = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
-                self.zoo.metrics.grpc.labels("ModelStreamInfer", "OK").inc()
+                self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", "OK").inc()
             except Exception as exc:
                 code, text = status_of(exc)
                 if text == INTERNAL:
                     log.error("internal error on a gRPC stream request", exc_info=exc)
-                self.zoo.metrics.grpc.labels("ModelStreamInfer", code.name).inc()
+                self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", code.name).inc()
                 response = pb.ModelStreamInferResponse(error_message=text, infer_response=pb.ModelInferResponse(
                     model_name=message.model_name, model_version=message.model_version, id=message.id))
             await answers.put(response)
