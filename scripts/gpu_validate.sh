@@ -15,6 +15,9 @@
 #   BENCH=policy BACKENDS=torch,onnxruntime scripts/gpu_validate.sh   # some benchmarks, some backends
 #   WHEELS=.whl scripts/gpu_validate.sh      # an offline machine: install the project and the
 #                                            # wheels in .whl first (see docs/gpu-validation.md)
+#   SITE=/tmp/zoo-site WHEELS=.whl ...       # install them there once: a later call on the same
+#                                            # machine with SITE set (and no WHEELS) reuses them
+#   TEST_FILES="tests/a.py tests/b.py" ...   # only these of the GPU test files
 #
 # A GPU test that skips on this machine fails (tests/conftest.py): a library that failed to
 # install or load is not a pass. Where TensorRT cannot be installed (its libraries come only
@@ -36,7 +39,7 @@ if [[ -n ${WHEELS:-} ]]; then
     # go to a directory of their own, ahead of the system's packages on the path, so that
     # e.g. onnxruntime-gpu shadows a CPU onnxruntime already installed.
     # tools/gpu_wheels.py --download prepares them, with SHA256SUMS of the whole wheels.
-    site=$(mktemp -d)/site; joined=$(dirname "$site")/wheels; mkdir -p "$site" "$joined"
+    site=${SITE:-$(mktemp -d)/site}; joined=$(mktemp -d)/wheels; mkdir -p "$site" "$joined"
     cp "$WHEELS"/*.whl "$joined"/ 2>/dev/null
     for first in "$WHEELS"/*.whl.part-aa; do
         [[ -e $first ]] || continue
@@ -51,6 +54,10 @@ if [[ -n ${WHEELS:-} ]]; then
     # the project itself, editable, so that its plugins' entry points are registered
     "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation \
         -e . $(printf -- '-e %s ' libs/*/ backends/*/ plugins/*/) || exit 1
+fi
+if [[ -z ${WHEELS:-} && -n ${SITE:-} ]]; then
+    [[ -d $SITE ]] || { echo "SITE=$SITE does not exist: install there first (WHEELS=...)" >&2; exit 1; }
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 note() { printf '\n== %s\n' "$*" | tee -a "$OUT/summary.txt"; }
@@ -85,9 +92,10 @@ if step tests; then
     note "GPU tests (needs_cuda, needs_tensorrt)"
     # only the files that hold GPU tests: collecting the others would import what the GPU
     # machine need not have (schemathesis, kserve, ray), and one collection error stops pytest
-    mapfile -t gpu_files < <(grep -l -E "mark\.needs_(cuda|tensorrt)" tests/test_*.py)
+    mapfile -t gpu_files < <(grep -l -E "mark\.needs_(cuda|tensorrt)" ${TEST_FILES:-tests/test_*.py})
+    # a test that hangs (a compile that never ends) fails alone instead of taking the loan with it
     "$PYTHON" -m pytest -m "needs_cuda or needs_tensorrt" -rs -v --junitxml="$OUT/tests.xml" \
-        -p no:cacheprovider "${gpu_files[@]}" 2>&1 | tee "$OUT/tests.log" | tail -n 40 | tee -a "$OUT/summary.txt"
+        -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" "${gpu_files[@]}" 2>&1 | tee "$OUT/tests.log" | tail -n 40 | tee -a "$OUT/summary.txt"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
