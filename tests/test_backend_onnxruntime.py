@@ -120,6 +120,19 @@ def test_io_binding_returns_torch_tensors(exported):
     np.testing.assert_allclose(out["logits"].numpy(), _reference(module, inputs), atol=1e-4, rtol=1e-4)
 
 
+def test_io_binding_gives_arrays_for_arrays(exported):
+    """Arrays in, arrays out, as every runner does: a plugin's metric and domain check read
+    the outputs with numpy (on the first CUDA run, MiniLM's domain check got device tensors
+    from the bound path and its fp16 export failed)."""
+    module, path, _ = exported
+    session = OnnxRuntimeBackend().session(path, SPEC, "fp32", "cpu")
+    runner = OnnxRuntimeRunner(session, SPEC, "cpu", bind=True)
+    inputs = _sample(3, np.random.default_rng(4))
+    out = runner(inputs)
+    assert isinstance(out["logits"], np.ndarray) and out["logits"].shape == (3, 10)
+    np.testing.assert_allclose(out["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
 def test_to_torch_keeps_bool_outputs_bool():
     value = ort.OrtValue.ortvalue_from_numpy(np.array([True, False]))
     assert to_torch(value, torch.bool).tolist() == [True, False]

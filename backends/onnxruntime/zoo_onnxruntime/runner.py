@@ -27,6 +27,7 @@ import torch
 
 from zoo.errors import ArtifactError, BackendUnavailableError, ZooError
 from zoo.spec import ModelSpec
+from zoo.tensors import to_numpy
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -136,8 +137,13 @@ class OnnxRuntimeRunner:
             # (issue 17, finding 4); after a synchronized run this costs nothing
             torch.cuda.current_stream(self.device).wait_stream(self.stream)
         # get_outputs() is in binding order, which is ours.
-        return {name: to_torch(value, self._output_types[name].torch)
-                for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}
+        outputs = {name: to_torch(value, self._output_types[name].torch)
+                   for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}
+        if any(isinstance(v, torch.Tensor) for v in inputs.values()):
+            return outputs  # tensors in, tensors out: device outputs stay on the device
+        # arrays in, arrays out, as every runner does (a plugin's metric or domain check
+        # reads them with numpy: found on the first CUDA run, issue 17)
+        return to_numpy(outputs)
 
     def _tensor(self, name: str, value: Any) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):

@@ -111,7 +111,11 @@ class TensorRTRunner:
                 raise ZooError("TensorRT failed to enqueue the engine: "
                                + ("; ".join(library.recent_errors()) or "no detail was given"))
             caller.wait_stream(stream)  # the caller's later work, frees included, after the engine
-        return outputs
+        if any(isinstance(v, torch.Tensor) for v in inputs.values()):
+            return outputs  # tensors in, tensors out: device outputs stay on the device
+        from zoo.tensors import to_numpy
+
+        return to_numpy(outputs)  # arrays in, arrays out, as every runner does
 
     def _bind(self, name: str, tensor: Any) -> None:
         if not self._context.set_tensor_address(name, tensor.data_ptr()):  # e.g. misaligned memory
