@@ -29,7 +29,7 @@ from zoo.errors import BackendUnavailableError, ExportError, InputError, StaleAr
 from zoo.export import reference_module
 from zoo_torch import TorchAotiBackend, TorchCompileBackend, zoo_register_backends
 from zoo_torch.aoti import check_gpu, check_isa, inductor_configs
-from zoo_torch.backend import export_program
+from zoo_torch.backend import TorchRunner, export_program
 from zoo_torch.compiled import CompiledRunner, channels_last, compile_options, precision_plan
 from zoo_torch.shapes import check_shapes, row_major
 
@@ -277,6 +277,20 @@ def _mlp_spec() -> zoo.ModelSpec:
         outputs=(zoo.TensorSpec("y", "float32", ("batch", 2)),),
         build=build, sample=lambda n, rng: {"x": rng.standard_normal((n, 4)).astype(np.float32)},
         axes={"batch": zoo.AxisRange(1, 4, 16)})
+
+
+@pytest.mark.parametrize("precision, device, tf32", [("fp32", "cuda", False), ("fp32", "cuda:1", False),
+                                                    ("bf16", "cuda", True), ("fp32", "cpu", True)])
+def test_an_fp32_cuda_runner_turns_tf32_off_for_the_process(precision, device, tf32):
+    """fp32 is IEEE fp32 on every backend: torch's cuDNN convolutions default to TF32 (the
+    first CUDA run: ResNet-50's fp32 torch artifact 2e-5 off the reference, ONNX Runtime's 1e-7)."""
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        TorchRunner(lambda x: x, _mlp_spec(), precision, device)
+        assert torch.backends.cudnn.allow_tf32 is tf32 and torch.backends.cuda.matmul.allow_tf32 is tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
 
 
 @pytest.mark.needs_cuda

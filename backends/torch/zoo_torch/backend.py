@@ -72,6 +72,15 @@ def save_program(program: torch.export.ExportedProgram, path: Path) -> None:
     torch.export.save(program, str(path))
 
 
+def ieee_fp32_process() -> None:
+    """fp32 is IEEE fp32 on every backend (ONNX Runtime: `use_tf32` off; TensorRT: TF32
+    cleared), but torch runs cuDNN convolutions in TF32 by default: on the first CUDA run
+    (H200), ResNet-50's fp32 `torch` artifact was 2e-5 off the IEEE reference where ONNX
+    Runtime's was 1e-7, and its speed was TF32's. Set for the process, not per call: the
+    flags are global, and saving and restoring them around each call races between threads."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
 class TorchRunner:
     """Runs a torch callable in spec order; casts inputs to the artifact's precision,
     outputs to fp32, and checks shapes against the exported ranges first (a compiled
@@ -84,6 +93,8 @@ class TorchRunner:
         self.dtype = PRECISION_DTYPES[precision]
         self.input_names = tuple(t.name for t in spec.inputs)
         self.output_names = tuple(t.name for t in spec.outputs)
+        if precision == "fp32" and device.startswith("cuda"):
+            ieee_fp32_process()
 
     @torch.inference_mode()
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
