@@ -294,6 +294,7 @@ def test_fp16_cuda_artifact_is_verified_with_its_fp32_ops_recorded(tmp_path):
 
 
 @pytest.mark.needs_cuda
+@pytest.mark.needs_tensorrt  # the provider loads TensorRT's libraries, which the tensorrt package ships
 def test_tensorrt_provider_caches_engines_in_the_provenance_directory(tmp_path, monkeypatch):
     backend = OnnxRuntimeTensorRTBackend()
     if not backend.probe("cuda").ok:

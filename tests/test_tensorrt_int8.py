@@ -50,11 +50,15 @@ def _one_per_architecture() -> list[str]:
     the fp32 ONNX export each needs costs 2-10 s on a CPU: one of each keeps every kind
     of graph covered at a quarter of the time.
     """
-    chosen: dict[type, str] = {}
+    chosen: dict[object, str] = {}
     for name in zoo.list_models():
         spec = zoo.get_model(name)
         if "int8" in spec.tolerances:
-            chosen.setdefault(type(spec.tiny().build()), name)
+            try:
+                key: object = type(spec.tiny().build())
+            except Exception:  # noqa: BLE001 - e.g. a dataset's library failing to load here:
+                key = name  # that model's own test fails with it, not the whole file's collection
+            chosen.setdefault(key, name)
     return sorted(chosen.values())
 
 
