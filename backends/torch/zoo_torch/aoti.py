@@ -17,6 +17,10 @@ instruction. Kernels are built with `cpp.dynamic_threads`, so the thread count i
 loader's (`threads`, or PyTorch's intra-op setting) rather than the builder's. A CUDA
 package holds Triton kernels compiled for the exporting GPU's compute capability, which
 the manifest records (with the GPU and CUDA version); `load` refuses it on another.
+On CUDA, `export` loads the new package in a child process before loading it here: on the
+first CUDA run (torch 2.11, H200), AOTInductor's loader crashed the process with SIGSEGV
+loading a package it had just built, which took `zoo export` down with no message; a
+crash in the child refuses the export instead, with the signal (`load_in_a_child`).
 
 Triton: its PyTorch backend loads AOTInductor packages with `platform: "torch_aoti"`
 (Triton 26.03 and later, beta). As of its 26.05 README it names tensors by position
@@ -29,8 +33,11 @@ and Triton's dynamic batcher.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -117,6 +124,8 @@ class TorchAotiBackend(Backend):
         except Exception as exc:  # Inductor lowering or the C++ compiler failing
             raise ExportError(f"AOTInductor could not compile {spec.name}: {first_line(exc)}"
                               f"{_known_cause(program)}; the `torch` and `torch-compile` backends run it") from exc
+        if device.startswith("cuda"):
+            load_in_a_child(path, device, spec.name)
         info: dict[str, Any] = {"exporter": "torch.export", "compiler": "aotinductor",
                                 "dtype": str(PRECISION_DTYPES[precision]), "inductor_configs": configs,
                                 "build_seconds": round(time.perf_counter() - start, 3)}
@@ -144,6 +153,32 @@ class TorchAotiBackend(Backend):
         except Exception as exc:  # a file that hashed fine but that this libtorch cannot load
             raise ArtifactError(f"{path.name} is not a loadable AOTInductor package: {first_line(exc)}") from exc
         return TorchRunner(package, spec, precision, device, compiled=True)
+
+
+#: loads a package, in a child process (`load_in_a_child`)
+_CHILD = "import sys, torch; torch._inductor.aoti_load_package(sys.argv[1], device_index=int(sys.argv[2]))"
+
+
+def load_in_a_child(path: Path, device: str, name: str, timeout: float = 600) -> None:
+    """Load the package once in a child process: a loader that crashes there (seen on the
+    first CUDA run: SIGSEGV in `AOTIModelPackageLoader`, torch 2.11, H200) refuses the
+    export with the signal instead of taking this process down. A load that merely raises
+    is left to the load that follows, which says why."""
+    index = torch.device(device).index
+    try:
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(-1 if index is None else index)],
+                             capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ExportError(f"AOTInductor's loader did not load the package it built for {name} within "
+                          f"{timeout:g} s; the `torch` and `torch-compile` backends run it") from exc
+    if out.returncode < 0:
+        try:
+            cause = signal.Signals(-out.returncode).name
+        except ValueError:
+            cause = f"signal {-out.returncode}"
+        where = f" on this {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
+        raise ExportError(f"AOTInductor's loader crashed ({cause}) loading the package it built for {name}{where} "
+                          f"(torch {torch.__version__}); the `torch` and `torch-compile` backends run it")
 
 
 def _known_cause(program: torch.export.ExportedProgram) -> str:
