@@ -33,8 +33,9 @@ class Availability:
 class Runner(Protocol):
     """A loaded artifact: a dict of arrays in, a dict of arrays out.
 
-    Accepts numpy arrays or torch tensors. On CPU it returns numpy arrays; on CUDA it
-    keeps tensors on the device (torch tensors in, torch tensors out).
+    Accepts numpy arrays or torch tensors. Numpy arrays in, numpy arrays out, on every
+    device (plugins' metrics and domain checks read outputs with numpy); on CUDA, device
+    tensors in, device tensors out, kept on the device.
     """
 
     input_names: tuple[str, ...]
