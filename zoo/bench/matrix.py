@@ -14,6 +14,7 @@ crash, a time-out) is "failed", each with its reason, and the run goes on.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,17 @@ class _Failed(Exception):
     def __init__(self, status: str, error: str):
         super().__init__(error)
         self.status, self.error = status, error
+
+
+def exit_cause(code: int | None) -> str:
+    """A child's exit code as words: a signal by name (SIGSEGV: a native library's crash, as
+    AOTInductor's loader on the first CUDA run), else the code."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _context(start_method: str | None = None):
@@ -61,7 +73,7 @@ def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method
             status, payload = receive.recv()
         except EOFError:
             proc.join()
-            raise _Failed("failed", f"the benchmark process crashed (exit code {proc.exitcode})") from None
+            raise _Failed("failed", f"the benchmark process crashed ({exit_cause(proc.exitcode)})") from None
     finally:
         receive.close()
         proc.join(5)
