@@ -222,3 +222,32 @@ def test_sigterm_finishes_in_flight_requests(own_server, plugin):
     assert result["grpc"].shape == (1, 10)
     log = own_server.log()
     assert "Waiting for background tasks" in log or "Application shutdown complete" in log, log[-2000:]
+
+
+@pytest.mark.parametrize("flag, want", [("0.25", 0.25), ("0", 0.0), ("none", None), ("NONE", None)])
+def test_max_padding_reaches_the_models_batching(serve_repo, tmp_path, flag, want):
+    """`zoo serve --max-padding`: the fraction of padding a ragged batch's execution groups
+    may hold (`none`: one execution per batch), as the model's metadata reports it."""
+    from starlette.testclient import TestClient
+
+    from zoo.cli import _max_padding
+    from zoo.serve.app import Settings, create_app
+    from zoo.serve.repository import ServeOptions
+
+    repo = tmp_path / "exports"
+    shutil.copytree(serve_repo / ONNX, repo / ONNX)
+    with TestClient(create_app(Settings(repo, ServeOptions(max_padding=_max_padding(flag))))) as client:
+        batching = client.get(f"/v2/models/{ONNX}").json()["zoo"]["batching"]
+    assert batching["max_padding"] == want
+
+
+@pytest.mark.parametrize("flag", ["-0.1", "inf", "nan", "a quarter"])
+def test_a_bad_max_padding_is_refused_before_the_server_starts(tmp_path, flag):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    (tmp_path / "exports").mkdir()
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "exports"), "--max-padding", flag])
+    assert result.exit_code != 0
+    assert "--max-padding is a fraction >= 0" in result.output + str(result.exception)

@@ -422,6 +422,9 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
           no_batching: bool = typer.Option(False, "--no-batching", help="Run every request alone, as sent."),
           no_ragged: bool = typer.Option(False, "--no-ragged", help="Batch only requests of identical shapes "
                                          "(no zero-padding of sequence or atom axes)."),
+          max_padding: str = typer.Option("0.25", help="A ragged batch runs as one execution per group of "
+                                          "requests whose zero-padding stays within this fraction of their real "
+                                          "elements; `none`: one execution per batch, however padded."),
           threads: Optional[int] = typer.Option(None, help="Intra-op threads per instance (default: cores / "
                                                 "instances)."),
           max_request_size: int = typer.Option(64 << 20, help="Largest request body in bytes; larger get 413."),
@@ -447,6 +450,7 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
             raise InputError(f"{name} must be at least 1, got {value}")
     if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
         raise InputError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
+    padding = _max_padding(max_padding)
     if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
         raise InputError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
     if shared_memory not in ("none", "system"):
@@ -462,12 +466,28 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
                            preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
                            else None, instances=instances, max_queue_size=max_queue_size,
-                           batching=not no_batching, ragged=not no_ragged, threads=threads,
+                           batching=not no_batching, ragged=not no_ragged, max_padding=padding, threads=threads,
                            require_signature=require_signature)
     run(Settings(repository, options, max_request_bytes=max_request_size, model_control=model_control,
                  request_timeout=request_timeout, shutdown_timeout=shutdown_timeout, host=host, grpc_port=grpc_port,
                  shared_memory=shared_memory == "system"),
         host=host, port=port, log_level=log_level.lower())
+
+
+def _max_padding(value: str) -> float | None:
+    """`--max-padding`: a fraction >= 0, or `none`."""
+    from .errors import InputError
+
+    if value.strip().lower() == "none":
+        return None
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0 <= fraction < float("inf"):
+        raise InputError(f"--max-padding is a fraction >= 0 (0.25: a quarter of the real elements) or `none`, "
+                         f"got {value!r}")
+    return fraction
 
 
 @app.command()

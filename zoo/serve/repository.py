@@ -38,6 +38,9 @@ class ServeOptions:
     max_queue_size: int = 256
     batching: bool = True
     ragged: bool = True
+    #: a ragged batch's executions: groups whose zero-padding stays within this fraction of
+    #: their real elements (`batcher.padding_groups`); None: one execution per batch
+    max_padding: float | None = 0.25
     threads: int | None = None  # intra-op threads per instance; None: cores / instances
     device: str | None = None  # None: the device the artifact was exported for
     #: a PEM public key: only artifacts whose signature it verifies load (`zoo.signing`)
@@ -81,7 +84,8 @@ def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
                        preferred_batch_sizes=tuple(b for b in preferred if 1 <= b <= max_batch),
                        max_queue_size=options.max_queue_size,
                        instances=max(1, options.instances or config.get("instances") or 1),
-                       batching=can_batch and options.batching and max_batch > 1, ragged=options.ragged)
+                       batching=can_batch and options.batching and max_batch > 1, ragged=options.ragged,
+                       max_padding=options.max_padding)
 
 
 def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
