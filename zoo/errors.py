@@ -4,6 +4,8 @@ never a traceback (see ``zoo.cli``)."""
 
 from __future__ import annotations
 
+import signal
+
 
 class ZooError(Exception):
     """Base class: a user-facing failure with a complete, actionable message."""
@@ -87,3 +89,14 @@ def first_line(exc: BaseException) -> str:
     """The gist of a library error: its first non-empty line, without the traceback."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """The signal a child process's negative exit code means ("SIGSEGV": a native library's
+    crash), or None for an ordinary exit."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"

@@ -14,13 +14,12 @@ crash, a time-out) is "failed", each with its reason, and the run goes on.
 from __future__ import annotations
 
 import multiprocessing
-import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedError, ZooError
+from ..errors import UnsupportedError, ZooError, signal_name
 from ..export import DEFAULT_REPOSITORY
 from ..spec import ModelSpec
 from .env import environment
@@ -38,12 +37,8 @@ class _Failed(Exception):
 def exit_cause(code: int | None) -> str:
     """A child's exit code as words: a signal by name (SIGSEGV: a native library's crash, as
     AOTInductor's loader on the first CUDA run), else the code."""
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+    name = signal_name(code)
+    return f"killed by {name}" if name else f"exit code {code}"
 
 
 def _context(start_method: str | None = None):

@@ -33,7 +33,6 @@ and Triton's dynamic batcher.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ from typing import Any
 import torch
 
 from zoo import Availability, Backend
-from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError
+from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError, signal_name
 from zoo.tensors import PRECISION_DTYPES
 
 from .backend import TorchRunner, check_no_pickle, export_program, first_line, probe_torch
@@ -171,11 +170,8 @@ def load_in_a_child(path: Path, device: str, name: str, timeout: float = 600) ->
     except subprocess.TimeoutExpired as exc:
         raise ExportError(f"AOTInductor's loader did not load the package it built for {name} within "
                           f"{timeout:g} s; the `torch` and `torch-compile` backends run it") from exc
-    if out.returncode < 0:
-        try:
-            cause = signal.Signals(-out.returncode).name
-        except ValueError:
-            cause = f"signal {-out.returncode}"
+    cause = signal_name(out.returncode)
+    if cause:
         where = f" on this {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
         raise ExportError(f"AOTInductor's loader crashed ({cause}) loading the package it built for {name}{where} "
                           f"(torch {torch.__version__}); the `torch` and `torch-compile` backends run it")
