@@ -49,6 +49,11 @@ PLUGINS = {
                            "    register(spec('linear.confused'))\n    register('linear.other')\n",
     "no_hookimpl.py": MODEL + "\n\ndef zoo_register_models(register):  # the decorator is missing\n"
                               "    register(spec('linear.undecorated'))\n",
+    "lazy.py": MODEL + "\n\ndef broken():\n    raise OSError('config.json: no such file')\n\n\n"
+                       "@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                       "    register(zoo.LazySpec('linear.lazy', lambda: spec('linear.lazy')))\n"
+                       "    register(zoo.LazySpec('linear.misnamed', lambda: spec('linear.other')))\n"
+                       "    register(zoo.LazySpec('linear.lazybroken', broken))\n",
     "build_fails.py": MODEL + "\n\ndef build():\n    import zoo_no_such_library  # noqa: F401\n\n\n"
                               "@zoo.hookimpl\ndef zoo_register_models(register):\n"
                               "    register(spec('linear.unbuildable', build))\n",
@@ -115,6 +120,39 @@ def test_zoo_list_builds_no_model_and_zoo_info_names_the_one_that_fails(plugin, 
     assert info.returncode == 1 and info.stderr.splitlines() == [
         "error: model linear.unbuildable (plugin build_fails.py) failed to build: "
         "No module named 'zoo_no_such_library'"]
+
+
+def test_a_lazy_spec_is_made_when_used_and_one_that_fails_is_named(plugin, tmp_path):
+    path = plugin("lazy.py")
+    models, stderr = listing(zoo_cli("--plugin", path, "list", "--json", cwd=tmp_path))
+    assert "linear.lazy" in models and not {"linear.misnamed", "linear.lazybroken", "linear.other"} & models
+    assert sorted(stderr) == [
+        "warning: model 'linear.lazybroken' of plugin lazy.py failed to make its spec: config.json: no such file; "
+        "it is left out",
+        "warning: model 'linear.misnamed' of plugin lazy.py: its LazySpec made spec 'linear.other', not a "
+        "zoo.ModelSpec named 'linear.misnamed'; it is left out"]
+    info = zoo_cli("--plugin", path, "info", "linear.lazybroken", cwd=tmp_path)
+    assert info.returncode == 1 and info.stderr.splitlines() == [
+        "error: model 'linear.lazybroken' of plugin lazy.py failed to make its spec: config.json: no such file"]
+    # looking up another model makes neither: no warning
+    info = zoo_cli("--plugin", path, "info", "linear.lazy", "--json", cwd=tmp_path)
+    assert info.returncode == 0 and info.stderr == "", info.stderr
+    assert json.loads(info.stdout)["plugin"] == "lazy.py"
+
+
+def test_a_process_that_uses_no_transformers_model_does_not_import_transformers(tmp_path):
+    """zoo-hf registers its models lazily: their configs are read through transformers,
+    about a second of every process's start that exports a vision model otherwise."""
+    script = ("import sys, zoo\n"
+              "zoo.get_model('resnet8.digits'); assert zoo.registry.is_registered('hf-bert.tiny')\n"
+              "print('transformers' in sys.modules)\n"
+              "zoo.get_model('hf-bert.tiny')\n"
+              "print('transformers' in sys.modules)\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_a_model_name_two_plugins_register_is_still_an_error_naming_both(tmp_path):

@@ -20,7 +20,7 @@ from .export import export  # noqa: E402
 from .predict import generate, predict, predictor  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .inline import register, register_backend, unregister  # noqa: E402
-from .registry import get_backend, get_model, list_models  # noqa: E402
+from .registry import LazySpec, get_backend, get_model, list_models  # noqa: E402
 from .spec import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance  # noqa: E402
 from .train import train  # noqa: E402
 from .verify import verify_artifact as verify  # noqa: E402
@@ -32,8 +32,8 @@ def load(path, threads: int | None = None, device: str | None = None) -> Runner:
 
 
 __all__ = [
-    "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "Metric", "ModelSpec", "Recipe",
-    "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend", "get_model", "hookimpl",
-    "generate", "list_models", "load", "load_checkpoint", "predict", "predictor", "register", "register_backend",
-    "train", "unregister", "verify",
+    "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "LazySpec", "Metric",
+    "ModelSpec", "Recipe", "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend",
+    "get_model", "hookimpl", "generate", "list_models", "load", "load_checkpoint", "predict", "predictor", "register",
+    "register_backend", "train", "unregister", "verify",
 ]

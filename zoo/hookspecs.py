@@ -32,10 +32,12 @@ def zoo_register_models(register: Callable[["ModelSpec"], None]) -> None:
 
     Called once, when the registry is first used.
 
-    :param register: call ``register(spec)`` with one :class:`zoo.ModelSpec` per model.
+    :param register: call ``register(spec)`` with one :class:`zoo.ModelSpec` per model,
+        or a :class:`zoo.LazySpec` (a name and a function that makes the spec) for a spec
+        that is costly to make: it is made when the model is first looked up.
         A name already registered by any plugin raises :class:`zoo.errors.PluginError`
-        naming both plugins. If this hook raises, or registers something that is not a
-        ``ModelSpec``, none of the plugin's models are registered and a warning names it.
+        naming both plugins. If this hook raises, or registers something that is neither,
+        none of the plugin's models are registered and a warning names it.
     """
 
 

@@ -51,7 +51,7 @@ def register(spec: ModelSpec) -> None:
     registered here, `unregister` its name first."""
     if not isinstance(spec, ModelSpec):
         raise PluginError(f"zoo.register takes a zoo.ModelSpec, not {spec!r}")
-    _add(_plugin.models, spec, "model", registry.models)
+    _add(_plugin.models, spec, "model", lambda: registry.is_registered(spec.name))
 
 
 def register_backend(backend: Backend) -> None:

@@ -11,19 +11,26 @@ the ``zoo.plugins`` logger that names it, and every other plugin still registers
 things stay errors, because no single plugin can be left out for them: a name that two
 plugins register (which model it means would depend on install order), and a hook zoo
 does not define in a local file or `register_plugin` call (a typo must not be silent).
+
+A model may be registered as a `LazySpec`: its name now, its spec made on first use.
+Looking one model up makes only that one, so a process that exports `resnet8.digits`
+does not pay for reading a transformers config it never uses; `models()` and `zoo list`
+make them all. A lazy spec that fails is left out of `models()` with a warning, and
+looking it up by name raises `PluginError` saying why.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.metadata
 import importlib.util
 import logging
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
@@ -33,10 +40,24 @@ from .errors import PluginError, UnknownBackendError, UnknownModelError, first_l
 from .spec import ModelSpec
 
 log = logging.getLogger("zoo.plugins")
+
+
+@dataclass(frozen=True)
+class LazySpec:
+    """A model registered by name whose spec is made when it is first looked up.
+
+    For specs that are costly to make (a model's config read through a heavy library):
+    ``register(zoo.LazySpec("bert.mine", make_bert_spec))`` in `zoo_register_models`.
+    `make()` takes no arguments and returns a `ModelSpec` named `name`."""
+
+    name: str
+    make: Callable[[], ModelSpec]
+
 pm = pluggy.PluginManager("zoo")
 pm.add_hookspecs(hookspecs)
 
-_models: dict[str, ModelSpec] | None = None
+#: every registered model by name: its spec, or the LazySpec not made yet; with its plugin's label
+_models: dict[str, tuple[ModelSpec | LazySpec, str]] | None = None
 _backends: dict[str, Backend] | None = None
 _entry_points_loaded = False
 #: plugin files loaded so far, so benchmark worker processes can load the same ones
@@ -199,7 +220,7 @@ def _load_entry_points() -> None:
             _warn(label, f"plugin {label} failed to load: {first_line(exc)}; it is left out")
 
 
-def _collect(hook: pluggy.HookCaller, kind: str, cls: type) -> dict[str, tuple[object, str]]:
+def _collect(hook: pluggy.HookCaller, kind: str, *cls: type) -> dict[str, tuple[Any, str]]:
     """What each plugin registers through `hook`, by name, with the plugin's label.
 
     A plugin whose hook raises or registers something that is not a `cls` is left out of
@@ -214,7 +235,7 @@ def _collect(hook: pluggy.HookCaller, kind: str, cls: type) -> dict[str, tuple[o
 
         try:
             impl.function(register=register)
-            wrong = next(filter(None, (_wrong(item, kind, cls) for item in items)), None)
+            wrong = next(filter(None, (_wrong(item, kind, *cls) for item in items)), None)
         except Exception as exc:
             wrong = f"failed in {hook.name}: {first_line(exc)}"
         if wrong:
@@ -227,25 +248,68 @@ def _collect(hook: pluggy.HookCaller, kind: str, cls: type) -> dict[str, tuple[o
     return found
 
 
-def _wrong(item: object, kind: str, cls: type) -> str | None:
-    """Why `item` cannot be registered as a `kind`, or None."""
+def _wrong(item: object, kind: str, *cls: type) -> str | None:
+    """Why `item` cannot be registered as a `kind` (an instance of one of `cls`), or None."""
     name = getattr(item, "name", None)
     if not isinstance(name, str):
         return f"registered a {kind} without a name: {item!r}"
     if not isinstance(item, cls):
-        return f"registered {name!r}, which is not a zoo.{cls.__name__}"
+        return f"registered {name!r}, which is not a {' or a '.join(f'zoo.{c.__name__}' for c in cls)}"
     return None
 
 
-def models() -> dict[str, ModelSpec]:
+def _registered() -> dict[str, tuple[ModelSpec | LazySpec, str]]:
+    """Every registered model's entry by name, lazy specs not made."""
     global _models
     if _models is None:
         _load_plugins()
         _check()
-        found = _collect(pm.hook.zoo_register_models, "model", ModelSpec)
-        _models = {name: spec if spec.plugin else replace(spec, plugin=label)
-                   for name, (spec, label) in sorted(found.items())}
+        found = _collect(pm.hook.zoo_register_models, "model", ModelSpec, LazySpec)
+        _models = {name: (_labelled(item, label), label) for name, (item, label) in sorted(found.items())}
     return _models
+
+
+def _labelled(item: ModelSpec | LazySpec, label: str) -> ModelSpec | LazySpec:
+    return item if isinstance(item, LazySpec) or item.plugin else replace(item, plugin=label)
+
+
+def _spec(name: str) -> ModelSpec:
+    """The spec registered as `name`, made now if it was registered lazily."""
+    table = _registered()
+    item, label = table[name]
+    if isinstance(item, ModelSpec):
+        return item
+    try:
+        spec = item.make()
+    except Exception as exc:
+        raise PluginError(f"model {name!r} of plugin {label} failed to make its spec: {first_line(exc)}") from exc
+    if not isinstance(spec, ModelSpec) or spec.name != name:
+        made = f"spec {spec.name!r}" if isinstance(spec, ModelSpec) else repr(spec)[:100]
+        raise PluginError(f"model {name!r} of plugin {label}: its LazySpec made {made}, not a zoo.ModelSpec "
+                          f"named {name!r}")
+    spec = _labelled(spec, label)
+    if _models is table:  # not rebuilt meanwhile (make() may register plugins)
+        table[name] = (spec, label)
+    return spec
+
+
+def models() -> dict[str, ModelSpec]:
+    """Every registered model's spec by name, lazy ones made now (any that fails is left
+    out, with a warning)."""
+    return {name: spec for name in _registered() if (spec := _made_or_warned(name)) is not None}
+
+
+def _made_or_warned(name: str) -> ModelSpec | None:
+    try:
+        return _spec(name)
+    except PluginError as exc:
+        _warn(_registered()[name][1], f"{exc}; it is left out")
+        return None
+
+
+def is_registered(name: str) -> bool:
+    """Whether a plugin registers a model named `name` (a lazy spec is not made)."""
+    return name in _registered()
 
 
 def backends() -> dict[str, Backend]:
@@ -259,20 +323,22 @@ def backends() -> dict[str, Backend]:
 
 
 def list_models(pattern: str | None = None) -> list[str]:
-    """Names of registered models, optionally filtered by a wildcard (`resnet*`)."""
-    return [name for name, spec in models().items() if spec.matches(pattern)]
+    """Names of registered models, optionally filtered by a wildcard (`resnet*`); the
+    matching lazy specs are made, and one that fails is left out with a warning."""
+    names = [n for n in _registered() if pattern is None or fnmatch.fnmatchcase(n, pattern.lower())]
+    return [n for n in names if _made_or_warned(n) is not None]
 
 
 def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
     """The spec registered under `name`, for `config` overrides if given."""
     if isinstance(name, ModelSpec):
         return name.configure(**config)
-    specs = models()
-    if name not in specs:
-        close = [n for n in specs if name.split(".")[0] in n]
+    table = _registered()
+    if name not in table:
+        close = [n for n in table if name.split(".")[0] in n]
         hint = f"; did you mean {', '.join(close[:5])}?" if close else "; `zoo list` shows them all"
         raise UnknownModelError(f"unknown model {name!r}{hint}")
-    return specs[name].configure(**config)
+    return _spec(name).configure(**config)
 
 
 def get_backend(name: str) -> Backend:

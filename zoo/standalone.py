@@ -70,7 +70,7 @@ def artifact_spec(art) -> ModelSpec:
 def registered_spec(art) -> ModelSpec | None:
     """The registered spec at the artifact's config, or None when no plugin registers the model."""
     name, config = art.model, art.manifest["model"].get("config", {})
-    if name not in registry.models():
+    if not registry.is_registered(name):
         return None
     try:
         spec = registry.get_model(name, **config)

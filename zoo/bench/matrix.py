@@ -109,7 +109,7 @@ def _models(model) -> list[ModelSpec]:
         if isinstance(name, ModelSpec):
             specs.append(name)
         elif any(c in name for c in "*?[") or name == "all":
-            matched = [n for n in list_models() if name == "all" or get_model(n).matches(name)]
+            matched = list_models(None if name == "all" else name)
             if not matched:
                 raise ZooError(f"no model matches {name!r}; `zoo list` shows the models")
             specs += [get_model(n) for n in matched]

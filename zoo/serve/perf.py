@@ -216,10 +216,10 @@ def _http_metadata(where: Target, served: str) -> dict[str, Any]:
 def request_maker(meta: Mapping[str, Any], info: Mapping[str, Any], model: str):
     """`make(rows, rng)` -> one request's inputs: the model's own `sample` when its plugin is
     registered here, else `synthesize` from the server's metadata."""
-    from ..registry import get_model, list_models
+    from ..registry import get_model, is_registered
 
     name = info.get("model", model)
-    if name in list_models():
+    if is_registered(name):
         spec = get_model(name, **info.get("config", {}))
         return spec.sample
     return lambda rows, rng: synthesize(meta, info, rows, rng)

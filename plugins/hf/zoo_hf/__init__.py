@@ -26,8 +26,9 @@ __all__ = ["ModelNotFoundError", "UnsafeWeightsError", "hf_model", "hub_cache"]
 
 @zoo.hookimpl
 def zoo_register_models(register):
-    from .models import minilm_spec, tiny_specs
+    # lazily: reading a config through transformers costs a process about a second, which
+    # one that never uses these models (exporting a vision model, say) should not pay
+    from .models import LAZY
 
-    register(minilm_spec())
-    for spec in tiny_specs():
-        register(spec)
+    for name, make in LAZY.items():
+        register(zoo.LazySpec(name, make))

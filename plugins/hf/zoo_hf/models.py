@@ -3,6 +3,8 @@ tiny random-init models, one per task, built from transformers config classes al
 
 from __future__ import annotations
 
+from typing import Callable
+
 from zoo import ModelSpec, Tolerance
 
 from .spec import TOLERANCES, hf_model
@@ -31,30 +33,47 @@ def minilm_spec() -> ModelSpec:
     )
 
 
-def tiny_specs() -> list[ModelSpec]:
-    from transformers import BertConfig, DistilBertConfig, GPT2Config, RobertaConfig
+def _bert() -> ModelSpec:
+    from transformers import BertConfig
+
+    return hf_model("hf-bert.tiny", BertConfig(**SMALL, type_vocab_size=2, num_labels=3), task="text-classification",
+                    description=f"BERT with a 3-label sequence classifier, sentence-pair token types; "
+                                f"{RANDOM.format(task='text-classification')}")
+
+
+def _distilbert() -> ModelSpec:
+    from transformers import DistilBertConfig
 
     n = SMALL
-    return [
-        hf_model("hf-bert.tiny", BertConfig(**n, type_vocab_size=2, num_labels=3), task="text-classification",
-                 description=f"BERT with a 3-label sequence classifier, sentence-pair token types; "
-                             f"{RANDOM.format(task='text-classification')}"),
-        hf_model("hf-distilbert.tiny",
-                 DistilBertConfig(vocab_size=n["vocab_size"], dim=n["hidden_size"], n_layers=n["num_hidden_layers"],
-                                  n_heads=n["num_attention_heads"], hidden_dim=n["intermediate_size"],
-                                  max_position_embeddings=n["max_position_embeddings"], num_labels=5),
-                 task="token-classification",
-                 description=f"DistilBERT with a 5-label token classifier; "
-                             f"{RANDOM.format(task='token-classification')}"),
-        # RoBERTa counts positions from pad_token_id + 1 = 2: 258 positions hold 256 tokens
-        hf_model("hf-roberta.tiny", RobertaConfig(**{**n, "max_position_embeddings": 258}, type_vocab_size=1),
-                 task="fill-mask",
-                 description=f"RoBERTa with its masked-LM head; {RANDOM.format(task='fill-mask')}"),
-        hf_model("hf-gpt2.tiny",
-                 # bos/eos inside the small vocabulary (GPT-2's own are 50256)
-                 GPT2Config(vocab_size=n["vocab_size"], n_embd=n["hidden_size"], n_layer=n["num_hidden_layers"],
-                            n_head=n["num_attention_heads"], n_positions=n["max_position_embeddings"],
-                            bos_token_id=0, eos_token_id=0),
-                 task="text-generation",
-                 description=f"GPT-2 with its causal-LM head; {RANDOM.format(task='text-generation')}"),
-    ]
+    config = DistilBertConfig(vocab_size=n["vocab_size"], dim=n["hidden_size"], n_layers=n["num_hidden_layers"],
+                              n_heads=n["num_attention_heads"], hidden_dim=n["intermediate_size"],
+                              max_position_embeddings=n["max_position_embeddings"], num_labels=5)
+    return hf_model("hf-distilbert.tiny", config, task="token-classification",
+                    description=f"DistilBERT with a 5-label token classifier; "
+                                f"{RANDOM.format(task='token-classification')}")
+
+
+def _roberta() -> ModelSpec:
+    from transformers import RobertaConfig
+
+    # RoBERTa counts positions from pad_token_id + 1 = 2: 258 positions hold 256 tokens
+    return hf_model("hf-roberta.tiny", RobertaConfig(**{**SMALL, "max_position_embeddings": 258}, type_vocab_size=1),
+                    task="fill-mask", description=f"RoBERTa with its masked-LM head; {RANDOM.format(task='fill-mask')}")
+
+
+def _gpt2() -> ModelSpec:
+    from transformers import GPT2Config
+
+    n = SMALL
+    # bos/eos inside the small vocabulary (GPT-2's own are 50256)
+    config = GPT2Config(vocab_size=n["vocab_size"], n_embd=n["hidden_size"], n_layer=n["num_hidden_layers"],
+                        n_head=n["num_attention_heads"], n_positions=n["max_position_embeddings"],
+                        bos_token_id=0, eos_token_id=0)
+    return hf_model("hf-gpt2.tiny", config, task="text-generation",
+                    description=f"GPT-2 with its causal-LM head; {RANDOM.format(task='text-generation')}")
+
+
+#: every model this plugin registers, by name: what makes its spec (on first use)
+LAZY: dict[str, Callable[[], ModelSpec]] = {
+    "hf-minilm-l6.all-v2": minilm_spec, "hf-bert.tiny": _bert, "hf-distilbert.tiny": _distilbert,
+    "hf-roberta.tiny": _roberta, "hf-gpt2.tiny": _gpt2}
