@@ -29,12 +29,14 @@ demo: setup
 	$(BIN)/zoo demo
 
 # Test files run in parallel worker processes (pytest-xdist), one file per worker at a time
-# so that a file's module fixtures (exports, servers) are built once: 18 min instead of 29
-# on 2 cores, since much of the suite waits on servers and subprocesses. TEST_WORKERS=0
-# runs in one process.
+# so that a file's module fixtures (exports, servers) are built once: about 21 min instead
+# of 29 on 2 cores, since much of the suite waits on servers and subprocesses. Files go out
+# in collection order, the slowest first (tests/conftest.py: SLOWEST_FIRST), not xdist's
+# own by number of tests. One worker per core: 3 workers on 2 cores took 23 min (the Ray
+# sweep test alone 639 s instead of 97). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
 test: setup triton
-	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 # The quality tier: every trainable model at full size over its seeds, held to its recipe's
 # target (writes docs/reports/quality.json and the table in docs/models.md), then the tests

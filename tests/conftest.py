@@ -42,13 +42,15 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"a GPU test skipped on a machine with CUDA: {reason}"
 
 
-#: the test files that take longest (seconds of one worker, summed from `--junitxml` of a
-#: full run on the 2-core machine: 250, 215, 215, 210, 170, 150, 145, 125, 90, 85), run
-#: first: pytest-xdist's --dist loadfile hands out files in collection order, and one of
-#: these last would leave the other worker idle for minutes at the end of the suite
-SLOWEST_FIRST = ("test_backend_torch_compiled.py", "test_models.py", "test_quantization.py", "test_user_plugins.py",
-                 "test_triton_server.py", "test_bench_ray.py", "test_backend_openvino.py", "test_bench.py",
-                 "test_cli.py", "test_optimize.py")
+#: the test files that take longest, slowest first (seconds from the first test's start to
+#: the last's end, one full run on the 2-core machine: 235, 231, 207, 165, 164, 134, 103,
+#: 97, 83, 73, 68, 63), run first: with `--dist loadfile --no-loadscope-reorder` (Makefile)
+#: pytest-xdist hands out files in collection order, and one of these last would leave the
+#: other workers idle for minutes at the end of the suite (its own reordering, by number of
+#: tests, put test_bench_ray.py's two tests and 97 s last)
+SLOWEST_FIRST = ("test_backend_torch_compiled.py", "test_quantization.py", "test_models.py", "test_backend_openvino.py",
+                 "test_user_plugins.py", "test_triton_server.py", "test_bench.py", "test_bench_ray.py", "test_cli.py",
+                 "test_onnxruntime_gpu_paths.py", "test_optimize.py", "test_tensorrt_int8.py")
 
 
 def pytest_collection_modifyitems(config, items):
