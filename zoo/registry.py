@@ -21,7 +21,6 @@ looking it up by name raises `PluginError` saying why.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -37,7 +36,7 @@ import pluggy
 from . import hookspecs
 from .backend import Backend
 from .errors import PluginError, UnknownBackendError, UnknownModelError, first_line
-from .spec import ModelSpec
+from .spec import ModelSpec, name_matches
 
 log = logging.getLogger("zoo.plugins")
 
@@ -312,6 +311,12 @@ def is_registered(name: str) -> bool:
     return name in _registered()
 
 
+def find_model(name: str) -> ModelSpec | None:
+    """The spec registered as `name`, or None where no plugin registers it or its lazy spec
+    fails to be made (with a warning): for callers that can go on without the plugin."""
+    return _made_or_warned(name) if is_registered(name) else None
+
+
 def backends() -> dict[str, Backend]:
     global _backends
     if _backends is None:
@@ -325,8 +330,7 @@ def backends() -> dict[str, Backend]:
 def list_models(pattern: str | None = None) -> list[str]:
     """Names of registered models, optionally filtered by a wildcard (`resnet*`); the
     matching lazy specs are made, and one that fails is left out with a warning."""
-    names = [n for n in _registered() if pattern is None or fnmatch.fnmatchcase(n, pattern.lower())]
-    return [n for n in names if _made_or_warned(n) is not None]
+    return [n for n in _registered() if name_matches(n, pattern) and _made_or_warned(n) is not None]
 
 
 def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:

@@ -110,6 +110,11 @@ class TensorSpec:
         return data
 
 
+def name_matches(name: str, pattern: str | None) -> bool:
+    """Whether a model name matches a wildcard (`resnet*`; None matches every name)."""
+    return pattern is None or fnmatch.fnmatchcase(name, pattern.lower())
+
+
 def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
@@ -350,7 +355,7 @@ class ModelSpec:
         return tuple(sorted({r.min, r.opt, r.max}))
 
     def matches(self, pattern: str | None) -> bool:
-        return pattern is None or fnmatch.fnmatchcase(self.name, pattern.lower())
+        return name_matches(self.name, pattern)
 
     def to_json(self) -> dict[str, Any]:
         """Everything but callables: for `zoo info --json` and manifests."""

@@ -70,10 +70,11 @@ def artifact_spec(art) -> ModelSpec:
 def registered_spec(art) -> ModelSpec | None:
     """The registered spec at the artifact's config, or None when no plugin registers the model."""
     name, config = art.model, art.manifest["model"].get("config", {})
-    if not registry.is_registered(name):
+    base = registry.find_model(name)
+    if base is None:
         return None
     try:
-        spec = registry.get_model(name, **config)
+        spec = base.configure(**config)
     except ZooError as exc:
         raise StaleArtifactError(f"artifact {art.name} was exported from another version of model {name}: "
                                  f"{exc}; re-export it (`zoo export {name} --force`)") from None

@@ -216,12 +216,11 @@ def _http_metadata(where: Target, served: str) -> dict[str, Any]:
 def request_maker(meta: Mapping[str, Any], info: Mapping[str, Any], model: str):
     """`make(rows, rng)` -> one request's inputs: the model's own `sample` when its plugin is
     registered here, else `synthesize` from the server's metadata."""
-    from ..registry import get_model, is_registered
+    from ..registry import find_model
 
-    name = info.get("model", model)
-    if is_registered(name):
-        spec = get_model(name, **info.get("config", {}))
-        return spec.sample
+    spec = find_model(info.get("model", model))
+    if spec is not None:
+        return spec.configure(**info.get("config", {})).sample
     return lambda rows, rng: synthesize(meta, info, rows, rng)
 
 
