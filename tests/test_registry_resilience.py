@@ -22,7 +22,7 @@ import torch
 
 import zoo
 from zoo import registry
-from zoo.errors import PluginError, ZooError
+from zoo.errors import PluginError, PluginNotLoadedError, ZooError
 
 MODEL = """\
 import numpy as np
@@ -241,3 +241,35 @@ def test_register_backend(inline):
     assert isinstance(zoo.get_backend("onnxruntime-inline"), renamed)
     zoo.unregister("onnxruntime-inline")
     assert "onnxruntime-inline" not in registry.backends()
+
+
+def test_an_artifact_whose_lazy_spec_cannot_be_made_uses_its_manifest(repository, plugin_warnings):
+    """The plugin is installed but its LazySpec fails here (a missing config, say): the
+    artifact still opens, from the spec its manifest describes, as where no plugin is."""
+    broken = {"now": False}
+
+    def make() -> zoo.ModelSpec:
+        if broken["now"]:
+            raise OSError("config.json: no such file")
+        return mlp_spec("mlp.lazy")
+
+    class Lazy:
+        @zoo.hookimpl
+        def zoo_register_models(self, register):
+            register(zoo.LazySpec("mlp.lazy", make))
+
+    plugin = Lazy()
+    registry.register_plugin(plugin, name="lazy-plugin")
+    try:
+        art = zoo.export("mlp.lazy", backend="onnxruntime", random_init=True, repository=repository)
+        assert isinstance(zoo.Artifact.open(art.path).spec().build(), torch.nn.Module)  # the plugin's
+        broken["now"] = True
+        registry.invalidate()
+        spec = zoo.Artifact.open(art.path).spec()
+        with pytest.raises(PluginNotLoadedError):  # the manifest's spec: no module to build
+            spec.build()
+        assert spec.name == "mlp.lazy" and spec.plugin == "lazy-plugin"
+        assert zoo.load(art.path)({"x": np.ones((2, 4), np.float32)})["logits"].shape == (2, 3)
+        assert any("failed to make its spec: config.json: no such file" in w for w in plugin_warnings)
+    finally:
+        registry.unregister_plugin(plugin)
