@@ -161,6 +161,26 @@ def test_shared_axes_share_one_dim_and_dict_outputs_keep_their_names(tmp_path):
     assert out["total"].shape == (5, 1)
 
 
+def test_a_later_export_reuses_the_exporters_op_list_and_writes_the_same_graph(exported, tmp_path, monkeypatch):
+    """torch's exporter rebuilt ONNX Script's op list on every call, re-parsing the source
+    of ~500 functions (about a second per export); `export_onnx` keeps it after the first.
+    The module's first export (the fixture) has run, so this one parses no source."""
+    from onnxscript._internal import ast_utils
+
+    parsed = []
+    real_parse = ast_utils.get_src_and_ast
+    monkeypatch.setattr(ast_utils, "get_src_and_ast", lambda f: parsed.append(f) or real_parse(f))
+    module, first, _ = exported
+    example = {"image": torch.from_numpy(_sample(4, np.random.default_rng(0))["image"])}
+    assert export_onnx(module, SPEC, example, tmp_path / "again.onnx")["exporter"] == "dynamo"
+    assert parsed == []
+    graph = onnx.load(str(tmp_path / "again.onnx")).graph
+    assert [n.op_type for n in graph.node] == [n.op_type for n in onnx.load(str(first)).graph.node]
+    inputs = _sample(3, np.random.default_rng(3))
+    runner = OnnxRuntimeBackend().load(tmp_path / "again.onnx", SPEC, "fp32", "cpu")
+    np.testing.assert_allclose(runner(inputs)["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
+
+
 def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
     real_export = torch.onnx.export
 

@@ -13,8 +13,11 @@ and OpenVINO backends call it on machines without onnxruntime.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import logging
 import re
+import types
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -59,6 +62,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     args = tuple(example[t.name] for t in spec.inputs)
     external = sum(p.numel() * p.element_size() for p in module.parameters()) > _EXTERNAL_DATA_BYTES
     info: dict[str, Any]
+    _reuse_torchlib_ops()
     try:
         with _quiet():
             torch.onnx.export(wrapped, args, str(path), dynamo=True, verbose=False, opset_version=opset,
@@ -92,6 +96,39 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     onnx.checker.check_model(str(path))
     info["opset"] = _opset(path)
     return info
+
+
+def _reuse_torchlib_ops() -> None:
+    """Build the list of ONNX Script's torch functions once per process, not on every export.
+
+    `torch.onnx.export(dynamo=True)` makes a new op registry on every call from ONNX Script's
+    `get_torchlib_ops()`, which reads each of its ~500 functions' `function_ir` only for
+    its domain, and that property re-parses the function's source each time: about a
+    second of every export (torch 2.13, onnxscript 0.7), more than capturing a small
+    model. The list depends only on the functions ONNX Script registered at import, so it
+    is kept after the first call and each export still builds its own registry from a copy
+    (`custom_translation_table` entries go into that registry, never into the list).
+
+    Where torch's lazy import of ONNX Script is not this shape (another torch release), the
+    exporter is left as it is: slower, never wrong.
+    """
+    try:
+        from torch.onnx._internal._lazy_import import onnxscript_apis
+        module = (onnxscript_apis if isinstance(onnxscript_apis, types.ModuleType)
+                  else importlib.import_module(onnxscript_apis._name))  # its `_LazyModule`
+    except (ImportError, AttributeError):
+        return
+    original = getattr(module, "get_torchlib_ops", None)
+    if original is None or hasattr(original, "zoo_reused"):
+        return
+    once = functools.cache(original)
+
+    @functools.wraps(original)
+    def get_torchlib_ops() -> list:
+        return list(once())
+
+    get_torchlib_ops.zoo_reused = True  # type: ignore[attr-defined]
+    module.get_torchlib_ops = get_torchlib_ops
 
 
 def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
