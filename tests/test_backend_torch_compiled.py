@@ -73,8 +73,12 @@ def test_export_parity_verify(exported):
     info = manifest["backend"]["info"]
     options = info["compile_options"] if art.backend == "torch-compile" else info["inductor_configs"]
     assert info["exporter"] == "torch.export" and options["freezing"] is True
-    report = zoo.verify(art.path)
-    assert report["parity"]["passed"] and report["backend"] == art.backend
+    # `zoo.verify` loads the artifact again from its files (9 s of compiling per model for
+    # torch-compile on 2 cores); the fixture's `zoo.load` already loads every model from
+    # disk, so one model per backend goes through verify's own checks
+    if spec.name == ONE_PER_DOMAIN[0]:
+        report = zoo.verify(art.path)
+        assert report["parity"]["passed"] and report["backend"] == art.backend
 
 
 def test_a_new_batch_size_runs_without_recompiling(exported):
