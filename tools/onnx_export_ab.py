@@ -23,12 +23,9 @@ import json, sys, tempfile, time
 from pathlib import Path
 import zoo
 from zoo.tensors import example_inputs
-from zoo_onnx.export import export_onnx
+from zoo_onnx.export import export_onnx, torchlib_api
 if sys.argv[1] == "rebuilt":  # leave torch's exporter as it is
-    from torch.onnx._internal._lazy_import import onnxscript_apis
-    import importlib, types
-    module = onnxscript_apis if isinstance(onnxscript_apis, types.ModuleType) else importlib.import_module(onnxscript_apis._name)
-    module.get_torchlib_ops.zoo_reused = True
+    torchlib_api().get_torchlib_ops.zoo_reused = True
 out = {}
 for name in sys.argv[3].split(","):
     spec = zoo.get_model(name).tiny()

@@ -112,12 +112,7 @@ def _reuse_torchlib_ops() -> None:
     Where torch's lazy import of ONNX Script is not this shape (another torch release), the
     exporter is left as it is: slower, never wrong.
     """
-    try:
-        from torch.onnx._internal._lazy_import import onnxscript_apis
-        module = (onnxscript_apis if isinstance(onnxscript_apis, types.ModuleType)
-                  else importlib.import_module(onnxscript_apis._name))  # its `_LazyModule`
-    except (ImportError, AttributeError):
-        return
+    module = torchlib_api()
     original = getattr(module, "get_torchlib_ops", None)
     if original is None or hasattr(original, "zoo_reused"):
         return
@@ -129,6 +124,17 @@ def _reuse_torchlib_ops() -> None:
 
     get_torchlib_ops.zoo_reused = True  # type: ignore[attr-defined]
     module.get_torchlib_ops = get_torchlib_ops
+
+
+def torchlib_api() -> types.ModuleType | None:
+    """The ONNX Script module whose `get_torchlib_ops` torch's exporter calls, or None where
+    torch's lazy import of it is not this shape."""
+    try:
+        from torch.onnx._internal._lazy_import import onnxscript_apis
+        return (onnxscript_apis if isinstance(onnxscript_apis, types.ModuleType)
+                else importlib.import_module(onnxscript_apis._name))  # its `_LazyModule`
+    except (ImportError, AttributeError):
+        return None
 
 
 def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
