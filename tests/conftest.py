@@ -7,6 +7,8 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -51,6 +53,24 @@ def pytest_runtest_makereport(item, call):
 SLOWEST_FIRST = ("test_backend_torch_compiled.py", "test_quantization.py", "test_models.py", "test_backend_openvino.py",
                  "test_user_plugins.py", "test_triton_server.py", "test_bench.py", "test_bench_ray.py", "test_cli.py",
                  "test_onnxruntime_gpu_paths.py", "test_optimize.py", "test_tensorrt_int8.py")
+
+
+def pytest_configure(config):
+    """One ONNX cache (`zoo_onnx.cache`) for the run: shared by the xdist workers, which
+    inherit the controller's environment, and by the zoo processes tests start; used by no
+    other run, so no result depends on what an earlier run left. Many files export the same
+    tiny models to ONNX (every ONNX backend, every precision); each is translated once."""
+    if hasattr(config, "workerinput") or "ZOO_ONNX_CACHE_DIR" in os.environ:
+        return
+    config.zoo_onnx_cache = tempfile.mkdtemp(prefix="zoo-onnx-cache-")
+    os.environ["ZOO_ONNX_CACHE_DIR"] = config.zoo_onnx_cache
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "zoo_onnx_cache", None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop("ZOO_ONNX_CACHE_DIR", None)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -75,7 +75,8 @@ def test_registers_both_backends_without_importing_onnxruntime():
 
 def test_export_writes_a_checked_dynamic_model(exported):
     _, path, info = exported
-    assert info == {"exporter": "dynamo", "opset": DEFAULT_OPSET}
+    assert info == {"exporter": "dynamo", "opset": DEFAULT_OPSET, "onnx_cache": info["onnx_cache"]}
+    assert info["onnx_cache"] in ("hit", "miss")  # tests/test_onnx_cache.py: which, and when
     model = onnx.load(str(path))
     assert [i.name for i in model.graph.input] == ["image"]
     assert [o.name for o in model.graph.output] == ["logits"]
@@ -167,6 +168,7 @@ def test_a_later_export_reuses_the_exporters_op_list_and_writes_the_same_graph(e
     The module's first export (the fixture) has run, so this one parses no source."""
     from onnxscript._internal import ast_utils
 
+    monkeypatch.setenv("ZOO_ONNX_CACHE", "0")  # the exporter itself, not the ONNX cache
     parsed = []
     real_parse = ast_utils.get_src_and_ast
     monkeypatch.setattr(ast_utils, "get_src_and_ast", lambda f: parsed.append(f) or real_parse(f))
@@ -182,6 +184,7 @@ def test_a_later_export_reuses_the_exporters_op_list_and_writes_the_same_graph(e
 
 
 def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_ONNX_CACHE", "0")  # else an earlier export of the module is a hit
     real_export = torch.onnx.export
 
     def dynamo_fails(*args, dynamo=True, **kwargs):

@@ -30,6 +30,8 @@ from zoo.spec import ModelSpec
 from zoo.signature import Signature
 from zoo.tensors import dynamic_shapes
 
+from . import cache
+
 #: 18 is the opset torch's ONNX translation library is written against and is read by
 #: every runtime we target (onnxruntime >= 1.14, TensorRT 8.6 and 10), so no converter runs.
 DEFAULT_OPSET = 18
@@ -48,7 +50,12 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     keeping float32 inputs and outputs, so the signature does not change, and numerically
     sensitive ops in float32 (`zoo_onnx.fp16`).
 
-    Returns ``{"exporter": "dynamo" | "torchscript", "opset": N}``, plus
+    The dynamo exporter's files are kept in the ONNX cache (`zoo_onnx.cache`), keyed by
+    the captured program: a module exported before, by any backend or process, is copied
+    from there byte for byte instead of being translated again.
+
+    Returns ``{"exporter": "dynamo" | "torchscript", "opset": N}`` with, for the dynamo
+    exporter, ``"onnx_cache": "hit" | "miss" | "off"``, plus
     ``"dynamo_error"`` (why the preferred exporter failed) after a fallback and, for
     fp16, ``"fp16"`` (the converter and the op types it kept in fp32, with counts).
     """
@@ -63,14 +70,25 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     external = sum(p.numel() * p.element_size() for p in module.parameters()) > _EXTERNAL_DATA_BYTES
     info: dict[str, Any]
     _reuse_torchlib_ops()
+    options = {"opset_version": opset, "input_names": [t.name for t in spec.inputs],
+               "output_names": [t.name for t in spec.outputs],
+               # keyed by the wrapper's one (variadic) parameter
+               "dynamic_shapes": {"inputs": dynamic_shapes(spec)}}
     try:
         with _quiet():
-            torch.onnx.export(wrapped, args, str(path), dynamo=True, verbose=False, opset_version=opset,
-                              input_names=[t.name for t in spec.inputs],
-                              output_names=[t.name for t in spec.outputs],
-                              # keyed by the wrapper's one (variadic) parameter
-                              dynamic_shapes={"inputs": dynamic_shapes(spec)}, external_data=external)
-        info = {"exporter": "dynamo"}
+            program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
+            key = None if program is None else cache.program_key(program, options)
+            if key is not None and cache.fetch(key, path):
+                info = {"exporter": "dynamo", "onnx_cache": "hit"}
+            else:
+                # the captured program when there is one (the capture the exporter would
+                # make itself), else the module: the exporter then tries its other ways
+                torch.onnx.export(wrapped if program is None else program, args if program is None else (),
+                                  str(path), dynamo=True, verbose=False, external_data=external, **options)
+                info = {"exporter": "dynamo", "onnx_cache": "off" if key is None or cache.cache_dir() is None
+                        else "miss"}
+                if info["onnx_cache"] == "miss":
+                    cache.store(key, path)
     except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
         _remove(path)
         cause = _zoo_cause(dynamo_exc)
@@ -96,6 +114,21 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     onnx.checker.check_model(str(path))
     info["opset"] = _opset(path)
     return info
+
+
+def _capture(module: torch.nn.Module, args: tuple, dynamic: Mapping[str, Any]) -> torch.export.ExportedProgram | None:
+    """`module` captured as `torch.onnx.export(dynamo=True)` captures it first (its
+    non-strict `torch.export` strategy, with that strategy's patches), or None where that
+    fails or torch's exporter is not this shape: `torch.onnx.export` is then given the
+    module and tries its other ways itself. Capturing here makes the program the ONNX
+    cache's key (`zoo_onnx.cache`); the graph written from it is the one the exporter
+    writes from the module."""
+    try:
+        from torch.onnx._internal.exporter import _capture_strategies
+        strategy = _capture_strategies.TorchExportNonStrictStrategy(verbose=False)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return strategy(module, args, None, dynamic).exported_program
 
 
 def _reuse_torchlib_ops() -> None:
