@@ -29,8 +29,9 @@ demo: setup
 	$(BIN)/zoo demo
 
 # Test files run in parallel worker processes (pytest-xdist), one file per worker at a time
-# so that a file's module fixtures (exports, servers) are built once: about 21 min instead
-# of 29 on 2 cores, since much of the suite waits on servers and subprocesses. Files go out
+# so that a file's module fixtures (exports, servers) are built once: about 15 min instead
+# of 29 on 2 cores, since much of the suite waits on servers and subprocesses; each worker's
+# torch runs one thread, and the workers share one ONNX cache (tests/conftest.py). Files go out
 # in collection order, the slowest first (tests/conftest.py: SLOWEST_FIRST), not xdist's
 # own by number of tests. One worker per core: 3 workers on 2 cores took 23 min (the Ray
 # sweep test alone 639 s instead of 97). TEST_WORKERS=0 runs in one process.
