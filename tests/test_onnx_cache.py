@@ -155,3 +155,16 @@ def test_another_process_finds_the_entry(tmp_path):
     assert outcomes == ["miss", "hit"]
     first, second = (onnx.load(str(tmp_path / f"{i}.onnx")) for i in range(2))
     assert [n.op_type for n in first.graph.node] == [n.op_type for n in second.graph.node]
+
+
+def test_a_program_the_key_cannot_describe_is_exported_uncached(exports, monkeypatch):
+    """A weight whose bytes cannot be read as such (a layout the key does not know) leaves
+    the export as it is without a cache: the dynamo exporter's graph, not a fallback."""
+    def unreadable(tensor):
+        raise TypeError(f"cannot view a {tensor.layout} tensor as bytes")
+
+    monkeypatch.setattr(cache, "_tensor_bytes", unreadable)
+    info, path = exports(_module())
+    assert (info["exporter"], info["onnx_cache"]) == ("dynamo", "off")
+    assert len(exports.translated) == 1 and onnx.load(str(path)).graph.output[0].name == "y"
+    assert not cache.cache_dir().exists()

@@ -73,7 +73,16 @@ def limit_bytes() -> int:
 
 def program_key(program: torch.export.ExportedProgram, options: Mapping[str, Any]) -> str | None:
     """The hex key of `program` exported with `options`, or None where the program holds
-    something the key cannot describe (a script object among its constants)."""
+    something the key cannot describe (a script object among its constants, a tensor whose
+    bytes cannot be read as such): the export then runs uncached."""
+    try:
+        return _key(program, options)
+    except Exception as exc:  # never an export error: the graph is exported as without a cache
+        log.debug("no ONNX cache key for this program: %s", exc)
+        return None
+
+
+def _key(program: torch.export.ExportedProgram, options: Mapping[str, Any]) -> str | None:
     digest = hashlib.sha256()
 
     def add(value: Any) -> None:
