@@ -77,7 +77,8 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     try:
         with _quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
-            key = None if program is None else cache.program_key(program, options)
+            # no key (no weights hashed) where the cache is off
+            key = None if program is None or cache.cache_dir() is None else cache.program_key(program, options)
             if key is not None and cache.fetch(key, path):
                 info = {"exporter": "dynamo", "onnx_cache": "hit"}
             else:
@@ -85,9 +86,8 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                 # make itself), else the module: the exporter then tries its other ways
                 torch.onnx.export(wrapped if program is None else program, args if program is None else (),
                                   str(path), dynamo=True, verbose=False, external_data=external, **options)
-                info = {"exporter": "dynamo", "onnx_cache": "off" if key is None or cache.cache_dir() is None
-                        else "miss"}
-                if info["onnx_cache"] == "miss":
+                info = {"exporter": "dynamo", "onnx_cache": "off" if key is None else "miss"}
+                if key is not None:
                     cache.store(key, path)
     except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
         _remove(path)
