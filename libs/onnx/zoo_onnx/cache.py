@@ -126,8 +126,10 @@ def _describe(value: Any) -> str:
         return f"tensor({tuple(value.shape)}, {value.dtype}, {value.layout}, {value.device.type})"
     if isinstance(value, (list, tuple)):
         return f"[{', '.join(_describe(v) for v in value)}]"
-    if value is None or isinstance(value, (bool, int, float, str, torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return repr(value) if not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) else str(value)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
     return type(value).__name__
 
 
@@ -176,13 +178,13 @@ def store(key: str, path: Path) -> None:
     onnx_file, record_file = _entry(root, key)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        data = path.read_bytes()
-        if len(data) > limit_bytes():
+        data, limit = path.read_bytes(), limit_bytes()
+        if len(data) > limit:
             return
         _atomic_write(onnx_file, data)  # the file first: a record is written only for a whole file
         _atomic_write(record_file, json.dumps({"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                                                **{n: _version(n) for n in _LIBRARIES}}).encode())
-        _bound(root, limit_bytes())
+        _bound(root, limit)
     except OSError as exc:
         log.warning("could not store the ONNX graph in the cache at %s: %s", root, exc)
 
