@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,11 +107,32 @@ def test_the_graph_sees_the_packages():
     edges = graph()
     assert {"zoo", "zoo.cli", "zoo.cli_bench", "zoo_onnx", "zoo_torch", "zoo_onnxruntime", "zoo_vision"} <= set(edges)
     assert "zoo.cli_common" in edges["zoo.cli_bench"] and "zoo.cli_bench" in edges["zoo.cli"]
-    assert "zoo.export" in edges["zoo"]
+    assert "zoo.registry" in edges["zoo"] and "zoo.export" not in edges["zoo"]  # imported on first use
 
 
 def test_no_import_cycles():
     assert cycles(graph()) == []
+
+
+LIGHT = """
+import sys, types
+import zoo, zoo.cli, zoo.bench, zoo.bench.report, zoo.client, zoo.serve.perf
+heavy = sorted({"torch", "onnxruntime", "openvino", "transformers", "onnx"} & set(sys.modules))
+assert not heavy, heavy
+import zoo.export, zoo.train, zoo.verify, zoo.predict
+assert [f.__name__ for f in (zoo.export, zoo.train, zoo.verify, zoo.predict)] == \\
+    ["export", "train", "verify_artifact", "predict"]
+assert isinstance(sys.modules["zoo.export"], types.ModuleType) and zoo.bench.benchmark is zoo.benchmark
+"""
+
+
+def test_import_zoo_imports_no_deep_learning_library():
+    """`import zoo` (what every plugin does), the CLI's entry and `zoo bench --url`'s
+    client import no deep-learning library: PyTorch is imported by the commands that use
+    it. The package's functions named like its submodules (`zoo.export`) stay functions
+    once those submodules are imported."""
+    done = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_cycle_is_found():
