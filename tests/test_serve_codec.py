@@ -11,7 +11,7 @@ import pytest
 
 from zoo.serve import datatypes as dt
 from zoo.serve.batcher import Work, merge, split
-from zoo.serve.errors import ProtocolError, scrub, status_for
+from zoo.serve.errors import ProtocolError, message_for, scrub, status_for
 from zoo.serve.protocol import decode_request, decode_response, encode_request, encode_response
 
 ARRAYS = {
@@ -101,3 +101,10 @@ def test_error_table_and_scrubbing():
     assert status_for(ProtocolError("x")) == status_for(InputError("x")) == 400
     assert status_for(ZooError("x")) == 500 and status_for(ValueError("x")) is None
     assert scrub("cannot load /work/main/exports/a/1/model.onnx: bad") == "cannot load <path>: bad"
+    # a request error quotes the request as it was sent (a SMILES with stereo bonds, an API path);
+    # any other error may carry a library's text, whose paths are hidden
+    assert message_for(InputError("invalid SMILES 'C/C=C/C(C'")) == "invalid SMILES 'C/C=C/C(C'"
+    assert message_for(ProtocolError("register it first (POST /v2/systemsharedmemory/region/NAME/register)")) \
+        .endswith("(POST /v2/systemsharedmemory/region/NAME/register)")
+    assert message_for(ZooError("cannot load /srv/models/a/1/model.onnx")) == "cannot load <path>"
+    assert message_for(InputError("x" * 2000)).endswith("...") and len(message_for(InputError("x" * 2000))) == 1003

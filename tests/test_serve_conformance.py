@@ -6,6 +6,7 @@ with the artifact's own `config.pbtxt`, and the repository index listing every a
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import numpy as np
@@ -75,6 +76,13 @@ def test_config_endpoint_agrees_with_config_pbtxt(server, serve_repo):
         written = text_format.Parse((serve_repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
         assert list(served.input) == list(written.input), name
         assert list(served.output) == list(written.output), name
+        # the runtime the file names: a platform, or `backend: "python"` for the Python-backend form
+        assert (served.platform, served.backend, served.default_model_filename) == \
+            (written.platform, written.backend, written.default_model_filename), name
+        meta = httpx.get(f"{server.url}/v2/models/{name}").json()
+        assert meta["platform"] == (written.platform or written.backend), name
+    assert any(text_format.Parse((serve_repo / n / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+               .backend == "python" for n in os.listdir(serve_repo)), "no Python-backend artifact was compared"
 
 
 def test_repository_index_lists_every_artifact_and_honours_ready(server, serve_repo):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 
 import httpx
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 
 import zoo
 from zoo.serve.batcher import Batcher, BatchPolicy, Work, padding_groups
-from zoo.serve.errors import BackendFailureError, RequestFailedError
+from zoo.serve.errors import BackendFailureError, QueueFullError, RequestFailedError
 from zoo.serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
 pytest.register_assert_rewrite("serve_support")
@@ -146,6 +147,46 @@ def test_a_dead_runner_is_a_backend_fault(ragged):
         return result[0]
 
     assert isinstance(asyncio.run(run()), BackendFailureError) and len(failures) == 1
+
+
+def test_requests_that_timed_out_hold_no_place_in_the_queue(ragged):
+    """A request abandoned by its timeout (its future cancelled, as `asyncio.wait_for`
+    does) leaves the queue's limit to live ones, before the batcher reaches it."""
+    spec, runner = ragged
+    release = threading.Event()
+
+    def held(inputs):
+        release.wait(10)
+        return runner(inputs)
+
+    async def run():
+        batcher = Batcher("ragged", [held], BatchPolicy(max_batch_size=64, max_queue_delay=0, max_queue_size=2),
+                          ["tokens", "mask"], {}, known_good=lambda: spec.sample(1, np.random.default_rng(0)))
+        loop = asyncio.get_running_loop()
+        x = spec.sample(1, np.random.default_rng(2))
+
+        def work() -> Work:
+            return Work(x, 1, {"seq": x["tokens"].shape[1]}, loop.create_future())
+
+        try:
+            running = batcher.submit(work())
+            await asyncio.sleep(0.2)  # the one instance takes it and holds it: the next ones queue
+            queued = [batcher.submit(work()) for _ in range(2)]
+            with pytest.raises(QueueFullError):
+                batcher.submit(work())
+            for future in queued:
+                future.cancel()
+            fresh = [batcher.submit(work()) for _ in range(2)]
+            with pytest.raises(QueueFullError):
+                batcher.submit(work())
+        finally:
+            release.set()
+        results = await asyncio.gather(running, *fresh)
+        await batcher.stop(1)
+        return results
+
+    results = asyncio.run(run())
+    assert len(results) == 3 and all(r["hidden"].shape[0] == 1 for r in results)
 
 
 def metric(text: str, family: str, model: str, **labels: str) -> float:

@@ -170,6 +170,23 @@ def test_model_control_by_name_only(faulty_server):
     assert infer(faulty_server, 0.5, model=ONNX).status_code == 200
 
 
+def test_reloading_a_served_model_never_leaves_its_name_unserved(faulty_server, plugin):
+    """A load of a model already served swaps the new one in once it is ready, as Triton
+    does: while the old one still works through slow requests (3 x 1.5 s: one running,
+    its queue of 2 full), every request sent during the reload is answered by one or the
+    other, none finds the name unknown (404)."""
+    pool = ThreadPoolExecutor(4)
+    slow = [pool.submit(infer, faulty_server, plugin.SLOW) for _ in range(3)]
+    time.sleep(0.3)  # the old model is running one and holds two
+    reload = pool.submit(httpx.post, f"{faulty_server.url}/v2/repository/models/{FAULTY}/load", timeout=60)
+    during = []
+    while not reload.done():
+        during.append(infer(faulty_server, 0.5).status_code)
+        time.sleep(0.05)
+    assert reload.result().status_code == 200 and [f.result().status_code for f in slow] == [200] * 3
+    assert during and set(during) - {503} == {200}, during  # 503: the old queue was full until the swap
+
+
 def test_model_control_and_shared_memory_over_grpc(faulty_server):
     import tritonclient.grpc as triton_grpc
     from tritonclient.utils import InferenceServerException
@@ -178,9 +195,7 @@ def test_model_control_and_shared_memory_over_grpc(faulty_server):
         client.unload_model(ONNX)
         index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
         assert index[ONNX]["state"] == "UNAVAILABLE" and index[ONNX]["reason"] == "unloaded"
-        with pytest.raises(InferenceServerException) as info:
-            client.is_model_ready(ONNX)
-        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert client.is_model_ready(ONNX) is False  # as Triton answers for a model it does not serve
         with pytest.raises(InferenceServerException) as info:
             client.load_model("..")
         assert info.value.status() == "StatusCode.NOT_FOUND"
@@ -222,6 +237,44 @@ def test_sigterm_finishes_in_flight_requests(own_server, plugin):
     assert result["grpc"].shape == (1, 10)
     log = own_server.log()
     assert "Waiting for background tasks" in log or "Application shutdown complete" in log, log[-2000:]
+
+
+def test_sigterm_stops_grpc_taking_calls_at_once_and_no_idle_stream_holds_it_up(lifecycle_repo, plugin):
+    """At SIGTERM the gRPC front end stops taking calls together with HTTP (not once HTTP
+    has drained), and an open stream with nothing in flight does not hold the shutdown up
+    for its whole grace period (60 s here): Triton waits for requests, not for streams."""
+    import queue
+
+    import tritonclient.grpc as triton_grpc
+    from tritonclient.utils import InferenceServerException
+
+    server = ServerProcess(lifecycle_repo, "--shutdown-timeout", "60", log=lifecycle_repo.parent / "sigterm.log")
+    server.wait_ready()
+    try:
+        item = triton_grpc.InferInput("image", [1, 1, 8, 8], "FP32")
+        item.set_data_from_numpy(np.full((1, 1, 8, 8), 0.25, np.float32))
+        answers: queue.Queue = queue.Queue()
+        streaming = triton_grpc.InferenceServerClient(server.grpc_url)
+        streaming.start_stream(callback=lambda result, error: answers.put((result, error)))
+        streaming.async_stream_infer(ONNX, [item])
+        assert answers.get(timeout=30)[1] is None  # answered; the stream stays open and idle
+        result: dict = {}
+        slow = threading.Thread(target=lambda: result.update(response=infer(server, plugin.SLOW)))
+        slow.start()
+        time.sleep(0.3)  # the slow HTTP request is running: HTTP drains for about 1.5 s
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with triton_grpc.InferenceServerClient(server.grpc_url) as late:
+            with pytest.raises(InferenceServerException) as info:
+                late.infer(ONNX, [item], client_timeout=30)
+        assert info.value.status() == "StatusCode.UNAVAILABLE", info.value
+        assert server.proc.wait(20) in (0, -signal.SIGTERM)  # well within the 60 s grace
+        slow.join(10)
+        assert result["response"].status_code == 200  # the request in flight was answered
+        streaming.stop_stream()
+        streaming.close()
+    finally:
+        server.kill()
 
 
 @pytest.mark.parametrize("flag, want", [("0.25", 0.25), ("0", 0.0), ("none", None), ("NONE", None)])

@@ -510,7 +510,9 @@ class Stalling:
 
 
 @needs_proc_fd
-def test_unregister_waits_for_a_copy_in_progress(regions, make_region, monkeypatch):
+def test_unregister_leaves_a_copy_in_progress_its_descriptor(regions, make_region, monkeypatch):
+    """Unregistering returns at once (the name is free again), but the descriptor a copy
+    is reading through stays open until that copy ends, and is closed then."""
     key, handle = make_region(16)
     path = f"/dev/shm{key}"
     client.set_shared_memory_region(handle, [np.arange(16, dtype=np.uint8)])
@@ -523,16 +525,43 @@ def test_unregister_waits_for_a_copy_in_progress(regions, make_region, monkeypat
     reader = threading.Thread(target=lambda: results.append(regions.read("r", 4, 8)))
     reader.start()
     assert stalling.copying.wait(10)
-    remover = threading.Thread(target=regions.unregister, args=("r",))
-    remover.start()
-    remover.join(0.3)
-    assert remover.is_alive() and region.fd >= 0  # the copy holds the region: its descriptor stays open
+    regions.unregister("r")
+    assert regions.status() == [] and region.fd >= 0  # the copy holds the region: its descriptor stays open
     assert open_fds(path) == client_fds + 1
+    with pytest.raises(SharedMemoryError, match="unknown shared memory region"):
+        regions.read("r", 0, 4)  # new copies no longer find it
     stalling.go.set()
     reader.join(10)
-    remover.join(10)
     assert results == [bytes(range(4, 12))]
-    assert region.fd == -1 and open_fds(path) == client_fds and regions.status() == []
+    assert region.fd == -1 and open_fds(path) == client_fds
+
+
+def test_a_copy_in_progress_holds_up_no_other_copy(regions, make_region, monkeypatch):
+    """A long copy (a large region, in a worker thread) must not make the small copies
+    the event loop does itself wait: no lock is held over a copy."""
+    big, big_handle = make_region(64)
+    small, small_handle = make_region(16)
+    client.set_shared_memory_region(small_handle, [np.arange(16, dtype=np.uint8)])
+    regions.register("big", big, 0, 64)
+    regions.register("small", small, 0, 16)
+    real = shm._read_at
+    stalling = Stalling(real)
+    monkeypatch.setattr(shm, "_read_at", lambda fd, size, position: (stalling if size == 64 else real)(fd, size,
+                                                                                                          position))
+    reader = threading.Thread(target=regions.read, args=("big", 0, 64))
+    reader.start()
+    try:
+        assert stalling.copying.wait(10)
+        done: list = []
+        other = threading.Thread(target=lambda: done.append((regions.read("small", 0, 16),
+                                                             regions.write("small", 0, b"\x07" * 4))))
+        other.start()
+        other.join(5)
+        assert done == [(bytes(range(16)), None)], "a copy of another region waited for the copy in progress"
+        assert regions.read("small", 0, 4) == b"\x07" * 4
+    finally:
+        stalling.go.set()
+        reader.join(10)
 
 
 def test_concurrent_reads_writes_and_unregisters(regions, make_region):

@@ -34,7 +34,7 @@ from .errors import (
     PayloadTooLargeError,
     ProtocolError,
     UnsupportedMediaError,
-    scrub,
+    message_for,
     status_for,
 )
 from .metrics import Metrics
@@ -244,7 +244,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse({"error": "internal server error; the server log has the details"}, 500)
     headers = {"Retry-After": "1"} if status == 503 else None
-    return JSONResponse({"error": scrub(str(exc))}, status, headers=headers)
+    return JSONResponse({"error": message_for(exc)}, status, headers=headers)
 
 
 async def on_http_error(request: Request, exc: HTTPException) -> Response:
@@ -335,6 +335,7 @@ def create_app(settings: Settings) -> Starlette:
                 from .grpc_service import start_grpc  # grpcio: imported only when gRPC is on
 
                 front = await start_grpc(zoo, settings.host, settings.grpc_port)
+                zoo.on_shutdown.append(lambda: front.drain(settings.shutdown_timeout))
             yield
         finally:
             if front is not None:  # in-flight gRPC calls finish (up to the shutdown timeout) first

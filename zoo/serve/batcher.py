@@ -197,6 +197,8 @@ class Batcher:
     def submit(self, work: Work) -> asyncio.Future:
         if self._closed:
             raise ModelNotReadyError(f"model {self.name} is shutting down")
+        if len(self._queue) >= self.policy.max_queue_size:  # requests that timed out waiting hold no place
+            self._queue = collections.deque(w for w in self._queue if not w.future.done())
         if len(self._queue) >= self.policy.max_queue_size:
             raise QueueFullError(f"model {self.name} has {len(self._queue)} requests queued, its limit; retry later")
         self._queue.append(work)

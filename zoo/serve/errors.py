@@ -133,3 +133,14 @@ def scrub(message: str, limit: int = 1000) -> str:
     """A message safe to send: file system paths replaced, length capped."""
     message = _PATH.sub("<path>", message)
     return message if len(message) <= limit else message[:limit] + "..."
+
+
+def message_for(exc: BaseException, limit: int = 1000) -> str:
+    """What a client reads for a typed error. A request error (`InputError`) is about
+    what the client sent and is written by the zoo or a plugin's decoder, so it is sent as
+    written: it may quote the request's own slashes (a SMILES with stereo bonds, an API
+    path). Any other error may carry a library's text, so file system paths are replaced."""
+    if isinstance(exc, InputError):
+        message = str(exc)
+        return message if len(message) <= limit else message[:limit] + "..."
+    return scrub(str(exc), limit)

@@ -36,7 +36,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ..version import __version__
 from ..errors import ZooError
 from . import datatypes as dt
-from .errors import FeatureOffError, ProtocolError, scrub, status_for
+from .errors import FeatureOffError, ModelNotFoundError, ProtocolError, message_for, status_for
 from .protocol import (
     InferRequest,
     Tensor,
@@ -67,7 +67,7 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     status = status_for(exc)
     if status is None:
         return grpc.StatusCode.INTERNAL, INTERNAL
-    return CODES.get(status, grpc.StatusCode.INTERNAL), scrub(str(exc))
+    return CODES.get(status, grpc.StatusCode.INTERNAL), message_for(exc)
 
 
 def _answers(method: Callable) -> Callable:
@@ -179,6 +179,7 @@ def encode(model: str, version: str, request_id: str | None, outputs: list[Tenso
 class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, zoo) -> None:
         self.zoo = zoo
+        self.draining = asyncio.Event()  # set at shutdown: streams take no new requests
 
     @_answers
     async def ServerLive(self, request, context):
@@ -190,7 +191,10 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def ModelReady(self, request, context):
-        model = self.zoo.model(request.name, request.version or None)
+        try:
+            model = self.zoo.model(request.name, request.version or None)
+        except ModelNotFoundError:  # Triton: a model (or version) it does not serve is "not ready", not an error
+            return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=model.ready)
 
     @_answers
@@ -268,7 +272,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def read() -> None:
             tasks = []
             try:
-                async for message in request_iterator:
+                async for message in self._until_draining(request_iterator):
                     tasks.append(asyncio.ensure_future(answer(message)))
                 await asyncio.gather(*tasks)
             finally:
@@ -281,6 +285,31 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             await reader  # a broken stream surfaces here
         finally:
             reader.cancel()
+        if self.draining.is_set():  # what the client sends from now on is not read: say so
+            context.set_code(grpc.StatusCode.UNAVAILABLE)
+            context.set_details("the server is shutting down; the stream's requests sent so far were answered")
+
+    async def _until_draining(self, messages: AsyncIterator) -> AsyncIterator:
+        """A stream's messages until the client ends it or the server starts shutting down:
+        an idle stream must not hold a shutdown up for its whole grace period (Triton waits
+        for the requests in flight, not for open streams)."""
+        it = messages.__aiter__()
+        while not self.draining.is_set():
+            following = asyncio.ensure_future(it.__anext__())
+            stop = asyncio.ensure_future(self.draining.wait())
+            try:
+                await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when the stream is cancelled
+                stop.cancel()
+                if not following.done():
+                    following.cancel()
+            if following.cancelled():
+                return
+            try:
+                message = following.result()
+            except StopAsyncIteration:
+                return
+            yield message
 
     # ------------------------------------------------------------ shared memory
 
@@ -326,12 +355,32 @@ def _not_offered(what: str) -> FeatureOffError:
     return FeatureOffError(f"{what}: this server does not offer it (GET /v2 lists the extensions it offers)")
 
 
-async def start_grpc(zoo, host: str, port: int) -> grpc.aio.Server:
+class GrpcFront:
+    """The running gRPC server. `drain` at SIGTERM: no new calls from then on (grpcio
+    refuses them with UNAVAILABLE), open streams stop reading, and the calls in flight
+    have up to `grace` seconds; `stop` waits for that."""
+
+    def __init__(self, server: grpc.aio.Server, service: Service) -> None:
+        self.server, self.service = server, service
+        self._stopping: asyncio.Future | None = None
+
+    def drain(self, grace: float) -> None:
+        if self._stopping is None:
+            self.service.draining.set()
+            self._stopping = asyncio.ensure_future(self.server.stop(grace))
+
+    async def stop(self, grace: float) -> None:
+        self.drain(grace)
+        await self._stopping
+
+
+async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     """The gRPC front end, listening on `host:port`; ZooError when it cannot."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
                                       ("grpc.max_send_message_length", -1),
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Service(zoo), server)
+    service = Service(zoo)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
@@ -342,4 +391,4 @@ async def start_grpc(zoo, host: str, port: int) -> grpc.aio.Server:
                        "pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
     await server.start()
     log.info("gRPC listening on %s", address)
-    return server
+    return GrpcFront(server, service)

@@ -26,7 +26,7 @@ import numpy as np
 from ..artifact import VERSION_DIR, Artifact
 from ..errors import InputError, ZooError
 from ..spec import ModelSpec
-from ..triton import batched, rows_batched, tensor_config
+from ..triton import PYTHON_RUNTIME, batched, rows_batched, tensor_config
 from . import datatypes as dt
 from .batcher import Batcher, BatchPolicy, Work
 from .errors import ModelNotReadyError, ProtocolError, RequestTimeoutError
@@ -272,26 +272,35 @@ class ServedModel:
         }
 
     @property
-    def platform(self) -> str:
-        from ..registry import get_backend
+    def runtime(self) -> dict[str, str]:
+        """The Triton platform or backend the artifact's `config.pbtxt` names, as its
+        manifest records it (`backend: "python"` for the Python-backend form)."""
+        recorded = {k: v for k, v in (self.artifact.manifest.get("triton") or {}).items() if k != "form"}
+        if recorded:
+            return recorded
+        from ..registry import get_backend  # a manifest from before the form was recorded
 
-        runtime = get_backend(self.artifact.backend).triton
-        return runtime.get("platform") or runtime.get("backend", "")
+        return dict(get_backend(self.artifact.backend).triton) or dict(PYTHON_RUNTIME)
+
+    @property
+    def platform(self) -> str:
+        return self.runtime.get("platform") or self.runtime.get("backend", "")
 
     def config(self) -> dict[str, Any]:
         """Triton's model configuration as JSON (`GET .../config`), for Triton tooling."""
-        from ..registry import get_backend
-
         p = self.policy
 
         def tensors(specs):
             return [tensor_config(t, self.batched) for t in specs]
 
-        config: dict[str, Any] = {"name": self.name, **get_backend(self.artifact.backend).triton,
+        config: dict[str, Any] = {"name": self.name, **self.runtime,
                                   "max_batch_size": p.max_batch_size if self.batched else 0,
                                   "input": tensors(self.spec.inputs), "output": tensors(self.spec.outputs),
                                   "instance_group": [{"count": p.instances, "kind": "KIND_GPU" if
                                                       self.artifact.device.startswith("cuda") else "KIND_CPU"}]}
+        model_file = self.artifact.manifest.get("model_file")
+        if self.runtime.get("backend") != "python" and isinstance(model_file, str) and model_file:
+            config["default_model_filename"] = model_file.rsplit("/", 1)[-1]  # as config.pbtxt names it
         if self.batched and p.batching:
             config["dynamic_batching"] = {"preferred_batch_size": list(p.preferred_batch_sizes),
                                           "max_queue_delay_microseconds": int(p.max_queue_delay * 1e6)}

@@ -1,8 +1,9 @@
 """`zoo serve`: the application under uvicorn, bound to loopback unless told otherwise.
 
-On SIGTERM or Ctrl-C uvicorn stops accepting connections, lets in-flight requests
-finish (up to the shutdown timeout), then runs the lifespan's shutdown, which drains
-every model's queue before the process exits.
+On SIGTERM or Ctrl-C both front ends stop taking work at once: uvicorn stops accepting
+connections and the gRPC server new calls (open gRPC streams stop reading). In-flight
+requests finish (up to the shutdown timeout), then the lifespan's shutdown drains every
+model's queue before the process exits.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level
     log.propagate = False
     if not _loopback(host):
         log.warning("listening on %s: the server has no authentication; put it behind a proxy that has", host)
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             server_header=False, timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
                             lifespan="on", http=JsonErrorProtocol)
-    uvicorn.Server(config).run()
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            app.state.zoo.begin_shutdown()  # gRPC stops taking calls now, not once HTTP has drained
+            await super().shutdown(sockets)
+
+    Server(config).run()

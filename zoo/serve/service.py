@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Awaitable, Callable
 
@@ -43,6 +44,13 @@ class Server:
         self.stats: dict[str, ModelStats] = {}
         self.regions = Regions(enabled=settings.shared_memory)
         self.control = asyncio.Lock()
+        #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
+        #: end stops taking calls then too, so both transports drain side by side
+        self.on_shutdown: list[Callable[[], None]] = []
+
+    def begin_shutdown(self) -> None:
+        for hook in self.on_shutdown:
+            hook()
 
     # ------------------------------------------------------------ models
 
@@ -120,11 +128,14 @@ class Server:
         path = repository.find_artifact(self.settings.repository, name)
         async with self.control:
             model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
-            old = self.models.pop(name, None)
-            if old is not None:
-                await old.stop(self.settings.shutdown_timeout)
+            old = self.models.get(name)
+            # The new model takes the name before the old one stops, as Triton swaps a
+            # reloaded version in once it is ready: no request finds the name unserved. The
+            # old one finishes what it had queued; its statistics end with it.
             self.add(model, runners)
             self.skipped = [s for s in self.skipped if s.name != name]
+            if old is not None:
+                await old.stop(self.settings.shutdown_timeout)
 
     async def unload(self, name: str) -> None:
         async with self.control:
@@ -178,6 +189,11 @@ class Server:
             if t.region is None:
                 continue
             r = t.region
+            size = dt.element_size(t.datatype)
+            expected = None if size is None else size * math.prod(t.shape)
+            if expected is not None and r.byte_size != expected:  # before reading what may be a large region
+                raise ProtocolError(f"input {t.name!r} of shape {list(t.shape)} ({t.datatype}) is {expected} bytes; "
+                                    f"its shared memory part (shared_memory_byte_size) is {r.byte_size}")
             raw = (await asyncio.to_thread(self.regions.read, r.name, r.offset, r.byte_size)
                    if r.byte_size > OFFLOAD_BYTES else self.regions.read(r.name, r.offset, r.byte_size))
             t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data

@@ -15,8 +15,10 @@ The extension is off by default (`zoo serve --shared-memory system` turns it on)
 - the object's descriptor is opened once at registration and kept while the region is registered; `unregister` and
   `close` close it (once: closing again is a no-op, so a recycled descriptor number is never closed);
 - every read and write is checked against the region's registered size and copies, with `os.pread` and `os.pwrite` at
-  the region's offset: nothing the server holds aliases the object's memory, and a lock keeps an unregister from
-  closing a region's descriptor in the middle of a copy in a worker thread;
+  the region's offset: nothing the server holds aliases the object's memory. A copy holds its region (a count taken
+  under the registry's lock, which is held only to look regions up, never over a copy), and an unregistered region's
+  descriptor is closed when its last copy ends: an unregister never closes a descriptor in the middle of a copy, and a
+  large copy in a worker thread never makes a small one on the event loop wait;
 - an error never echoes a region's name or key (another client could probe for them); it may state offsets and sizes;
 - at most `MAX_REGIONS` regions (each holding one open descriptor) are registered at a time.
 
@@ -68,6 +70,8 @@ class Region:
     offset: int  # where the region starts in the shared memory object
     byte_size: int
     fd: int  # -1 once closed
+    copies: int = 0  # copies in progress (the registry's lock guards it)
+    dropped: bool = False  # unregistered: closed when `copies` falls to 0
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -184,7 +188,7 @@ class Regions:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._regions: dict[str, Region] = {}
-        self._lock = threading.Lock()  # held for every lookup and every copy, so no descriptor is closed mid-copy
+        self._lock = threading.Lock()  # guards `_regions` and each region's `copies`; never held over a copy
 
     def _on(self) -> None:
         if not self.enabled:
@@ -237,8 +241,10 @@ class Regions:
             else:
                 region = self._regions.pop(name, None) if isinstance(name, str) else None
                 dropped = [region] if region is not None else []
-            for region in dropped:  # under the lock: no copy is using the descriptor
-                region.close()
+            for region in dropped:
+                region.dropped = True
+                if not region.copies:  # else the last copy closes it
+                    region.close()
 
     def status(self, name: str | None = None) -> list[dict]:
         """The regions, sorted by name, or only `name` (which must be registered)."""
@@ -253,21 +259,44 @@ class Regions:
         self._on()
         offset = _count(offset, "offset", 0)
         byte_size = _count(byte_size, "byte size", 0)
-        with self._lock:
-            region = self._region(name)
-            start = self._span(region, offset, byte_size)
-            return _read_at(region.fd, byte_size, start) if byte_size else b""
+        if not byte_size:
+            with self._lock:
+                self._span(self._region(name), offset, 0)
+            return b""
+        region, start = self._hold(name, offset, byte_size)
+        try:
+            return _read_at(region.fd, byte_size, start)
+        finally:
+            self._release(region)
 
     def write(self, name: str, offset: int, data: Any) -> None:
         """Copy `data` (bytes-like or a numpy array) into the region `name` at `offset`."""
         self._on()
         offset = _count(offset, "offset", 0)
         view = _buffer(data)
+        if not view.nbytes:
+            with self._lock:
+                self._span(self._region(name), offset, 0)
+            return
+        region, start = self._hold(name, offset, view.nbytes)
+        try:
+            _write_at(region.fd, view, start)
+        finally:
+            self._release(region)
+
+    def _hold(self, name: str, offset: int, size: int) -> tuple[Region, int]:
+        """The region `name`, held for one copy of `size` bytes at `offset`, and where they start in the object."""
         with self._lock:
             region = self._region(name)
-            start = self._span(region, offset, view.nbytes)
-            if view.nbytes:
-                _write_at(region.fd, view, start)
+            start = self._span(region, offset, size)
+            region.copies += 1
+            return region, start
+
+    def _release(self, region: Region) -> None:
+        with self._lock:
+            region.copies -= 1
+            if region.dropped and not region.copies:
+                region.close()
 
     @staticmethod
     def _span(region: Region, offset: int, size: int) -> int:
