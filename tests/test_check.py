@@ -181,6 +181,43 @@ def test_0d_tensors_are_refused_when_the_spec_is_made(kind):
     spec("zero.d", Linear, inputs=(("features", "float32", ("batch", 4)), row))  # one value per row is fine
 
 
+@pytest.mark.parametrize("fields, says", [
+    ({"inputs": (("x", "float32", ("batch", 4)), ("x", "float32", ("batch", 4)))},
+     r"input names must be unique; \['x'\] appear more than once"),
+    ({"outputs": (("o", "float32", ("batch", 2)), ("o", "float32", ("batch", 2)))},
+     r"output names must be unique; \['o'\] appear more than once"),
+    ({"outputs": (("features", "float32", ("batch", 2)),)}, r"\['features'\] name both an input and an output"),
+])
+def test_tensor_names_are_unique_when_the_spec_is_made(fields, says):
+    with pytest.raises(ZooError, match=rf"model dup: {says}"):
+        spec("dup", Linear, **fields)
+
+
+class Aliased(torch.nn.Module):
+    """Returns its input as an output, and one tensor as two outputs: nothing is copied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, features):
+        y = self.fc(features)
+        return {"logits": y, "scores": y, "echo": features}
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_outputs_that_share_memory_and_axes_of_one_size_export(backend, repository):
+    """Outputs aliasing an input or each other (their test vectors are stored apart), and
+    an axis whose range is one size (static: `torch.export` has no dynamic dimension for it)."""
+    aliased = spec("aliased", Aliased, outputs=(("logits", "float32", ("batch", 2)), ("scores", "float32", ("batch", 2)),
+                                                ("echo", "float32", ("batch", 4))))
+    one = spec("batch.one", Linear, axes={"batch": zoo.AxisRange(1, 1, 1)})
+    for model in (aliased, one):
+        art = zoo.export(model, backend, repository=repository, random_init=True)
+        assert art.manifest["parity"]["passed"] and zoo.verify(art.path)["parity"]["passed"]
+    assert {c["batch"] for c in art.manifest["parity"]["checks"]} == {1}
+
+
 def test_a_tiny_output_is_held_relative_to_its_magnitude(bad_models):
     s = zoo.get_model("tiny.scale")
     torch.manual_seed(0)

@@ -296,6 +296,15 @@ class ModelSpec:
         if "int8" in self.tolerances and self.quantization is None:
             raise ZooError(f"model {self.name} states an int8 tolerance but no `quantization` method "
                            f"({' or '.join(QUANTIZATIONS)})")
+        for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
+            names = [t.name for t in tensors]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ZooError(f"model {self.name}: {kind} names must be unique; {twice} appear more than once")
+        both = sorted({t.name for t in self.inputs} & {t.name for t in self.outputs})
+        if both:
+            raise ZooError(f"model {self.name}: {both} name both an input and an output; a graph (ONNX, Triton's "
+                           f"config) names each tensor once: rename the output")
         outputs = {t.name for t in self.outputs}
         for precision, tol in self.tolerances.items():
             unknown = sorted(set(tol.compare or ()) - outputs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -12,6 +13,11 @@ import torch
 
 from .errors import ZooError
 from .spec import ModelSpec
+
+# A server hands runners read-only views of a request's bytes, and `torch.from_numpy`
+# shares them without a copy; torch warns that writing to such a tensor is undefined.
+# Inference never writes to its inputs, so the warning says nothing here.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -28,8 +34,10 @@ def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
     that "batch" is the same size everywhere. Positional: exporters capture the module
     through `zoo.signature.Signature`, which takes the inputs in spec order.
     """
-    dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()}
-    return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items()} for t in spec.inputs)
+    # an axis whose range is one size (min == max) is static: torch.export has no Dim for it
+    dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()
+            if r.min < r.max}
+    return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items() if axis in dims} for t in spec.inputs)
 
 
 def _identifier(axis: str) -> str:

@@ -79,8 +79,10 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
         seen.add(tuple(sorted(sizes.items())))
         file = f"{TEST_DATA}/set_{len(sets)}.safetensors"
         (root / TEST_DATA).mkdir(exist_ok=True)
-        tensors = {f"input.{k}": v.contiguous() for k, v in inputs.items()}
-        tensors |= {f"output.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in outputs.items()}
+        # cloned: a model may return an input, or one tensor as two outputs, and safetensors
+        # refuses tensors that share memory
+        tensors = {f"input.{k}": v.detach().clone().contiguous() for k, v in inputs.items()}
+        tensors |= {f"output.{k}": torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in outputs.items()}
         save_file(tensors, str(root / file), metadata={"axes": json.dumps(sizes), "seed": str(SEED)})
         sets.append(VectorSet(file, sizes, {k: as_numpy(v) for k, v in inputs.items()}, outputs))
     entry = {"sets": [{"file": s.file, "axes": s.axes} for s in sets], "seed": SEED, "max_set_bytes": SET_BYTES,

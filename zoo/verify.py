@@ -45,6 +45,20 @@ def effective_atol(atol: float, magnitude: float) -> float:
     return min(atol, magnitude / RELATIVE_BELOW)
 
 
+def read_only(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Read-only copies of the arrays of `inputs`, as a server hands a runner the views of
+    a request's bytes: parity runs every runner on such arrays, so one that needs to write
+    to its inputs (or hands them to an engine that does) fails its export, not its first
+    binary request."""
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, np.ndarray):
+            value = value.copy()
+            value.flags.writeable = False
+        out[name] = value
+    return out
+
+
 def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
            batch_sizes: tuple[int, ...] | None = None, seed: int = 0) -> dict[str, Any]:
     """Compare `runner` with `reference` on realistic samples; raise if out of tolerance.
@@ -58,7 +72,7 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
     for batch in batch_sizes or spec.batch_sizes():
         inputs = spec.sample(batch, rng)
         want = {k: as_numpy(v) for k, v in reference(inputs).items()}
-        got = {k: as_numpy(v) for k, v in runner(inputs).items()}
+        got = {k: as_numpy(v) for k, v in runner(read_only(inputs)).items()}
         if set(got) != set(want):
             raise ShapeError(f"{spec.name}: outputs {sorted(got)} differ from the reference's {sorted(want)}")
         for name, ref in want.items():
