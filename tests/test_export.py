@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -103,6 +104,50 @@ def test_reuse_only_with_identical_provenance(repository):
     rebuilt = zoo.export(SPEC, "onnxruntime", repository=repository, checkpoint=other)
     assert rebuilt.manifest["weights"]["sha256"] == other.sha256 != first.manifest["weights"]["sha256"]
     assert (rebuilt.path / "zoo.json").stat().st_ino != written.st_ino
+
+
+class Doubled(torch.nn.Module):
+    """SPEC's module with a changed forward and the same weights (no new parameter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = SPEC.build()
+
+    def forward(self, image):
+        return 2 * self.inner(image)
+
+    def state_dict(self, *args, **kwargs):
+        return self.inner.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state, *args, **kwargs):
+        return self.inner.load_state_dict(state, *args, **kwargs)
+
+
+def test_an_artifact_of_a_changed_model_is_rebuilt_not_reused(repository, caplog):
+    """The same name, weights and backend, but the model changed since: its forward (its
+    outputs on the artifact's test vectors differ), or its spec (a wider batch range).
+    Each export rebuilds the artifact, which then computes what the model now does."""
+    def written(art) -> tuple[int, int]:  # a rebuild writes a new file
+        stat = (art.path / "zoo.json").stat()
+        return stat.st_ino, stat.st_mtime_ns
+
+    first = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    x = SPEC.sample(2, np.random.default_rng(0))
+    before, stamp = zoo.load(first.path)(x)["logits"], written(first)
+    changed = dataclasses.replace(SPEC, build=Doubled)
+    with caplog.at_level("WARNING", logger="zoo"):
+        rebuilt = zoo.export(changed, "onnxruntime", repository=repository, random_init=True)
+    assert "the model no longer computes what the artifact stores" in caplog.text and written(rebuilt) != stamp
+    assert rebuilt.manifest["weights"]["sha256"] == first.manifest["weights"]["sha256"]
+    np.testing.assert_allclose(zoo.load(rebuilt.path)(x)["logits"], 2 * before, rtol=1e-5, atol=1e-5)
+    caplog.clear()
+    wider = dataclasses.replace(changed, axes={**changed.axes, "batch": zoo.AxisRange(1, 4, 16)})
+    with caplog.at_level("WARNING", logger="zoo"):
+        again = zoo.export(wider, "onnxruntime", repository=repository, random_init=True)
+    assert "the model's spec changed since it was exported" in caplog.text
+    assert again.manifest["signature"]["axes"]["batch"] == [1, 4, 16]
+    stamp = written(again)
+    assert written(zoo.export(wider, "onnxruntime", repository=repository, random_init=True)) == stamp  # reused
 
 
 def test_manifest_records_provenance(repository):

@@ -36,7 +36,8 @@ from .version import __version__
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, default_path, load_checkpoint
-from .errors import ArtifactError, BackendUnavailableError, CheckpointError, UnsupportedError
+from .errors import (ArtifactError, BackendUnavailableError, CheckpointError, UnsupportedError, VerificationError,
+                     ZooError, first_line)
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
@@ -112,8 +113,10 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
                   "triton": form}
     other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
     final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
+    # the manifest's account of the model: compared with an existing artifact's, then written
+    described = {"model": {**model_record(declared), "binding": binding(module, spec)}, "signature": signature(spec)}
     if final.exists() and not force:
-        reused = _reusable(final, provenance)
+        reused = _reusable(final, provenance, described, spec, module_fn(module, spec, device))
         if reused is not None:
             return reused
 
@@ -146,13 +149,13 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         manifest = {
             "format": FORMAT, "name": name, "zoo_version": __version__,
             # how the module took its inputs ("keyword", or "positional" where its forward names none)
-            "model": {**model_record(declared), "binding": binding(module, spec)},
+            "model": described["model"],
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
             "triton": {"form": form, **(dict(be.triton) if form == "native" else {"backend": "python"})},
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
-            "signature": signature(spec), "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
+            "signature": described["signature"], "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "export_seconds": round(time.perf_counter() - start, 3),
             "parity": report, "domain": domain, "metric": metric,
@@ -172,8 +175,13 @@ def _quantized(spec: ModelSpec, precision: str, quantization: str | None) -> Mod
     return replace(spec, quantization=quantization)
 
 
-def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
-    """The existing artifact if it was built from exactly this provenance, else None."""
+def _reusable(final: Path, provenance: Mapping[str, Any], described: Mapping[str, Any], spec: ModelSpec,
+              reference) -> Artifact | None:
+    """The existing artifact if it was built from exactly this model, else None (and why,
+    logged). The same weights, configuration, backend, versions, precision and device;
+    the same signature and model record (a changed spec: axes, shapes, tolerances); and the
+    same outputs: the module now registered, run on the artifact's test vectors, gives
+    the outputs stored there (a changed forward with unchanged weights)."""
     try:
         art = Artifact.open(final)
     except ArtifactError as exc:
@@ -186,7 +194,19 @@ def _reusable(final: Path, provenance: Mapping[str, Any]) -> Artifact | None:
                 "device_name": m.get("device_name"),
                 "compute_capability": m.get("compute_capability"),
                 "triton": (m.get("triton") or {}).get("form")}
-    if "test_data" not in m:  # exported before artifacts carried test vectors: rebuilt with them
+    if "test_data" not in m or recorded != dict(provenance):  # (artifacts from before test vectors: rebuilt)
         return None
-    return art if recorded == dict(provenance) else None
+    def plain(record: Mapping[str, Any]) -> Any:  # as JSON holds it; where the plugin came from aside
+        return json.loads(json.dumps({k: v for k, v in record.items() if k != "origin"}))
+
+    if m.get("signature") != plain(described["signature"]) or plain(m["model"]) != plain(described["model"]):
+        log.warning("rebuilding %s: the model's spec changed since it was exported", final.name)
+        return None
+    try:
+        vectors.check(spec, reference, vectors.read(art), "fp32")
+    except (VerificationError, ZooError) as exc:
+        log.warning("rebuilding %s: the model no longer computes what the artifact stores (%s)", final.name,
+                    first_line(str(exc)))
+        return None
+    return art
 
