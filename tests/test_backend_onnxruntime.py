@@ -202,6 +202,33 @@ def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
     np.testing.assert_allclose(runner(inputs)["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
 
 
+class ClipsOutliers(torch.nn.Module):
+    """A Python `if` on tensor values whose other branch ordinary samples never take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if x.abs().max() > 10:  # rare: a glitching sensor
+            x = x.clamp(-10, 10)
+        return self.fc(x)
+
+
+def test_a_branch_on_tensor_values_is_refused_not_traced_one_way(tmp_path):
+    """The dynamo exporter cannot capture the branch, and the TorchScript tracer would
+    keep the branch the example took for every input (parity on ordinary samples passes,
+    an outlier gets a wrong answer): refused, naming the line."""
+    spec = zoo.ModelSpec(name="clips.outliers", domain="tabular", task="regression",
+                         inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=ClipsOutliers,
+                         sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)},
+                         axes={"batch": zoo.AxisRange(1, 4, 8)})
+    with pytest.raises(ZooError, match=r"branches on tensor values in Python \(test_backend_onnxruntime.py:\d+\)"):
+        export_onnx(ClipsOutliers().eval(), spec, {"x": torch.zeros(4, 4)}, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
 def test_fp16_export_keeps_a_float32_signature(exported, tmp_path):
     module, _, _ = exported
     path = tmp_path / "model.onnx"

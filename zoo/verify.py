@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .errors import ShapeError, ToleranceError
+from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec
 from .tensors import as_numpy
 
@@ -72,7 +72,15 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
     for batch in batch_sizes or spec.batch_sizes():
         inputs = spec.sample(batch, rng)
         want = {k: as_numpy(v) for k, v in reference(inputs).items()}
-        got = {k: as_numpy(v) for k, v in runner(read_only(inputs)).items()}
+        try:
+            produced = runner(read_only(inputs))
+        except ZooError:
+            raise
+        except Exception as exc:  # the engine's own error: the artifact cannot run these shapes
+            shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
+            raise VerificationError(f"{spec.name}: the artifact failed to run inputs of shapes {shapes}: "
+                                    f"{first_line(exc)}") from exc
+        got = {k: as_numpy(v) for k, v in produced.items()}
         if set(got) != set(want):
             raise ShapeError(f"{spec.name}: outputs {sorted(got)} differ from the reference's {sorted(want)}")
         for name, ref in want.items():

@@ -62,8 +62,21 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
-        raise ExportError(f"torch.export could not capture {spec.name}: {first_line(exc)}") from exc
+        raise ExportError(f"torch.export could not capture {spec.name}: {_reason(exc)}") from exc
     return program
+
+
+def _reason(exc: BaseException) -> str:
+    """torch.export's error in one line: its first, and for violated constraints each
+    "- ..." line under it that says which axis and why ("... specialized it to be a
+    constant (6)"), which the first line only announces."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    details = [line[2:] for line in lines[1:] if line.startswith("- ")]
+    reason = " ".join([first_line(exc), *details])
+    if "specialized it to be a constant" in reason:
+        reason += (" (the model's code fixes that axis to the example's size: give it one size in the spec's axes, "
+                   "AxisRange(n, n, n), or remove what fixes it)")
+    return reason if len(reason) <= 1500 else reason[:1500] + "..."
 
 
 def save_program(program: torch.export.ExportedProgram, path: Path) -> None:

@@ -95,7 +95,8 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         if cause is not None:  # the module does not fit its spec: no exporter can help
             raise cause from None
         try:
-            with _quiet():
+            with _quiet(), warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always", torch.jit.TracerWarning)
                 torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset,
                                   input_names=[t.name for t in spec.inputs],
                                   output_names=[t.name for t in spec.outputs],
@@ -105,6 +106,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
             raise ExportError(f"could not export {spec.name} to ONNX: the dynamo exporter failed with "
                            f"{_summary(dynamo_exc)}; the TorchScript exporter failed with "
                            f"{_summary(ts_exc)}") from ts_exc
+        _refuse_traced_branches(spec, path, seen, dynamo_exc)
         info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
     if precision == "fp16":
         from .fp16 import convert_fp16
@@ -114,6 +116,27 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     onnx.checker.check_model(str(path))
     info["opset"] = _opset(path)
     return info
+
+
+def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc: BaseException) -> None:
+    """The TorchScript tracer runs the forward once and records the operations it saw: a
+    Python `if` on a tensor's values is traced as the branch the example took, and the
+    graph then computes that branch for every input. Parity cannot see it when the other
+    branch is rare (a clamp of outliers). The tracer warns at each such condition; the
+    export is refused there, naming the line. (Other tracer warnings are shown as is.)"""
+    branches = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)
+                and "Python boolean" in str(w.message)]
+    for w in seen:
+        if w not in branches:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not branches:
+        return
+    _remove(path)
+    where = ", ".join(sorted({f"{Path(w.filename).name}:{w.lineno}" for w in branches}))
+    raise ExportError(f"could not export {spec.name} to ONNX: its forward branches on tensor values in Python "
+                      f"({where}). The dynamo exporter cannot capture that ({_summary(dynamo_exc)}), and the "
+                      "TorchScript tracer would keep only the branch its example took, for every input. Write "
+                      "the condition as tensor operations (torch.where, torch.clamp) or with torch.cond")
 
 
 def _capture(module: torch.nn.Module, args: tuple, dynamic: Mapping[str, Any]) -> torch.export.ExportedProgram | None:
