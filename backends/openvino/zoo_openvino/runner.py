@@ -55,12 +55,13 @@ class OpenVinoRunner:
         if missing or extra:
             raise ZooError(f"model {self.spec.name} takes inputs {list(self.input_names)}; "
                            f"missing {missing}, unexpected {extra}")
+        shared = []  # shared_memory: the request reads these arrays in place; they must live until infer returns
         with self._lock:
             for name, (port, dtype) in self._inputs.items():
-                # shared_memory: the request reads the array in place, which lives until infer returns.
                 array = np.ascontiguousarray(as_numpy(inputs[name]), dtype=dtype)
                 if not array.flags.writeable:  # a view of a request's bytes: OpenVINO shares only writeable memory
                     array = array.copy()
+                shared.append(array)
                 self._request.set_tensor(port, openvino.Tensor(array, shared_memory=True))
             self._request.infer()
             # Copied out: the next call overwrites the request's output buffers.
