@@ -229,6 +229,18 @@ def test_a_branch_on_tensor_values_is_refused_not_traced_one_way(tmp_path):
     assert not (tmp_path / "model.onnx").exists()
 
 
+def test_bfloat16_tensors_are_refused_before_any_export(tmp_path):
+    """numpy has no bfloat16: ONNX Runtime cannot hand such an output back (and OpenVINO's
+    would be its bits read as float16), so the exporter says so before any work."""
+    spec = zoo.ModelSpec(name="bf16.out", domain="tabular", task="regression",
+                         inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+                         outputs=(zoo.TensorSpec("y", "bfloat16", ("batch", 3)),), build=ClipsOutliers,
+                         sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)})
+    with pytest.raises(ZooError, match=r"bfloat16 tensors \['y'\].*declare them float32"):
+        export_onnx(ClipsOutliers().eval(), spec, {"x": torch.zeros(4, 4)}, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
 def test_fp16_export_keeps_a_float32_signature(exported, tmp_path):
     module, _, _ = exported
     path = tmp_path / "model.onnx"

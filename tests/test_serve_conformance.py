@@ -46,6 +46,9 @@ def test_raw_binary_request_is_the_one_input(server):
     assert head["outputs"][0]["parameters"]["binary_data_size"] == 40  # binary, as Triton answers raw requests
     want = infer(server, {"inputs": [image()]}).json()["outputs"][0]
     np.testing.assert_array_equal(outputs["logits"].reshape(-1), np.float32(want["data"]))
+    zeros = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=X.tobytes(),
+                       headers={"Inference-Header-Content-Length": "00"})  # any spelling of zero
+    assert zeros.status_code == 200 and zeros.content == response.content
 
 
 def test_outputs_json_cannot_carry_are_refused_unless_binary(server):

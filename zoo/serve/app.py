@@ -104,7 +104,8 @@ async def infer(request: Request) -> Response:
     async def decode(model: ServedModel) -> InferRequest:
         body = await request.body()
         header = request.headers.get(HEADER_LENGTH)
-        if header is not None and header.strip() == "0":  # a raw binary request: the body is the one input
+        # a raw binary request ("0", as any integer spelling of zero): the body is the one input
+        if header is not None and header.strip().isdigit() and int(header) == 0:
             return model.raw_request(body)
         if len(body) > OFFLOAD_BYTES:
             return await asyncio.to_thread(decode_request, body, header)

@@ -64,6 +64,11 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     if any(t.dtype == "string" for t in spec.inputs + spec.outputs):
         raise UnsupportedError(f"model {spec.name} has string tensors, which ONNX export does not carry; "
                                "export the numeric model and keep pre/post-processing in Python")
+    bf16 = [t.name for t in spec.inputs + spec.outputs if t.dtype == "bfloat16"]
+    if bf16:  # ONNX Runtime's and OpenVINO's Python tensors are numpy arrays, and numpy has no bfloat16
+        raise UnsupportedError(f"model {spec.name} has bfloat16 tensors {bf16}, which the ONNX engines' numpy "
+                               "interface cannot carry; declare them float32 and cast in forward (a bf16 model "
+                               "is exported with --precision bf16 where the backend offers it)")
     path = Path(path)
     wrapped = Signature(module, spec).eval()
     args = tuple(example[t.name] for t in spec.inputs)
