@@ -218,6 +218,26 @@ def test_outputs_that_share_memory_and_axes_of_one_size_export(backend, reposito
     assert {c["batch"] for c in art.manifest["parity"]["checks"]} == {1}
 
 
+class MeanPool(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, tokens):
+        return self.fc(tokens.mean(1))
+
+
+def test_a_typical_length_of_1_is_traced_at_2(repository):
+    """torch.export specializes a dimension its example has at size 1: the example takes
+    every dynamic axis sampled at 1 to 2 (as it does the batch), so the axis stays dynamic."""
+    model = spec("seq.one", MeanPool, inputs=(("tokens", "float32", ("batch", "seq", 4)),),
+                 sample=lambda b, rng: {"tokens": rng.standard_normal((b, 1, 4)).astype(np.float32)},
+                 axes={"batch": zoo.AxisRange(1, 2, 4), "seq": zoo.AxisRange(1, 1, 16)})
+    art = zoo.export(model, "torch", repository=repository, random_init=True)
+    x = {"tokens": np.random.default_rng(0).standard_normal((3, 9, 4)).astype(np.float32)}  # a length never seen
+    assert zoo.load(art.path)(x)["logits"].shape == (3, 2)
+
+
 def test_a_tiny_output_is_held_relative_to_its_magnitude(bad_models):
     s = zoo.get_model("tiny.scale")
     torch.manual_seed(0)
