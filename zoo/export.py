@@ -100,8 +100,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     be.check_supported(precision, device)
     form = triton_form(be.triton, triton)
     spec.tolerance(precision)
-    availability = be.probe(device)
-    if not availability.ok:
+    if not (availability := be.probe(device)).ok:
         raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
 
     module, source = reference_module(spec, checkpoint, random_init)
@@ -115,10 +114,9 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
     # the manifest's account of the model: compared with an existing artifact's, then written
     described = {"model": {**model_record(declared), "binding": binding(module, spec)}, "signature": signature(spec)}
-    if final.exists() and not force:
-        reused = _reusable(final, provenance, described, spec, module_fn(module, spec, device))
-        if reused is not None:
-            return reused
+    reused = None if force else _reusable(final, provenance, described, spec, module_fn(module, spec, device))
+    if reused is not None:
+        return reused
 
     # what every step below relies on, before any backend work: one line per departure
     checked = check(spec, module, precision, device)
@@ -182,6 +180,8 @@ def _reusable(final: Path, provenance: Mapping[str, Any], described: Mapping[str
     the same signature and model record (a changed spec: axes, shapes, tolerances); and the
     same outputs: the module now registered, run on the artifact's test vectors, gives
     the outputs stored there (a changed forward with unchanged weights)."""
+    if not final.exists():
+        return None
     try:
         art = Artifact.open(final)
     except ArtifactError as exc:
