@@ -52,9 +52,9 @@ def example_inputs(spec: ModelSpec, device: str = "cpu", seed: int = 0) -> dict[
     r = spec.axes["batch"]
     batch = r.opt if r.opt > 1 else min(2, r.max)
     inputs = spec.sample(batch, np.random.default_rng(seed))
-    for axis, r in spec.axes.items():  # other dynamic axes at 1 (a typical length of 1): 2, for the same reason
+    for axis, span in spec.axes.items():  # other dynamic axes at 1 (a typical length of 1): 2, for the same reason
         sizes = {inputs[t.name].shape[d] for t in spec.inputs for d, a in t.dynamic_axes.items() if a == axis}
-        if axis != "batch" and sizes == {1} and r.max > 1:
+        if axis != "batch" and sizes == {1} and span.max > 1:
             from .bench.measure import at_length
 
             inputs = at_length(spec, inputs, axis, 2)
