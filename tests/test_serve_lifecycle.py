@@ -261,7 +261,7 @@ def test_sigterm_stops_grpc_taking_calls_at_once_and_no_idle_stream_holds_it_up(
         result: dict = {}
         slow = threading.Thread(target=lambda: result.update(response=infer(server, plugin.SLOW)))
         slow.start()
-        time.sleep(0.3)  # the slow HTTP request is running: HTTP drains for about 1.5 s
+        time.sleep(0.5)  # the slow HTTP request is running (as in the test above): HTTP drains for about 1 s more
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         with triton_grpc.InferenceServerClient(server.grpc_url) as late:
