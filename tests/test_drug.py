@@ -122,6 +122,17 @@ def test_bad_smiles_are_input_errors_naming_the_item(spec, module, items, messag
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_bad_smiles_past_the_first_batch_is_named_by_its_input_number(spec, module):
+    """`zoo predict` runs items in batches of the spec's largest batch; the plugin numbers
+    items within its batch, and the message says which input that is."""
+    step = spec.axes["batch"].max
+    items = [b"C"] * (step + 1) + [b"C1CC("]  # the bad one is input step + 2
+    with pytest.raises(InputError) as info:
+        zoo.predict(spec, module_fn(module, spec), items)
+    assert str(info.value) == (f"invalid SMILES 'C1CC(' (item 2): not valid SMILES syntax (among inputs {step + 1} "
+                               f"to {step + 2} of {step + 2}: item 1 is input {step + 1})")
+
+
 def test_split_is_a_config_value():
     assert zoo.get_model("mpnn.freesolv", split="scaffold").config["split"] == "scaffold"
     with pytest.raises(ZooError, match="split must be one of random, scaffold"):

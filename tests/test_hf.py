@@ -298,6 +298,10 @@ def test_token_classification_fill_mask_and_generation(tmp_path, minilm_dir, ber
     module.load_state_dict(spec.pretrained(), strict=True)
     text = zoo.generate(spec, module_fn(module.eval(), spec), "once upon a time", max_new_tokens=5)
     assert isinstance(text, str) and text
+    # a generator without a tokenizer is one, and the error says what it lacks
+    with pytest.raises(ZooError, match=r"model hf-gpt2.tiny generates tokens but has no tokenizer, so it takes no "
+                                       r"text prompt; run it on token ids \(input_ids\)"):
+        zoo.generate(zoo.get_model("hf-gpt2.tiny"), lambda inputs: {}, "once upon a time")
     # a long prompt keeps its last tokens: the next token follows the prompt's end
     ids = spec.preprocess([" ".join(["start"] + ["x"] * 100 + ["end"]).encode()])["input_ids"]
     assert ids.shape == (1, 64) and ids[0, -2] == spec.preprocess([b"end"])["input_ids"][0, -2]

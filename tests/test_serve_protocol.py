@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2
 
 import zoo
 from zoo.client import Client
+from zoo.errors import InputError
 from zoo.serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
 pytest.register_assert_rewrite("serve_support")
@@ -177,6 +178,22 @@ def test_python_client_and_predict_cli(server, serve_repo):
                           "--json"], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert_close(json.loads(cli.stdout)["results"], want, 1e-5, 1e-5)
+
+
+def test_the_python_client_sends_more_items_than_a_request_may_carry_in_requests_it_admits(server, serve_repo):
+    """`zoo predict --url` with more items than the served batch: as many requests as
+    needed (metadata's `max_items`), the results in order, equal to the local path's; an
+    error in a later request names the input it came from."""
+    spec, runner = local(serve_repo, RAGGED)
+    with Client(server.url) as c:
+        limit = c.metadata(RAGGED)["zoo"]["domain_native"]["max_items"]
+        assert limit == spec.axes["batch"].max
+        items = [f"{'good' if k % 2 else 'bad'} {k}" for k in range(2 * limit + 3)]  # 2 to 16 bytes each
+        assert_close(c.predict(RAGGED, items), zoo.predict(spec, runner, [x.encode() for x in items]), 1e-5, 1e-5)
+        bad = [*items[:limit + 1], b"\xff"]
+        with pytest.raises(InputError, match=rf"text item 2 is not valid UTF-8 \(among inputs {limit + 1} to "
+                                             rf"{limit + 2} of {limit + 2}: item 1 is input {limit + 1}\)"):
+            c.predict(RAGGED, bad)
 
 
 TRITON_PLATFORMS = {"onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "tensorflow_savedmodel",

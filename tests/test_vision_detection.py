@@ -185,7 +185,43 @@ def test_png_scenes_go_through_zoo_predict(trained):
 def test_undecodable_image_is_an_input_error_naming_the_item():
     spec = zoo.get_model("centernet.shapes")
     good = _png(shapes.scene(0, 64)[0])
-    with pytest.raises(InputError, match=r"image 1 \(11 bytes\) does not decode"):
+    with pytest.raises(InputError, match=r"image 2 \(11 bytes\) does not decode"):  # counted from 1
         spec.preprocess([good, b"not a png!!"])
-    with pytest.raises(InputError, match="image 0"):
+    with pytest.raises(InputError, match="image 1 "):
         spec.preprocess([good[: len(good) // 2]])  # a truncated PNG
+
+
+#: files found by mutating images, on which Pillow raises neither OSError nor ValueError:
+#: a PNG whose IDAT chunk holds more bytes than its length says (SyntaxError) and a DDS
+#: header with pixel-format flags no decoder knows (NotImplementedError)
+BROKEN_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000110000000d0802000000c01b124d0000001949444154789c63e43a21c740"
+    "22602255c3a89efce815e7efd86dc7513d14e801009ce2010afbe85a5e0000000049454e44ae426082")
+
+
+def _dds_with_unknown_pixel_format() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, "DDS")
+    data = bytearray(buffer.getvalue())
+    data[80:84] = (0x40000000).to_bytes(4, "little")  # DDS_PIXELFORMAT.dwFlags
+    return bytes(data)
+
+
+@pytest.mark.parametrize("item", [BROKEN_PNG, _dds_with_unknown_pixel_format()], ids=["png-syntax", "dds-flags"])
+def test_any_decoder_failure_is_an_input_error(item):
+    """A server answers 400 for these (InputError), not 500 "could not preprocess"."""
+    for name in ("centernet.shapes", "resnet8.digits"):
+        with pytest.raises(InputError, match=rf"image 1 \({len(item)} bytes\) does not decode: \S"):
+            zoo.get_model(name).preprocess([item])
+
+
+def test_an_image_of_too_many_pixels_is_refused_before_it_is_decoded():
+    """8,000 x 8,000 black pixels compress to 62 KB of PNG and took 0.55 s and 530 MB to
+    decode: the size comes from the header and is refused first."""
+    buffer = io.BytesIO()
+    Image.new("L", (8000, 8000)).save(buffer, "PNG", optimize=True)
+    with pytest.raises(InputError, match=r"image 1 \(\d+ bytes\) is 8000 x 8000 pixels, more than the 16,777,216"):
+        zoo.get_model("centernet.shapes").preprocess([buffer.getvalue()])
+    edge = io.BytesIO()
+    Image.new("L", (4096, 4096)).save(edge, "PNG")
+    assert zoo.get_model("centernet.shapes").preprocess([edge.getvalue()])["image"].shape[:2] == (1, 3)

@@ -90,7 +90,7 @@ def test_digit_images_go_through_zoo_predict(trained):
 def test_undecodable_digit_image_is_an_input_error_naming_the_item():
     spec = zoo.get_model("mobilenetv2.digits")
     good = _encode(np.zeros((8, 8)))
-    with pytest.raises(InputError, match=r"image 2 \(3 bytes\) does not decode"):
+    with pytest.raises(InputError, match=r"image 3 \(3 bytes\) does not decode"):
         spec.preprocess([good, good, b"GIF"])
     with pytest.raises(InputError, match="give at least one image"):
         zoo.predict(spec, lambda inputs: {}, [])

@@ -104,5 +104,12 @@ class Client:
         if not isinstance(self.metadata(model)["zoo"]["domain_native"]["outputs"], list):
             raise ZooError(f"model {model} takes {kind} inputs but gives tensors, not domain results; use infer()")
         raw = [x.encode() if isinstance(x, str) else bytes(x) for x in items]
-        (result,) = self.infer(model, {kind: raw}, outputs=["result"]).values()
-        return [json.loads(bytes(x)) for x in result]
+        step = self.metadata(model)["zoo"]["domain_native"].get("max_items") or len(raw)  # in requests it admits
+        results: list[Any] = []
+        for i in range(0, len(raw), step):
+            try:
+                (result,) = self.infer(model, {kind: raw[i:i + step]}, outputs=["result"]).values()
+            except InputError as exc:  # the server numbers items within the request it was sent
+                raise exc.in_chunk(i, step, len(raw)) from None
+            results.extend(json.loads(bytes(x)) for x in result)
+        return results

@@ -84,6 +84,14 @@ class InputError(ZooError):
     """A request's inputs are wrong: a bad name, shape or dtype, an invalid SMILES,
     text that is not UTF-8, an image that does not decode. The message names the item."""
 
+    def in_chunk(self, start: int, size: int, total: int) -> "InputError":
+        """This error, raised for items[start:start + size] of `total`, saying which input
+        its item numbers (counted within the chunk, from 1) start at; unchanged for the first."""
+        if not start:
+            return self
+        end = min(start + size, total)
+        return InputError(f"{self} (among inputs {start + 1} to {end} of {total}: item 1 is input {start + 1})")
+
 
 def first_line(exc: BaseException) -> str:
     """The gist of a library error: its first non-empty line, without the traceback."""

@@ -80,9 +80,7 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str]) -> list[
         try:
             inputs = spec.preprocess(raw[i:i + step])
         except InputError as exc:  # the plugin numbers items within the chunk it was given
-            if i:
-                raise InputError(f"{exc} (item numbers count from input {i} of {len(raw)})") from None
-            raise
+            raise exc.in_chunk(i, step, len(raw)) from None
         outputs = {k: np.asarray(v) for k, v in fn(inputs).items()}
         results.extend(spec.postprocess(outputs))
     return results
@@ -93,6 +91,9 @@ def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 10
     """Greedy (temperature 0) or sampled continuation of `prompt` by a causal language model
     whose spec takes token ids and returns next-token logits at every position."""
     if spec.detokenize is None or spec.preprocess is None:
+        if spec.task == "text-generation":
+            raise ZooError(f"model {spec.name} generates tokens but has no tokenizer, so it takes no text prompt; "
+                           f"run it on token ids ({', '.join(t.name for t in spec.inputs)}) through the tensor API")
         raise ZooError(f"model {spec.name} is not a language model (task {spec.task})")
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")

@@ -148,7 +148,7 @@ class ServedModel:
         if any(t.name == kind and t.dtype == "string" for t in self.spec.inputs):
             return None  # the model's own tensor input has this name: the tensor path takes it
         t = request.inputs[0]
-        limit = self.policy.max_batch_size if self.rows_batched else self.spec.axes["batch"].max
+        limit = self.max_items
         if len(t.shape) != 1 or not 1 <= t.shape[0] <= limit:
             raise InputError(f"input {kind!r}: give a shape [n] list of 1 to {limit} {kind} items, got shape "
                              f"{list(t.shape)}")
@@ -160,6 +160,11 @@ class ServedModel:
                 except UnicodeDecodeError:
                     raise InputError(f"{kind} item {k} is not valid UTF-8") from None
         return items
+
+    @property
+    def max_items(self) -> int:
+        """The most domain-native items one request may carry (metadata's `max_items`)."""
+        return self.policy.max_batch_size if self.rows_batched else self.spec.axes["batch"].max
 
     async def _preprocess(self, items: list[bytes]) -> dict[str, np.ndarray]:
         try:
@@ -255,7 +260,7 @@ class ServedModel:
             outputs = [{"name": RESULT, "datatype": "BYTES", "shape": [-1], "content": "one JSON document per item"}]
             raw = {"inputs": [{"name": self.spec.raw_kind, "datatype": "BYTES", "shape": [-1]}],
                    "outputs": outputs if self.spec.postprocess else "the tensor outputs", "kind": self.spec.raw_kind,
-                   "binary": self.spec.raw_binary}
+                   "binary": self.spec.raw_binary, "max_items": self.max_items}
         return {
             "name": self.name, "versions": [self.version], "platform": self.platform,
             "inputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}
