@@ -143,7 +143,7 @@ class TorchAotiBackend(Backend):
             check_isa((info or {}).get("cpu_capability"), path.parent.parent.name)
         else:
             check_gpu((info or {}).get("compute_capability"), device, path.parent.parent.name)
-        check_no_pickle(path)
+        check_no_pickle(path, compiled_code=True)
         if threads:
             torch.set_num_threads(threads)
         index = torch.device(device).index  # "cuda:1" -> 1; None: the current device

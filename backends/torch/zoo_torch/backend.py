@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -27,24 +28,67 @@ from zoo.tensors import PRECISION_DTYPES, dynamic_shapes, to_torch
 from .shapes import check_shapes, row_major
 
 
-def check_no_pickle(path: Path) -> None:
-    """Refuse a .pt2 archive that would make `torch.export.load` unpickle anything:
-    weights or constants flagged `use_pickle`, custom objects, or sample inputs (which
-    are stored with torch.save; `export` writes none)."""
+#: the records of a `torch.export.save` archive (below its root folder) that
+#: `torch.export.load` reads without unpickling: bookkeeping, the program's JSON, raw tensor
+#: bytes and their JSON configs, and `extra/` strings
+_PT2_RECORDS = re.compile(r"(archive_format|archive_version|byteorder|\.data/version|\.data/serialization_id"
+                          r"|models/[^/]+\.json|data/weights/weight_\d+|data/constants/tensor_\d+"
+                          r"|data/(weights|constants)/[^/]+_config\.json|extra/[^/]+)")
+#: per config, the raw-tensor file names its entries may point at
+_PT2_PAYLOADS = {"weights": re.compile(r"weight_\d+"), "constants": re.compile(r"tensor_\d+")}
+
+
+def check_no_pickle(path: Path, compiled_code: bool = False) -> None:
+    """Refuse a .pt2 archive that would make `torch.export.load` unpickle anything.
+
+    An allowlist, not a list of what is known to unpickle: `torch.export.load` unpickles
+    weights or constants flagged `use_pickle`, and also, whatever the flag says, constants
+    named `opaque_obj_*` (`pickle.loads`) and `custom_obj_*` (TorchScript's unpickler),
+    legacy `data/weights/<model>.pt` and `data/constants/<model>.pt` records (`torch.load`,
+    falling back to `weights_only=False`) and non-empty sample inputs (`torch.save`d;
+    `save_program` writes none). So only the records `torch.export.save` writes for a plain
+    program are accepted, with every weight and constant a raw tensor; anything else is
+    refused by name. `compiled_code`: an AOTInductor package, whose `data/aotinductor/`
+    holds the compiled library it exists to run (loading it runs native code by design:
+    its hash and signature are what vouch for it) and no TorchScript objects."""
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
-                name = info.filename
-                if ("/sample_inputs/" in name or "/custom_objects/" in name) and info.file_size:
-                    raise ArtifactError(f"{path.name} contains a pickled {name}; refusing to load it")
-                if name.endswith("_config.json"):
-                    config = json.loads(archive.read(info))
-                    entries = config.get("config", config) if isinstance(config, dict) else {}
-                    for key, entry in (entries.items() if isinstance(entries, dict) else []):
-                        if isinstance(entry, dict) and entry.get("use_pickle"):
-                            raise ArtifactError(f"{path.name} stores {key} as a pickle; refusing to load it")
+                _check_record(path, archive, info, compiled_code)
     except zipfile.BadZipFile:
         raise ArtifactError(f"{path.name} is not a valid .pt2 archive") from None
+
+
+def _check_record(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, compiled_code: bool) -> None:
+    name = info.filename
+    record = name.split("/", 1)[1] if "/" in name else ""
+    if record.startswith("data/sample_inputs/") and record.count("/") == 2:
+        if info.file_size:
+            raise ArtifactError(f"{path.name} contains pickled sample inputs ({name}); refusing to load it")
+        return
+    if compiled_code and record.startswith("data/aotinductor/"):
+        if "custom_obj" in record.rsplit("/", 1)[-1]:
+            raise ArtifactError(f"{path.name} contains a pickled TorchScript object ({name}); refusing to load it")
+        return
+    if not _PT2_RECORDS.fullmatch(record):
+        raise ArtifactError(f"{path.name} contains {name}, which is not a record of a plain torch.export program "
+                            f"(loading it could unpickle it); refusing to load it")
+    folder = record.split("/")[1] if record.startswith("data/") else None
+    if folder is None or not record.endswith("_config.json"):
+        return
+    try:
+        config = json.loads(archive.read(info))
+    except ValueError:
+        raise ArtifactError(f"{path.name}: {name} is not JSON") from None
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        raise ArtifactError(f"{path.name}: {name} has no config mapping")
+    for key, entry in entries.items():
+        target = entry.get("path_name") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or entry.get("use_pickle") is not False or not isinstance(target, str) \
+                or not _PT2_PAYLOADS[folder].fullmatch(target):
+            raise ArtifactError(f"{path.name} stores {folder[:-1]} {key!r} as something other than raw tensor bytes "
+                                f"({name}: {str(entry)[:200]}); refusing to load it")
 
 
 def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor],
