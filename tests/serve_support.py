@@ -87,6 +87,23 @@ def export(name: str, backend: str, repository: Path) -> zoo.Artifact:
     return zoo.export(zoo.get_model(name).tiny(), backend, repository=repository, random_init=True)
 
 
+def copy_as(source: Path, target: Path) -> Path:
+    """A copy of an artifact under another name, as an export under that name would write
+    it: the manifest's `name` and config.pbtxt's `name` (and its hash) say the new name,
+    since an artifact's directory must carry the name it was exported under."""
+    import hashlib
+    import shutil
+
+    shutil.copytree(source, target)
+    config = target / "config.pbtxt"
+    config.write_text(config.read_text().replace(f'name: "{source.name}"', f'name: "{target.name}"', 1))
+    manifest = json.loads((target / "zoo.json").read_text())
+    manifest["name"] = target.name
+    manifest["files"]["config.pbtxt"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    (target / "zoo.json").write_text(json.dumps(manifest, indent=2))
+    return target
+
+
 def artifact_name(model: str, backend: str = "onnxruntime") -> str:
     return f"{model}.{backend}.fp32"
 

@@ -173,6 +173,14 @@ def test_directories_triton_would_load_are_named(repository, tmp_path):
     (result,) = run(call("kserve_manifest", root, "gs://m/zoo"))
     assert result["ok"][1] == ["Triton loads every directory of the repository, and notes is not a zoo artifact: "
                                "remove it before copying the repository to gs://m/zoo"]
+    # hidden ones too: a replaced artifact's old copy left by an interrupted export made
+    # Triton fail its start ("failed to load all models", --exit-on-error being its default)
+    (root / "notes").rmdir()
+    shutil.copytree(repository / "resnet8.digits.onnxruntime.fp32", root / ".resnet8.digits.onnxruntime.fp32.old-1a2b3c4d")
+    (result,) = run(call("kserve_manifest", root, "gs://m/zoo"))
+    assert result["ok"][1] == ["Triton loads every directory of the repository, and .resnet8.digits.onnxruntime.fp32"
+                               ".old-1a2b3c4d is not a zoo artifact: remove it before copying the repository to "
+                               "gs://m/zoo"]
 
 
 def test_the_sdk_reading_refuses_what_kserve_would_drop_or_reject(repository):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import DIGITS, ONNX, ServerProcess, export, plugin_registered  # noqa: E402
+from serve_support import DIGITS, ONNX, ServerProcess, copy_as, export, plugin_registered  # noqa: E402
 
 pytest_plugins = ["serve_support"]
 FAULTY = f"{DIGITS}.faulty.fp32"
@@ -40,16 +40,13 @@ def lifecycle_repo(serve_repo, tmp_path_factory, plugin):
     repo = tmp_path_factory.mktemp("lifecycle") / "exports"
     export(DIGITS, "faulty", repo)
     shutil.copytree(serve_repo / ONNX, repo / ONNX)
-    broken = repo / "broken.onnxruntime.fp32"
-    shutil.copytree(serve_repo / ONNX, broken)
+    broken = copy_as(serve_repo / ONNX, repo / "broken.onnxruntime.fp32")
     (broken / "1" / "model.onnx").write_bytes(b"tampered")
-    orphan = repo / "orphan.onnxruntime.fp32"
-    shutil.copytree(serve_repo / ONNX, orphan)
+    orphan = copy_as(serve_repo / ONNX, repo / "orphan.onnxruntime.fp32")
     manifest = json.loads((orphan / "zoo.json").read_text())
     manifest["model"]["name"] = "orphan.model"  # a model whose plugin is not installed: served all the same
     (orphan / "zoo.json").write_text(json.dumps(manifest))
-    stale = repo / "stale.onnxruntime.fp32"
-    shutil.copytree(serve_repo / ONNX, stale)
+    stale = copy_as(serve_repo / ONNX, repo / "stale.onnxruntime.fp32")
     manifest = json.loads((stale / "zoo.json").read_text())
     manifest["signature"]["outputs"][0]["shape"] = ["batch", 11]  # exported from another version of the model
     (stale / "zoo.json").write_text(json.dumps(manifest))
@@ -105,7 +102,7 @@ def test_a_server_with_nothing_to_serve_is_not_ready(serve_repo, tmp_path):
     from zoo.serve.app import Settings, create_app
 
     repo = tmp_path / "exports"
-    shutil.copytree(serve_repo / ONNX, repo / "broken.onnxruntime.fp32")
+    copy_as(serve_repo / ONNX, repo / "broken.onnxruntime.fp32")
     (repo / "broken.onnxruntime.fp32" / "1" / "model.onnx").write_bytes(b"tampered")
     with TestClient(create_app(Settings(repo))) as client:
         assert client.get("/v2/health/live").status_code == 200

@@ -207,12 +207,12 @@ def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp
     """One real `zoo serve --require-signature` over a signed, an unsigned and a modified-
     after-signing artifact: the first is ready and answers; the others are UNAVAILABLE in
     the repository index and the server log with the reason, and loading one is refused."""
-    from serve_support import ServerProcess
+    from serve_support import ServerProcess, copy_as
 
     private, public = keys["owner"]
     repo = tmp_path / "exports"
     for name in ("signed", "unsigned", "modified"):
-        shutil.copytree(exported, repo / f"{name}.onnxruntime.fp32")
+        copy_as(exported, repo / f"{name}.onnxruntime.fp32")
     sign(repo / "signed.onnxruntime.fp32", private)
     sign(repo / "modified.onnxruntime.fp32", private)
     (repo / "modified.onnxruntime.fp32" / "config.pbtxt").write_text("name: \"modified.onnxruntime.fp32\"\n")

@@ -18,6 +18,10 @@ It needs no model plugin: without one, its spec is the one its manifest describe
 from __future__ import annotations
 
 import json
+import marshal
+import os
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -110,6 +114,12 @@ class Artifact:
             raise ArtifactError(f"artifact {label}: {MANIFEST} lacks required fields {required}")
         if manifest["format"] != FORMAT:
             raise ArtifactError(f"artifact {label}: manifest format {manifest['format']!r} is not {FORMAT}; re-export it")
+        _check_fields(manifest, label)
+        recorded = manifest.get("name")
+        if recorded is not None and label != recorded and not _staged_as(label, recorded):
+            raise ArtifactError(f"artifact {label}: its manifest names it {recorded!r}. An artifact keeps the name it "
+                                f"was exported (and signed) under, which Triton requires of its config.pbtxt too: "
+                                f"rename the directory back, or re-export it")
         files = manifest["files"]
         if not isinstance(files, dict) or manifest["model_file"] not in files or WEIGHTS not in files:
             raise ArtifactError(f"artifact {label}: manifest does not list its model file and weights")
@@ -120,7 +130,8 @@ class Artifact:
             if check_hashes and sha256_file(member) != digest:
                 raise ArtifactError(f"artifact {label}: file {rel} does not match its sha256 in the manifest "
                                     f"(corrupted or modified); re-export it with `zoo export --force`")
-        for entry in (manifest.get("test_data") or {}).get("sets", []):
+        _check_unlisted(path, files, label)
+        for entry in (manifest.get("test_data") or {}).get("sets") or []:
             axes = entry.get("axes") if isinstance(entry, dict) else None
             if not isinstance(axes, dict) or entry.get("file") not in files or not isinstance(axes.get("batch"), int):
                 raise ArtifactError(f"artifact {label}: manifest names test vectors {entry!r} that are not "
@@ -170,3 +181,98 @@ def list_artifacts(repository: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists())
+
+
+#: what an artifact directory holds besides the files its manifest lists and hashes
+UNLISTED_ALLOWED = {MANIFEST, "model.sig"}  # the manifest itself; the signature (zoo.signing) over all the rest
+#: (field, its type) that every reader of a manifest relies on, checked before any is read
+_FIELD_TYPES = (("model", dict), ("backend", dict), ("precision", str), ("device", str), ("model_file", str),
+                ("files", dict), ("weights", dict))
+
+
+def _check_fields(manifest: dict[str, Any], label: str) -> None:
+    """A manifest edited by hand is refused naming its bad field, not met by a TypeError later."""
+    def bad(field: str, want: str) -> ArtifactError:
+        return ArtifactError(f"artifact {label}: manifest field {field} must be {want}; re-export it")
+
+    for field, kind in _FIELD_TYPES:
+        if not isinstance(manifest[field], kind):
+            raise bad(field, "an object" if kind is dict else "a string")
+    if not isinstance(manifest.get("name", ""), str):
+        raise bad("name", "a string")
+    model, backend = manifest["model"], manifest["backend"]
+    if not isinstance(model.get("name"), str) or not model["name"]:
+        raise bad("model.name", "a non-empty string")
+    if not isinstance(model.get("config", {}), dict):
+        raise bad("model.config", "an object")
+    if not isinstance(backend.get("name"), str) or not backend["name"]:
+        raise bad("backend.name", "a non-empty string")
+    for key in ("versions", "info"):
+        if not isinstance(backend.get(key, {}), dict):
+            raise bad(f"backend.{key}", "an object")
+    signature = manifest.get("signature", {})
+    if not isinstance(signature, dict):
+        raise bad("signature", "an object")
+    for key in ("inputs", "outputs"):
+        if key in signature and not (isinstance(signature[key], list)
+                                     and all(isinstance(t, dict) for t in signature[key])):
+            raise bad(f"signature.{key}", "a list of tensors")
+    axes = signature.get("axes", {})
+    if not isinstance(axes, dict) or not all(
+            isinstance(r, list) and len(r) == 3 and all(type(v) is int for v in r) for r in axes.values()):
+        raise bad("signature.axes", "an object of [min, opt, max] integers")
+    test_data = manifest.get("test_data") or {}
+    if not isinstance(test_data, dict) or not isinstance(test_data.get("sets", []), list):
+        raise bad("test_data.sets", "a list")
+
+
+def _staged_as(label: str, name: str) -> bool:
+    """Whether `label` is `fsutil.atomic_directory`'s staging name for `name` (verified before it is renamed)."""
+    prefix = f".{name}.tmp-"
+    return label.startswith(prefix) and len(label) == len(prefix) + 8
+
+
+def _check_unlisted(root: Path, files: dict[str, Any], label: str) -> None:
+    """Refuse anything in the directory its manifest does not list: the hashes (and a
+    signature) vouch only for listed files, while Triton serves the directory: an added
+    `2/model.py` is a version Triton serves in place of `1/` (its default policy is the
+    latest version), and an added `configs/` or `__pycache__/*.pyc` changes what runs.
+    The one exception is the bytecode Triton's Python backend writes beside a listed
+    `model.py` when it imports it, accepted only where it is that file's own compilation."""
+    listed = {str(PurePosixPath(rel)) for rel in files if isinstance(rel, str)} | UNLISTED_ALLOWED
+    folders = {str(parent) for rel in listed for parent in PurePosixPath(rel).parents if str(parent) != "."}
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
+        for entry in sorted(dirnames) + sorted(filenames):
+            rel = str(here / entry) if str(here) != "." else entry
+            if rel in listed or (entry in dirnames and rel in folders):
+                continue
+            if here.name == "__pycache__" and _own_bytecode(root, here, entry, listed) \
+                    or entry == "__pycache__" and entry in dirnames and not (Path(dirpath) / entry).is_symlink():
+                continue  # a __pycache__ folder: each file in it is checked as the walk reaches it
+            hint = (" (Triton's Python backend writes __pycache__ when it imports model.py, which is accepted only "
+                    "where each file compiles a listed source with this Python)" if "__pycache__" in rel else "")
+            raise ArtifactError(f"artifact {label} holds {rel}, which its manifest does not list: nothing vouches "
+                                f"for it, yet Triton would serve it{hint}; remove it, or re-export the artifact")
+
+
+def _own_bytecode(root: Path, folder: PurePosixPath, entry: str, listed: set[str]) -> bool:
+    """Whether `folder/entry` (in a `__pycache__`) is what this Python compiles from a listed
+    source beside it: `model.<cache tag>[.opt-N].pyc` for a listed `model.py`, holding the
+    same code. Code objects compare by their instructions, constants, names and line
+    table, not their file name, so the path Triton imported it from does not matter."""
+    parts = entry.split(".")
+    if len(parts) not in (3, 4) or parts[-1] != "pyc" or parts[1] != sys.implementation.cache_tag:
+        return False
+    optimize = {3: 0, 4: {"opt-1": 1, "opt-2": 2}.get(parts[2], -1)}[len(parts)]
+    source = folder.parent / f"{parts[0]}.py"
+    path = root / folder / entry
+    if str(source) not in listed or optimize < 0 or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        code = marshal.loads(path.read_bytes()[16:])  # after the header: magic, flags, mtime/hash, size
+        own = compile((root / source).read_bytes(), getattr(code, "co_filename", str(source)), "exec",
+                      dont_inherit=True, optimize=optimize)
+    except (ValueError, EOFError, TypeError, SyntaxError, OSError):
+        return False
+    return isinstance(code, types.CodeType) and code == own

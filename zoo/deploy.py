@@ -77,8 +77,9 @@ def read_repository(repository: Path) -> RepositoryFacts:
             cuda.append(art.name)
         if (art.manifest.get("triton") or {}).get("form", "native") == "python":
             python_form.append(art.name)
-    others = sorted(p.name for p in repository.iterdir()
-                    if p.is_dir() and not p.name.startswith(".") and p.name not in names)
+    # hidden ones too: Triton polls every directory (a `.name.old-…` left by an interrupted
+    # replacement failed its start under --exit-on-error, its default)
+    others = sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in names)
     return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others))
 
 
