@@ -213,6 +213,59 @@ def test_load_report_round_trips_and_explains_what_is_wrong(tmp_path):
         load_report(path)
 
 
+@pytest.mark.parametrize("where, value, message", [
+    ("noise", "abc", r"results\[0\] has noise 'abc'"), ("noise", -0.1, "has noise -0.1"),
+    ("p50_ms", float("inf"), r"results\[0\] is ok but has no .* p50_ms \(got inf\)"),
+    ("metric", "x", "has metric 'x'; expected a number"), ("metric", float("nan"), "has metric nan"),
+    ("lengths", {"seq": [1]}, r"has lengths \{'seq': \[1\]\}"), ("batch", "8", "has batch '8'"),
+    ("higher_is_better", "yes", "has higher_is_better 'yes'"), ("error", 5, "has error 5"),
+    ("libraries", 5, "environment.libraries is 5"), ("environment", [], "environment is \\[\\]"),
+    ("duplicate", None, "measures .* twice"), ("empty", None, "has no results"),
+])
+def test_load_report_checks_every_field_the_gate_reads(tmp_path, where, value, message):
+    """A malformed baseline was caught only when compared, after the run, often as a
+    TypeError ("internal error"); JSON's Infinity and NaN read as floats."""
+    report = build_report(seed=1)
+    if where == "libraries":
+        report["environment"]["libraries"] = value
+    elif where == "environment":
+        report["environment"] = value
+    elif where == "duplicate":
+        report["results"].append(dict(report["results"][0]))
+    elif where == "empty":
+        report["results"] = []
+    else:
+        report["results"][0][where] = value
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(ZooError, match=message):
+        load_report(path)
+
+
+def test_a_comparison_that_paired_no_row_fails():
+    """Every baseline row missing now (a typo'd device, an empty matrix) compared nothing:
+    the gate must not pass it."""
+    base, cur = build_report(seed=1), build_report(seed=2)
+    for row in cur["results"]:
+        row["device"] = "cuda"
+    result = compare(base, cur)
+    assert not result["regressions"] and len(result["missing"]) == len(base["results"])
+    assert failed(result)
+    assert failed(compare(base, {"results": []}))
+
+
+def test_size_is_in_mb_of_a_million_bytes_in_the_terminal_and_the_markdown(capsys):
+    from zoo.cli_bench import print_bench
+
+    report = build_report(seed=1)
+    for row in report["results"]:
+        row["artifact_bytes"] = 3_500_000  # 3.34 MiB
+    print_bench(report)
+    terminal = capsys.readouterr().out
+    assert "size MB (10^6 B)" in terminal and " 3.50 " in terminal and "3.34" not in terminal
+    assert "| 3.50 |" in markdown(report)
+
+
 def test_write_report_writes_every_format(tmp_path):
     report = build_report(seed=1)
     report["loadgen"] = [{"scenario": "SingleStream", "valid": True, "p90_ms": 0.61, "samples_per_s": 1650.2},

@@ -45,6 +45,32 @@ def test_report_then_a_planted_slowdown_fails_the_gate(zoo_cli, tmp_path):
     assert "regressions: 0," not in gated.stdout and "slower" in gated.stdout
     assert (tmp_path / "now" / "report.json").is_file()  # the evidence is kept when the gate fails
 
+    # a baseline none of whose rows this run measured: nothing compared is not a pass
+    for row in report["results"]:
+        row["device"] = "cuda"
+    (tmp_path / "elsewhere.json").write_text(json.dumps(report))
+    nothing = zoo_cli(*ARGS, "--report-dir", "other", "--compare", "elsewhere.json")
+    assert nothing.returncode == 1, nothing.stdout + nothing.stderr
+    assert nothing.stderr.splitlines()[-1].startswith("error: --compare elsewhere.json: no row of the baseline")
+    assert "missing: 2" in nothing.stdout and (tmp_path / "other" / "report.json").is_file()
+
+
+def test_the_same_artifact_named_twice_is_measured_once(zoo_cli, tmp_path):
+    """By its name in the repository and by its path: one artifact, one row per batch.
+    And a report that cannot be written after the run still prints every measurement."""
+    import zoo
+
+    art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path / "exports",
+                     random_init=True)
+    (tmp_path / "r" / "report.json").mkdir(parents=True)  # a writable directory, but report.json cannot be written
+    done = zoo_cli("bench", "--artifact", art.name, "--artifact", f"exports/{art.name}", "--batch-sizes", "1",
+                   "--min-time", "0.05", "--report-dir", "r", "--json")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == "error: cannot write the benchmark report into r: Is a directory"
+    report = json.loads(done.stdout)  # printed before the files were written
+    assert [(r["model"], r["batch"], r["status"]) for r in report["results"]] == [("resnet8.digits", 1, "ok")]
+    assert report["options"]["artifacts"] == [art.name]
+
 
 def test_a_bad_baseline_fails_before_the_run(zoo_cli, tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
@@ -68,3 +94,77 @@ def test_loadgen_scenarios_per_combination_keep_their_summaries(zoo_cli, tmp_pat
         assert runs[("tensorrt", scenario)]["status"] == "unsupported"
     assert runs[("onnxruntime", "server")]["target_qps"] == 100
     assert "LoadGen" in (tmp_path / "lg" / "report.md").read_text()
+
+
+def _baseline(tmp_path, **row) -> str:
+    """A one-row baseline report, with `row`'s fields over a sound ok row."""
+    sound = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "fp32", "device": "cpu", "batch": 1,
+             "lengths": {}, "status": "ok", "p50_ms": 0.1, "noise": 0.01}
+    (tmp_path / "base.json").write_text(json.dumps({"environment": {}, "results": [{**sound, **row}]}))
+    return "base.json"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "CPU"], "--device: unknown 'CPU'; choose from cpu"),
+    (["--precision", "fp32,fp23"], "--precision: unknown 'fp23'; choose from fp32"),
+    (["--sigmas", "-1"], "--sigmas must be a non-negative number, got -1"),
+    (["--min-change", "-0.05"], "--min-change must be a non-negative number, got -0.05"),
+    (["--min-time", "-1"], "--min-time must be a positive number, got -1"),
+    (["--min-time", "0"], "--min-time must be a positive number, got 0"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--timeout", "0"], "--timeout must be a positive number, got 0"),
+    (["--batch-sizes", "1,0"], "--batch-sizes must be at least 1, got 0"),
+    (["--scenario", "server", "--target-qps", "-5"], "--target-qps must be a positive number, got -5"),
+    (["--url", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency must be at least 1, got 0"),
+    (["--url", "http://127.0.0.1:9", "--concurrency", "-2"], "--concurrency must be at least 1, got -2"),
+    (["--url", "http://127.0.0.1:9", "--min-time", "0"], "--min-time must be a positive number, got 0"),
+    (["--report-dir", "afile"], "--report-dir afile: exists and is not a directory"),
+    (["--report-dir", "afile/sub"], "--report-dir afile/sub: afile is not a directory"),
+    (["--output", "somedir/"], "--output somedir: is a directory"),
+    (["--output", "afile/r.json"], "--output afile/r.json: afile is not a directory"),
+    (["--url", "http://127.0.0.1:9", "--output", "somedir"], "--output somedir: is a directory"),
+    (["--compare", "empty.json"], "empty.json has no results"),
+    (["--compare", "noise.json"], "results[0] has noise 'abc'"),
+])
+def test_values_no_run_can_use_are_refused_before_it(tmp_path, monkeypatch, args, message):
+    """Found after the run they cost all of it (a bad destination lost every measurement);
+    some (an unknown device, no model) made every row a hole and passed --compare."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "somedir").mkdir()
+    (tmp_path / "empty.json").write_text(json.dumps({"results": []}))
+    (tmp_path / "noise.json").write_text((tmp_path / _baseline(tmp_path, noise="abc")).read_text())
+    result = CliRunner().invoke(app, [*ARGS[:2], *args])
+    assert result.exit_code == 1 and message in str(result.exception), (result.exception, result.output)
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "exports").exists()
+    empty = CliRunner().invoke(app, ["bench", ""])
+    assert empty.exit_code == 1 and "MODEL '' names no model" in str(empty.exception)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "4"], "--concurrency does nothing without --url"),
+    (["--model-name", "m"], "--model-name does nothing without --url"),
+    (["--json-data"], "--json-data does nothing without --url"),
+    (["--target-qps", "5"], "--target-qps does nothing without --scenario"),
+    (["--find-qps", "--latency-bound-ms", "9"], "--find-qps, --latency-bound-ms do nothing without --scenario"),
+    (["--url", "http://127.0.0.1:9", "--timeout", "5"], "--timeout does nothing with --url:"),
+    (["--url", "http://127.0.0.1:9", "--target-qps", "5"], "--target-qps does nothing with --url:"),
+    *[(["--url", "http://127.0.0.1:9", "--scenario", "server", "--target-qps", "5", *extra],
+       f"{extra[0]} does nothing with --url and --scenario: LoadGen drives the server")
+      for extra in (["--backends", "torch"], ["--precision", "int8"], ["--device", "cuda"], ["--random-init"],
+                    ["--threads", "2"], ["--timeout", "5"])],
+    (["--lengths", "8"], "--lengths 8: resnet8.digits has no sequence or atom axis"),
+])
+def test_options_a_mode_ignores_are_refused(tmp_path, monkeypatch, args, message):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["bench", "resnet8.digits", *args])
+    assert result.exit_code == 1 and message in str(result.exception), (result.exception, result.output)
+    assert not (tmp_path / "exports").exists()

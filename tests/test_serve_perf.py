@@ -119,6 +119,20 @@ def test_a_model_whose_plugin_this_process_lacks(server, protocol):
         check_point(point)
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_failed_requests_are_errors_only_and_the_first_says_why(server, protocol):
+    """As perf_analyzer: a refused request (rows beyond the exported batch range) is counted
+    as an error, not as throughput or latency, and the server's reason is kept."""
+    too_many = zoo.get_model(DIGITS).tiny().axes["batch"].max + 1
+    report = perf.sweep(url_of(server, protocol), ONNX, DIGITS, [1], batch_sizes=(too_many,), duration=0.3,
+                        warmup=0, metrics_url=server.url)
+    point, = report["results"]
+    assert point["errors"] > 0 and point["requests"] == 0
+    assert point["requests_per_s"] == point["samples_per_s"] == 0 and point["p50_ms"] is None
+    assert point["first_error"].startswith("HTTP 400: " if protocol == "http" else "INVALID_ARGUMENT: ")
+    assert str(too_many) in point["first_error"], point["first_error"]
+
+
 def test_synthesized_inputs_follow_the_metadata():
     meta = {"name": "m", "inputs": [{"name": "ids", "datatype": "INT64", "shape": [-1, -1]},
                                     {"name": "mask", "datatype": "INT64", "shape": [-1, -1]},

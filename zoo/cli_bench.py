@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,13 +35,13 @@ def print_bench(report: dict[str, Any], console: Console | None = None) -> None:
         rows.append([r["model"], r["backend"], precision_label(r), r["device"], r["batch"], lengths,
                      _f(r["p50_ms"], ".3f"), _f(r["p90_ms"], ".3f"), _f(r["p99_ms"], ".3f"),
                      _f(r["throughput"], ".1f"), _f(r.get("peak_host_mb"), ".0f"),
-                     _f(r.get("export_seconds"), ".1f"), _f((r.get("artifact_bytes") or 0) / 2**20, ".2f"),
+                     _f(r.get("export_seconds"), ".1f"), _f((r.get("artifact_bytes") or 0) / 1e6, ".2f"),
                      _f(r.get("max_abs_error"), ".2g"), _f(r.get("metric_delta"), "+.4f")])
     env = report["environment"]
     title = f"{', '.join(report.get('models') or [report.get('model', '')])} on {env['cpu']}" + (
         f" + {env['gpu']}" if env.get("gpu") else "")
     _table(["model", "backend", "precision", "device", "batch", "lengths", "p50 ms", "p90 ms", "p99 ms",
-            "samples/s", "peak MB", "export s", "size MB", "max |err|", "metric Δ"], rows, title=title)
+            "samples/s", "peak MB", "export s", "size MB (10^6 B)", "max |err|", "metric Δ"], rows, title=title)
     for line in holes:
         console.print(f"[yellow]{escape(line)}[/]", highlight=False)
 
@@ -138,17 +140,59 @@ def bench(ctx: typer.Context,
     _refuse_ignored(ctx, url, scenario, bool(artifact))
     if (models is None) == (not artifact):
         raise ZooError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts, not both")
+    _check_values(o)
     if ray is not None and (url is not None or scenario is not None):
         raise ZooError("--ray runs the combination matrix; it does not go with --url or --scenario")
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
         raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
+    if output is not None:
+        _check_destination(output, "--output", directory=False)
     if url is not None and scenario is None:
         return _sweep_server(o)
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
     directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    _check_destination(directory, "--report-dir", directory=True)
     report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
-    _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict)
+    _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
+            compare_path=compare)
+
+
+def _check_values(o: SimpleNamespace) -> None:
+    """Refuse a value no run can use before anything is exported or measured: found after
+    the run, it would cost the whole run, and some (a zero --min-time) would give empty rows."""
+    if o.models is not None and not _csv(o.models):
+        raise ZooError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
+    for option, value in (("--min-time", o.min_time), ("--timeout", o.timeout), ("--target-qps", o.target_qps),
+                          ("--latency-bound-ms", o.latency_bound_ms)):
+        if value is not None and not 0 < value < math.inf:
+            raise ZooError(f"{option} must be a positive number, got {value:g}")
+    for option, value in (("--sigmas", o.sigmas), ("--min-change", o.min_change)):
+        if not 0 <= value < math.inf:
+            raise ZooError(f"{option} must be a non-negative number, got {value:g}")
+    counts = {"--threads": [] if o.threads is None else [o.threads],
+              "--batch-sizes": _csv(o.batch_sizes, int) if o.batch_sizes is not None else [1],
+              "--lengths": _csv(o.lengths, int) if o.lengths is not None else [1],
+              "--concurrency": _csv(o.concurrency, int) if o.url is not None and o.scenario is None else [1]}
+    for option, values in counts.items():
+        bad = next((v for v in values if v < 1), None)
+        if bad is not None or (option != "--threads" and not values):
+            raise ZooError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
+
+
+def _check_destination(path: Path, option: str, directory: bool) -> None:
+    """Refuse a report destination that cannot be written before the run, so that no
+    measurement is lost to it after."""
+    if directory and path.exists() and not path.is_dir():
+        raise ZooError(f"{option} {path}: exists and is not a directory")
+    if not directory and path.is_dir():
+        raise ZooError(f"{option} {path}: is a directory; name the JSON file to write, e.g. {path / 'report.json'}")
+    folder = path if directory else path.parent
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise ZooError(f"{option} {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ZooError(f"{option} {path}: {existing} is not writable")
 
 
 def _sweep_server(o: SimpleNamespace) -> None:
@@ -158,8 +202,8 @@ def _sweep_server(o: SimpleNamespace) -> None:
     report = sweep(o.url, o.model_name or o.models, o.models, _csv(o.concurrency, int),
                    _csv(o.batch_sizes or "1", int), duration=1.0 if o.min_time is None else o.min_time,
                    binary=not o.json_data, metrics_url=o.metrics_url, shared_memory=o.shared_memory)
-    _write_json(o.output, report)
     _emit_json(report) if o.as_json else print_sweep(report, out)
+    _write_json(o.output, report)
     if any(r["errors"] for r in report["results"]):
         raise typer.Exit(1)
 
@@ -209,20 +253,22 @@ def _matrix(o: SimpleNamespace) -> dict[str, Any]:
 
 def _write_json(output: Optional[Path], report: dict[str, Any]) -> None:
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2))
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(report, indent=2))
+        except OSError as exc:
+            raise ZooError(f"--output {output}: cannot write it: {exc.strerror or exc}") from None
 
 
 def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], output: Optional[Path],
-            as_json: bool, sigmas: float, min_change: float, strict: bool) -> None:
-    """Write the report, print it (and the comparison with `baseline`), and exit 1 as
-    `zoo bench --help` says: a regression, a failed combination, a refused one with --strict."""
+            as_json: bool, sigmas: float, min_change: float, strict: bool, compare_path: Optional[Path]) -> None:
+    """Print the report (and the comparison with `baseline`), then write it, so that a disk
+    that fails late loses no measurement; exit 1 as `zoo bench --help` says: a regression,
+    nothing to compare, a failed combination, a refused one with --strict."""
     from .bench.compare import compare as compare_reports
-    from .bench.compare import failed, print_comparison
+    from .bench.compare import compared, failed, print_comparison
     from .bench.report import write_report
 
-    written = write_report(report, directory)
-    _write_json(output, report)
     result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change) if baseline else None
     if as_json:
         _emit_json({**report, "comparison": result} if result else report)
@@ -233,9 +279,15 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
             from .bench.loadgen import print_loadgen
 
             print_loadgen(report["loadgen"], out)
-        out.print(f"report: {directory} ({', '.join(p.name for p in written.values())})", highlight=False)
         if result:
             print_comparison(result, out)
+    written = write_report(report, directory)
+    _write_json(output, report)
+    if not as_json:
+        out.print(f"report: {directory} ({', '.join(p.name for p in written.values())})", highlight=False)
+    if result and not compared(result):
+        raise ZooError(f"--compare {compare_path}: no row of the baseline matches one of this run (model, backend, "
+                       "precision, device, batch, lengths), so nothing was compared")
     if result and failed(result):
         raise typer.Exit(1)
     failing = ("failed", "refused") if strict else ("failed",)
@@ -247,23 +299,32 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
 
 #: options each mode does not use: given on the command line there, they are refused, not ignored
 _NOT_WITH_URL = ("backends_", "precision", "device", "threads", "lengths", "report_dir", "compare", "checkpoint",
-                 "random_init", "strict")
+                 "random_init", "strict", "timeout", "target_qps", "find_qps", "latency_bound_ms")
 _NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data", "artifact")
-_WHY = {"--url": "it measures the server as it runs", "--scenario": "LoadGen runs each combination at its own sizes",
-        "--artifact": "an artifact is measured as it is, and nothing is exported"}
+#: LoadGen against a server: the server decides what runs, and nothing runs in a process of ours
+_NOT_WITH_SERVER_SCENARIO = ("backends_", "precision", "device", "threads", "checkpoint", "random_init", "timeout")
 #: with --artifact the artifact says what it is: nothing is exported
 _NOT_WITH_ARTIFACT = ("backends_", "precision", "device", "checkpoint", "random_init", "ray", "url")
+_ONLY_WITH_URL = ("concurrency", "model_name", "json_data")
+_ONLY_WITH_SCENARIO = ("target_qps", "find_qps", "latency_bound_ms")
 
 
 def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool) -> None:
     given = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
-    for mode, active, names in (("--scenario", scenario is not None, _NOT_WITH_SCENARIO),
-                                ("--url", url is not None and scenario is None, _NOT_WITH_URL),
-                                ("--artifact", artifacts and scenario is None, _NOT_WITH_ARTIFACT)):
+    for mode, active, names, why in (
+            ("with --scenario", scenario is not None, _NOT_WITH_SCENARIO,
+             "LoadGen runs each combination at its own sizes"),
+            ("with --url", url is not None and scenario is None, _NOT_WITH_URL, "it measures the server as it runs"),
+            ("with --url and --scenario", url is not None and scenario is not None, _NOT_WITH_SERVER_SCENARIO,
+             "LoadGen drives the server as it runs"),
+            ("with --artifact", artifacts and scenario is None, _NOT_WITH_ARTIFACT,
+             "an artifact is measured as it is, and nothing is exported"),
+            ("without --url", url is None, _ONLY_WITH_URL, "it sets the load on a running server"),
+            ("without --scenario", scenario is None, _ONLY_WITH_SCENARIO, "it sets LoadGen's server scenario")):
         unused = [p.opts[0] for p in given if active and p.name in names]
         if unused:
-            raise ZooError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}: "
-                           f"{_WHY[mode]}; leave {'it' if len(unused) == 1 else 'them'} out")
+            raise ZooError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
+                           f"{why}; leave {'it' if len(unused) == 1 else 'them'} out")
 
 
 def _loadgen_line(r: dict[str, Any]) -> str:

@@ -13,7 +13,8 @@ A row that was "ok" in the baseline and is not now is a regression. The task met
 an artifact is computed on a fixed split, so it should not move at all between runs of
 the same code; a metric worse than the baseline's by more than `metric_tolerance`
 (relative) is a regression too. Rows present in only one report are listed as
-"missing" or "new" and do not fail the gate: the two runs measured different matrices.
+"missing" or "new" and do not fail the gate: the two runs measured different matrices;
+but when no row at all was paired, the gate fails, since it compared nothing.
 """
 
 from __future__ import annotations
@@ -146,9 +147,15 @@ def _metric_change(base: Mapping[str, Any], cur: Mapping[str, Any]) -> float | N
     return change if higher else -change
 
 
+def compared(result: Mapping[str, Any]) -> int:
+    """How many baseline rows were paired with a current row: none means the two runs
+    measured different matrices, and a gate that compared nothing has passed nothing."""
+    return sum(len(result[k]) for k in ("regressions", "improvements", "unchanged"))
+
+
 def failed(result: Mapping[str, Any]) -> bool:
-    """Whether the gate fails: any regression (the CLI exits non-zero)."""
-    return bool(result["regressions"])
+    """Whether the gate fails: any regression, or nothing compared (the CLI exits non-zero)."""
+    return bool(result["regressions"]) or not compared(result)
 
 
 def print_comparison(result: Mapping[str, Any], console) -> None:

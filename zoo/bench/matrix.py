@@ -118,6 +118,20 @@ def _models(model) -> list[ModelSpec]:
     return specs
 
 
+def check_names(precisions: Sequence[str], devices: Sequence[str]) -> None:
+    """Refuse a precision or device no backend knows of (a typo such as `fp23` or `CPU`)
+    before anything runs: otherwise every combination would be an "unsupported" hole and
+    the run would look like a measured one."""
+    from ..registry import backends
+    from ..spec import PRECISIONS
+
+    known = sorted({d for be in backends().values() for d in be.devices})
+    for option, names, choices in (("--precision", precisions, PRECISIONS), ("--device", devices, known)):
+        unknown = [n for n in names if n not in choices]
+        if unknown:
+            raise ZooError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
+
+
 def combinations(specs: Sequence[ModelSpec], backends: Sequence[str], precisions: Sequence[str],
                  devices: Sequence[str]) -> list[tuple[ModelSpec, str, str, str]]:
     return [(s, b, p, d) for s in specs for d in devices for p in precisions for b in backends]
@@ -192,10 +206,14 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     specs = _models(model)
     precisions = [precision] if isinstance(precision, str) else list(precision)
     devices = [device] if isinstance(device, str) else list(device)
-    if not backends or not batch_sizes or not precisions or not devices:
-        raise ZooError("name at least one backend, precision, device and batch size to benchmark")
+    if not specs or not backends or not batch_sizes or not precisions or not devices:
+        raise ZooError("name at least one model, backend, precision, device and batch size to benchmark")
+    check_names(precisions, devices)
     if checkpoint is not None and len(specs) > 1:
         raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
+    if lengths and not any(length_axis(s) for s in specs):
+        raise ZooError(f"--lengths {','.join(map(str, lengths))}: {', '.join(s.name for s in specs)} "
+                       f"{'has' if len(specs) == 1 else 'have'} no sequence or atom axis to measure at; leave it out")
     if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
         error = _out_of_range(specs[0], batch_sizes, lengths)
         if error is not None:
@@ -255,7 +273,13 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
 
     if not paths or not batch_sizes:
         raise ZooError("name at least one artifact and one batch size to benchmark")
-    arts = [Artifact.open(p) for p in paths]
+    unique: dict[Path, Path] = {}  # one artifact named twice (by name and by path) is measured once
+    for p in map(Path, paths):
+        unique.setdefault(p.resolve(), p)
+    arts = [Artifact.open(p) for p in unique.values()]
+    if lengths and not any(length_axis(a.spec()) for a in arts):
+        raise ZooError(f"--lengths {','.join(map(str, lengths))}: no artifact here has a sequence or atom axis "
+                       "to measure at; leave it out")
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     rows: list[dict[str, Any]] = []

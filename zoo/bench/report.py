@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import ZooError
 from ..fsutil import atomic_write_bytes, atomic_write_text
+from .stats import row_key
 
 Row = Mapping[str, Any]
 IDENTITY = ("model", "backend", "precision", "device", "status")
@@ -36,7 +37,8 @@ def precision_label(row: Row) -> str:
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a `zoo bench` JSON report and check that it has rows to compare."""
+    """Read a `zoo bench` JSON report and check every field the regression gate reads
+    (zoo.bench.compare), so that a bad baseline fails with its reason before a long run."""
     path = Path(path)
     try:
         report = json.loads(path.read_text())
@@ -49,20 +51,55 @@ def load_report(path: str | Path) -> dict[str, Any]:
         raise ZooError(f"{path} is not JSON ({exc}); pass the report.json that `zoo bench` wrote") from None
     if not isinstance(report, dict) or not isinstance(report.get("results"), list):
         raise ZooError(f"{path} is not a benchmark report: it has no \"results\" list")
+    if not report["results"]:
+        raise ZooError(f"{path} has no results: a baseline needs measured rows to compare with")
+    env = report.get("environment")
+    if env is not None and not isinstance(env, dict):
+        raise ZooError(f"{path}: environment is {env!r}; expected an object")
+    libraries = (env or {}).get("libraries")
+    if libraries is not None and not (isinstance(libraries, list) and all(isinstance(x, str) for x in libraries)):
+        raise ZooError(f"{path}: environment.libraries is {libraries!r}; expected a list of library names")
     for i, row in enumerate(report["results"]):
-        if not isinstance(row, dict):
-            raise ZooError(f"{path}: results[{i}] is not an object")
-        missing = [k for k in IDENTITY if not isinstance(row.get(k), str)]
-        if missing:
-            raise ZooError(f"{path}: results[{i}] lacks {', '.join(missing)}; it is not a `zoo bench` row")
-        if row["status"] not in STATUSES:
-            raise ZooError(f"{path}: results[{i}] has status {row['status']!r}, not one of {', '.join(STATUSES)}")
-        if row["status"] == "ok" and not (isinstance(row.get("batch"), int)
-                                          and isinstance(row.get("p50_ms"), (int, float)) and row["p50_ms"] > 0):
-            raise ZooError(f"{path}: results[{i}] is ok but has no batch size or positive p50_ms")
-        if not isinstance(row.get("lengths") or {}, dict):
-            raise ZooError(f"{path}: results[{i}] has lengths {row['lengths']!r}; expected e.g. {{\"seq\": 128}}")
+        _check_row(f"{path}: results[{i}]", row)
+    seen: set[tuple] = set()
+    for row in report["results"]:
+        if row_key(row) in seen:
+            raise ZooError(f"{path} measures {row_key(row)} twice; compare reports of one run each")
+        seen.add(row_key(row))
     return report
+
+
+def _number(value: Any) -> bool:
+    """A finite JSON number (JSON readers accept Infinity and NaN; no comparison can use them)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_row(where: str, row: Any) -> None:
+    if not isinstance(row, dict):
+        raise ZooError(f"{where} is not an object")
+    missing = [k for k in IDENTITY if not isinstance(row.get(k), str)]
+    if missing:
+        raise ZooError(f"{where} lacks {', '.join(missing)}; it is not a `zoo bench` row")
+    if row["status"] not in STATUSES:
+        raise ZooError(f"{where} has status {row['status']!r}, not one of {', '.join(STATUSES)}")
+    batch = row.get("batch")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ZooError(f"{where} has batch {batch!r}; expected a positive integer")
+    if row["status"] == "ok" and not (batch is not None and _number(row.get("p50_ms")) and row["p50_ms"] > 0):
+        raise ZooError(f"{where} is ok but has no batch size or positive p50_ms (got {row.get('p50_ms')!r})")
+    lengths = row.get("lengths") or {}
+    if not (isinstance(lengths, dict) and all(isinstance(v, int) and not isinstance(v, bool)
+                                              for v in lengths.values())):
+        raise ZooError(f"{where} has lengths {row['lengths']!r}; expected e.g. {{\"seq\": 128}}")
+    noise = row.get("noise")
+    if noise is not None and not (_number(noise) and noise >= 0):
+        raise ZooError(f"{where} has noise {noise!r}; expected a non-negative number")
+    if row.get("metric") is not None and not _number(row["metric"]):
+        raise ZooError(f"{where} has metric {row['metric']!r}; expected a number")
+    if row.get("higher_is_better") is not None and not isinstance(row["higher_is_better"], bool):
+        raise ZooError(f"{where} has higher_is_better {row['higher_is_better']!r}; expected true or false")
+    if row.get("error") is not None and not isinstance(row["error"], str):
+        raise ZooError(f"{where} has error {row['error']!r}; expected a message")
 
 
 def write_report(report: Mapping[str, Any], directory: str | Path) -> dict[str, Path]:
@@ -76,12 +113,15 @@ def write_report(report: Mapping[str, Any], directory: str | Path) -> dict[str, 
     texts = {"json": ("report.json", json.dumps(report, indent=2, default=_json_default) + "\n"),
              "csv": ("results.csv", to_csv(report)), "markdown": ("report.md", markdown(report))}
     written = {}
-    for kind, (name, text) in texts.items():
-        atomic_write_text(directory / name, text)
-        written[kind] = directory / name
-    for kind, (name, png) in plots.render(report).items():
-        atomic_write_bytes(directory / name, png)
-        written[kind] = directory / name
+    try:
+        for kind, (name, text) in texts.items():
+            atomic_write_text(directory / name, text)
+            written[kind] = directory / name
+        for kind, (name, png) in plots.render(report).items():
+            atomic_write_bytes(directory / name, png)
+            written[kind] = directory / name
+    except OSError as exc:
+        raise ZooError(f"cannot write the benchmark report into {directory}: {exc.strerror or exc}") from None
     return written
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import UnsupportedError, ZooError
 from .env import environment
 from .loadgen import find_peak_qps, run_scenario, scenario_name
-from .matrix import _Failed, _hole, _in_own_process, _models, combinations, int8_method, job_for
+from .matrix import _Failed, _hole, _in_own_process, _models, check_names, combinations, int8_method, job_for
 from .measure import export_job
 
 
@@ -75,6 +75,10 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
                 on_result(results[-1])
 
     specs = _models(model)
+    if not specs:
+        raise ZooError("name at least one model to run the LoadGen scenarios on")
+    if url is None:
+        check_names(precisions, devices)
     if url is not None:
         if len(specs) != 1:
             raise ZooError("--url load-tests one model; name one")
@@ -100,6 +104,8 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
                 add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
                     label)
     return {"models": [s.name for s in specs], "environment": environment(threads),
-            "options": {"backends": list(backends), "precisions": list(precisions), "devices": list(devices),
+            # against a server, the server decides the backend, precision and device: none is recorded
+            "options": {**({} if url is not None else {"backends": list(backends), "precisions": list(precisions),
+                                                       "devices": list(devices)}),
                         "batch": batch, "scenarios": names, **settings, "url": url},
             "results": [], "loadgen": results}

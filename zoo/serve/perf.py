@@ -141,9 +141,15 @@ def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch
 
 def _point(where: Target, name: str, payloads: list | None, own: list | None, c: int, batch: int, duration: float,
            warmup: float) -> dict[str, Any]:
-    latencies, errors, elapsed, server = asyncio.run(_measure(where, name, payloads, own, c, duration, warmup))
+    """One concurrency: as perf_analyzer, a failed request counts as an error only, never in
+    throughput or latency (an error answered at once would look like speed), and the first
+    error's reason is kept so that the report says why."""
+    reasons: list[str] = []
+    latencies, errors, elapsed, server = asyncio.run(_measure(where, name, payloads, own, c, duration, warmup,
+                                                              reasons))
     ms = np.asarray(latencies) * 1e3
     return {"concurrency": c, "batch": batch, "requests": len(latencies), "errors": errors,
+            "first_error": reasons[0] if reasons else None,
             "requests_per_s": len(latencies) / elapsed, "samples_per_s": len(latencies) * batch / elapsed,
             "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
             "p90_ms": float(np.percentile(ms, 90)) if ms.size else None,
@@ -151,29 +157,30 @@ def _point(where: Target, name: str, payloads: list | None, own: list | None, c:
 
 
 async def _measure(where: Target, name: str, payloads: list | None, own: list | None, c: int, duration: float,
-                   warmup: float) -> tuple[list[float], int, float, dict]:
-    """Warm-up, then the measured run between two scrapes of /metrics."""
+                   warmup: float, reasons: list[str]) -> tuple[list[float], int, float, dict]:
+    """Warm-up, then the measured run between two scrapes of /metrics; `reasons` gets the
+    measured run's first error."""
     if where.protocol == "http":
         path = f"/v2/models/{name}/infer"
 
-        async def run(seconds: float) -> tuple[list[float], int, float]:
-            return await closed_loop(where.host, where.port, path, payloads or [], c, seconds, own=own)
+        async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
+            return await closed_loop(where.host, where.port, path, payloads or [], c, seconds, own=own, reasons=why)
 
-        return await _timed(run, where, name, warmup, duration)
+        return await _timed(run, where, name, warmup, duration, reasons)
     import grpc
 
     async with grpc.aio.insecure_channel(where.grpc, options=CHANNEL_OPTIONS) as channel:
-        async def run(seconds: float) -> tuple[list[float], int, float]:
-            return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own)
+        async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
+            return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own, reasons=why)
 
-        return await _timed(run, where, name, warmup, duration)
+        return await _timed(run, where, name, warmup, duration, reasons)
 
 
-async def _timed(run, where: Target, name: str, warmup: float, duration: float):
+async def _timed(run, where: Target, name: str, warmup: float, duration: float, reasons: list[str]):
     if warmup > 0:
-        await run(warmup)
+        await run(warmup, [])
     before = await asyncio.to_thread(_scrape, where.http, name)
-    latencies, errors, elapsed = await run(duration)
+    latencies, errors, elapsed = await run(duration, reasons)
     after = await asyncio.to_thread(_scrape, where.http, name)
     return latencies, errors, elapsed, _server_view(before, after)
 
@@ -314,25 +321,26 @@ def grpc_request(served: str, inputs: Mapping[str, Any], datatypes: Mapping[str,
 
 
 async def grpc_closed_loop(channel, messages: list[bytes], concurrency: int, duration: float,
-                           statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None
-                           ) -> tuple[list[float], int, float]:
+                           statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None,
+                           reasons: list[str] | None = None) -> tuple[list[float], int, float]:
     """`concurrency` clients sharing `channel` (grpc.aio) in a closed loop over serialized
     ModelInferRequest `messages` (client k over `own[k]` instead, when given) for
-    `duration` s: the latencies of every answer, how many were not OK, the seconds taken;
-    `statuses` counts answers by (message index, status code name)."""
+    `duration` s: the latencies of the OK answers, how many were not OK, the seconds taken;
+    `statuses` counts answers by (message index, status code name); `reasons` gets the
+    first error's status and message."""
     call = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
     latencies: list[float] = []
     errors = [0]
     statuses = Counter() if statuses is None else statuses
     start = time.perf_counter()
     stop_at = start + duration
-    await asyncio.gather(*(_grpc_client(call, own[k] if own else messages, k, stop_at, latencies, errors, statuses)
-                           for k in range(concurrency)))
+    await asyncio.gather(*(_grpc_client(call, own[k] if own else messages, k, stop_at, latencies, errors, statuses,
+                                        [] if reasons is None else reasons) for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
 async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, latencies: list[float],
-                       errors: list[int], statuses: Counter) -> None:
+                       errors: list[int], statuses: Counter, reasons: list[str]) -> None:
     import grpc
 
     i = k * 7  # clients start at different requests
@@ -345,9 +353,12 @@ async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, late
             code = "OK"
         except grpc.aio.AioRpcError as exc:
             code = exc.code().name
-        latencies.append(time.perf_counter() - sent)
+            if not reasons:
+                reasons.append(f"{code}: {exc.details()}")
         statuses[index, code] += 1
-        if code != "OK":
+        if code == "OK":
+            latencies.append(time.perf_counter() - sent)
+        else:
             errors[0] += 1
 
 
@@ -355,19 +366,22 @@ async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, late
 
 
 async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency: int, duration: float,
-                      statuses: Counter | None = None, own: Sequence[list] | None = None
-                      ) -> tuple[list[float], int, float]:
+                      statuses: Counter | None = None, own: Sequence[list] | None = None,
+                      reasons: list[str] | None = None) -> tuple[list[float], int, float]:
     """`concurrency` clients in a closed loop over `bodies` (client k over `own[k]` instead,
-    when given) for `duration` s: the latencies of every answer, how many were not 200, the
-    seconds taken; `statuses` counts the answers by (body index, status code)."""
+    when given) for `duration` s: the latencies of the 200 answers, how many were not 200,
+    the seconds taken; `statuses` counts the answers by (body index, status code);
+    `reasons` gets the first error's status and the server's message."""
     latencies: list[float] = []
     errors = [0]
     shared = _http_requests(host, path, bodies) if not own else None
     mine = [_http_requests(host, path, own[k]) for k in range(concurrency)] if own else None
     start = time.perf_counter()
     stop_at = start + duration
-    await asyncio.gather(*(_client(host, port, mine[k] if mine else shared, k, stop_at, latencies, errors,
-                                   Counter() if statuses is None else statuses) for k in range(concurrency)))
+    counts = Counter() if statuses is None else statuses
+    why = [] if reasons is None else reasons
+    await asyncio.gather(*(_client(host, port, mine[k] if mine else shared, k, stop_at, latencies, errors, counts, why)
+                           for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
@@ -382,7 +396,7 @@ def _http_requests(host: str, path: str, bodies: list) -> list[bytes]:
 
 
 async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: float,
-                  latencies: list[float], errors: list[int], statuses: Counter) -> None:
+                  latencies: list[float], errors: list[int], statuses: Counter, reasons: list[str]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     i = k * 7  # clients start at different requests
     try:
@@ -399,13 +413,28 @@ async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: 
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
-            await reader.readexactly(length)
-            latencies.append(time.perf_counter() - sent)
+            body = await reader.readexactly(length)
             statuses[index, status] += 1
-            if status != 200:
-                errors[0] += 1
+            if status == 200:
+                latencies.append(time.perf_counter() - sent)
+                continue
+            errors[0] += 1
+            if not reasons:
+                reasons.append(f"HTTP {status}: {_server_message(body)}")
     finally:
         writer.close()
+
+
+def _server_message(body: bytes) -> str:
+    """The `error` of an Open Inference Protocol error answer, else its text (first line)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    message = doc.get("error") if isinstance(doc, dict) else None
+    lines = str(message if message is not None else text).strip().splitlines()
+    return lines[0] if lines else "(no message)"
 
 
 # ---------------------------------------------------------------- system shared memory
@@ -570,6 +599,7 @@ def _server_view(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 
 def print_sweep(report: dict[str, Any], console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     how = report.get("protocol", "http") + (", shared memory" if report.get("shared_memory") else "")
@@ -586,3 +616,7 @@ def print_sweep(report: dict[str, Any], console) -> None:
                       f(r["p90_ms"]), f(r["p99_ms"]), str(r["errors"]), f(s.get("request_ms")), f(s.get("queue_ms")),
                       f(s.get("compute_ms")), f(s.get("overhead_ms")), f(s.get("mean_batch"), 1))
     console.print(table)
+    for r in report["results"]:
+        if r.get("first_error"):
+            console.print(f"[yellow]concurrency {r['concurrency']}, {r['batch']} rows/request: {r['errors']} "
+                          f"errors, the first: {escape(r['first_error'])}[/]", highlight=False)
