@@ -339,3 +339,68 @@ def test_train_with_a_config_override(zoo_cli, fails):
     assert result.returncode == 0, result.stderr
     assert zoo.load_checkpoint(zoo_cli.cwd / "small", MODEL).config == {"width": 8}
     assert not (zoo_cli.cwd / "checkpoints").exists()
+
+
+def test_train_refuses_an_unusable_out_before_training(zoo_cli, fails):
+    (zoo_cli.cwd / "afile").write_text("")
+    assert fails("train", MODEL, "--out", "afile", "--epochs", "1") == "--out afile: exists and is not a directory"
+    assert fails("train", MODEL, "--out", "afile/run", "--epochs", "1") == "--out afile/run: afile is not a directory"
+    assert sorted(p.name for p in zoo_cli.cwd.iterdir()) == ["afile"]  # nothing trained, nothing written
+
+
+BENCH_WORKER_INTERRUPTED = """
+import multiprocessing, os, signal, time
+from zoo.bench.measure import run_in_child
+
+def interrupted(job):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C reaches the whole process group
+    time.sleep(5)
+
+ctx = multiprocessing.get_context("fork")
+for parent_gone in (False, True):
+    receive, send = ctx.Pipe(duplex=False)
+    if parent_gone:  # the parent, interrupted too, closed its end first
+        receive.close()
+    proc = ctx.Process(target=run_in_child, args=(send, interrupted, {}))
+    proc.start()
+    send.close()
+    proc.join()
+    print(proc.exitcode)
+"""
+
+
+def test_a_bench_worker_interrupted_by_ctrl_c_exits_quietly():
+    """The parent reports Ctrl-C (exit 130); its workers add no traceback, whether or not
+    the parent has closed the pipe they answer on."""
+    result = subprocess.run([sys.executable, "-c", BENCH_WORKER_INTERRUPTED], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and result.stdout.split() == ["130", "130"]
+
+
+@pytest.mark.parametrize("command", [["generate", "gpt.pydoc", "-p", "hi"], ["predict", MODEL, "d.png"]])
+def test_no_checkpoint_names_what_predict_and_generate_accept(fails, command):
+    """They have no --random-init: untrained weights reach them as an artifact."""
+    message = fails(*command)
+    assert f"run `zoo train {command[1]}` first, pass --checkpoint DIR, or run untrained weights with --artifact" \
+           in message and f"`zoo export {command[1]} -b onnxruntime --random-init`" in message
+
+
+def test_predict_labels_each_file_result_by_its_path(zoo_cli, exported, tmp_path):
+    from PIL import Image
+
+    for name, shade in (("dark.png", 0), ("light.png", 255)):
+        Image.new("L", (8, 8), shade).save(zoo_cli.cwd / name)
+    lines = succeeds(zoo_cli("predict", "-", "-a", str(exported), "dark.png", "--image", "./light.png")).splitlines()
+    assert [line.split(": ", 1)[0] for line in lines] == ["./light.png", "dark.png"]  # --image first, then items
+
+
+def test_generate_bounds_max_new_tokens_by_the_models_context(zoo_cli, fails):
+    spec = zoo.get_model("gpt.pydoc").tiny()
+    zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict()).save(zoo_cli.cwd / "gpt")
+    context = spec.axes["seq"].max
+    for n in (context + 1, 100000, 0):
+        assert fails("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(n)) == \
+            f"--max-new-tokens must be from 1 to {context} (gpt.pydoc's context), got {n}"
+    longest = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(context))
+    assert succeeds(longest).startswith("hi")

@@ -166,6 +166,24 @@ def test_refusals_name_the_cause(repository, tmp_path):
                                     "match its sha256")
 
 
+@pytest.mark.parametrize("option, value, says", [
+    ("--namespace", "Bad Name!", "--namespace 'Bad Name!' is not a valid namespace (a DNS-1123 label)"),
+    ("--namespace", "ml\n", "--namespace 'ml\\n' is not a valid namespace"),
+    ("--storage-uri", "gs://", "--storage-uri 'gs://' names no bucket, claim or host after gs://"),
+    ("--storage-uri", "s3:///zoo", "--storage-uri 's3:///zoo' names no bucket, claim or host after s3://"),
+    ("--storage-uri", "gs://m/zoo\nkind: Pod", "holds spaces or control characters"),
+    ("--image", "evil\nkind: Pod", "--image 'evil\\nkind: Pod' is not a valid image reference"),
+    ("--image", "registry.example/zoo:a:b", "is not a valid image reference"),
+    ("--runtime-version", "24.08 py3", "--runtime-version '24.08 py3' is not a valid image tag"),
+])
+def test_values_kubernetes_would_reject_are_refused_in_one_line(repository, option, value, says):
+    args = {"--storage-uri": "gs://m/zoo", option: value}
+    result = cli(str(repository), *[part for pair in args.items() for part in pair])
+    assert result.returncode != 0 and result.stdout == ""  # nothing written
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
+
+
 def test_directories_triton_would_load_are_named(repository, tmp_path):
     root = tmp_path / "models"
     shutil.copytree(repository, root)

@@ -242,3 +242,72 @@ def test_serve_refuses_an_unreadable_key_at_start(tmp_path):
     (tmp_path / "exports").mkdir()
     result = cli("serve", "exports", "--require-signature", str(tmp_path / "missing.pem"), cwd=tmp_path)
     assert result.returncode != 0 and "--require-signature: cannot read" in result.stderr
+
+
+def encrypted_keypair(directory: Path, password: bytes) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP384R1())
+    private, public = directory / "locked.pem", directory / "locked.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.BestAvailableEncryption(password)))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def test_cli_sign_takes_an_encrypted_keys_password_from_the_environment(artifact, tmp_path, monkeypatch):
+    private, public = encrypted_keypair(tmp_path, b"secret")
+    args = ("sign", str(artifact), "--key", str(private))
+    locked = invoke(*args)  # CliRunner's stdin is no terminal: nothing to prompt at
+    assert locked.exit_code != 0 and "is encrypted: name the environment variable holding its password with " \
+        "--password-env" in str(locked.exception)
+    assert "no such environment variable" in str(invoke(*args, "--password-env", "ZOO_TEST_UNSET").exception)
+    monkeypatch.setenv("ZOO_TEST_KEY_PASSWORD", "secret")
+    signed = invoke(*args, "--password-env", "ZOO_TEST_KEY_PASSWORD")
+    assert signed.exit_code == 0, signed.output
+    assert verify_signature(artifact, public)["key"] in signed.output
+
+
+def test_cli_sign_prompts_for_an_encrypted_keys_password_at_a_terminal(artifact, tmp_path):
+    import pty
+    import termios
+    import time
+
+    private, public = encrypted_keypair(tmp_path, b"secret")
+    main, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "sign", str(artifact), "--key", str(private)],
+                            stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # no controlling terminal: getpass reads the pty on stdin
+    os.close(terminal)
+    deadline = time.monotonic() + 60
+    # getpass flushes what was typed before it turned echo off: type once it has
+    while termios.tcgetattr(main)[3] & termios.ECHO and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.write(main, b"secret\n")
+    out, err = proc.communicate(timeout=120)
+    os.close(main)
+    assert proc.returncode == 0, err
+    assert verify_signature(artifact, public)["key"] in out
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: __import__("cryptography.hazmat.primitives.asymmetric.rsa", fromlist=["rsa"]).generate_private_key(
+        65537, 2048), "is RSA, not an elliptic-curve key"),
+    (lambda: __import__("cryptography.hazmat.primitives.asymmetric.ed25519", fromlist=["ed25519"])
+     .Ed25519PrivateKey.generate(), "is Ed25519, not an elliptic-curve key"),
+    (lambda: ec.generate_private_key(ec.SECP256K1()), "is on curve secp256k1"),
+])
+def test_a_key_model_signing_cannot_use_is_refused_naming_what_it_takes(artifact, tmp_path, make, says):
+    key = make()
+    private, public = tmp_path / "key.pem", tmp_path / "key.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    takes = "(model-signing's key signer takes EC keys: P-256/P-384/P-521)"
+    result = cli("sign", str(artifact), "--key", str(private), cwd=tmp_path)
+    assert result.returncode != 0 and result.stderr.strip().splitlines() == [
+        f"error: the private key {private} {says} {takes}"]
+    with pytest.raises(zoo.ZooError, match=f"the public key {public} {says}"):
+        verify_signature(artifact, public)
+    assert not (artifact / SIGNATURE).exists()

@@ -285,3 +285,40 @@ def test_python_form_of_a_native_engine_is_verified_by_zoo_verify(repository, tm
     (copy / "1" / "model.py").write_text("raise SystemExit\n")
     with pytest.raises(zoo.ZooError, match="1/model.py does not match its sha256"):
         zoo.load(copy)
+
+
+def test_a_port_another_server_answers_on_is_not_taken_for_triton(tmp_path):
+    """A `zoo serve` (here, a stand-in answering its routes) holds the HTTP port: tritonserver
+    fails to bind, and the other server's "live" must not pass for Triton's."""
+    import http.server
+    import json as json_
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json_.dumps({"name": "zoo", "version": "0", "extensions": []} if self.path == "/v2" else {})
+            self.answer(body)
+
+        def do_POST(self):  # noqa: N802 - /v2/repository/index: no model loading
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.answer("[]")
+
+        def answer(self, body: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    (tmp_path / "models").mkdir()
+    try:
+        server = Tritonserver(tmp_path / "models", log=tmp_path / "triton.log", http_port=other.server_address[1])
+        with pytest.raises(RuntimeError, match=r"tritonserver exited|is 'zoo', not Triton") as refused:
+            server.wait_live(timeout=60)
+    finally:
+        other.shutdown()
+    assert server.proc.poll() is not None  # stopped, not left running
+    assert str(refused.value).count("\n") >= 1  # with its log's tail

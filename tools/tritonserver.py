@@ -81,19 +81,38 @@ class Tritonserver:
                                      start_new_session=True)
 
     def wait_live(self, timeout: float = 300.0) -> "Tritonserver":
-        """Until the HTTP endpoint answers and no model is still loading."""
+        """Until the HTTP endpoint answers and no model is still loading.
+
+        The answer must be this process's: another server on the port (a `zoo serve`) answers
+        /v2/health/live too, while tritonserver fails with "Socket already in use". So the
+        process must be alive and the server metadata must name Triton."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
-            with contextlib.suppress(httpx.HTTPError):
+            self._check_running()
+            with contextlib.suppress(httpx.HTTPError, ValueError):
                 if httpx.get(f"http://{self.http_url}/v2/health/live", timeout=2).status_code == 200:
+                    name = httpx.get(f"http://{self.http_url}/v2", timeout=2).json().get("name")
+                    self._check_running()
+                    if name != "triton":
+                        self.stop()
+                        raise RuntimeError(f"the server answering on {self.http_url} is {name!r}, not Triton "
+                                           f"(is the port taken?):\n{self._log_tail()}")
                     index = httpx.post(f"http://{self.http_url}/v2/repository/index", json={}, timeout=5).json()
                     if all(m.get("state") not in ("LOADING", "UNLOADING") for m in index):
                         return self
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"tritonserver was not ready after {timeout} s:\n{self.log()[-4000:]}")
+        raise RuntimeError(f"tritonserver was not ready after {timeout} s:\n{self._log_tail()}")
+
+    def _check_running(self) -> None:
+        if self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self._log_tail()}")
+
+    def _log_tail(self, lines: int = 40) -> str:
+        if self.log_path == Path(os.devnull):
+            return "(its log was discarded: give log= or --log FILE to keep it)"
+        return "\n".join(self.log().splitlines()[-lines:])
 
     def index(self) -> dict[str, dict]:
         """The repository index by model name: state and reason."""
@@ -153,9 +172,21 @@ def main() -> None:
     parser.add_argument("repository", type=Path)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--log", type=Path, default=None, help="Triton's log file (default: discarded)")
+    parser.add_argument("--log", type=Path, default=None, help="Triton's log file (default: a temporary file, "
+                        "whose last lines a failed start shows)")
     ns = parser.parse_args()
-    with Tritonserver(ns.repository.resolve(), log=ns.log, http_port=ns.http_port, grpc_port=ns.grpc_port) as server:
+    if ns.log is None:
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+        os.close(fd)
+        ns.log = Path(name)
+    try:
+        server = Tritonserver(ns.repository.resolve(), log=ns.log, http_port=ns.http_port,
+                              grpc_port=ns.grpc_port).wait_live()
+    except RuntimeError as exc:
+        sys.exit(f"error: {exc}")
+    try:
         for name, entry in sorted(server.index().items()):
             print(f"{name}: {entry.get('state')} {entry.get('reason', '')}".rstrip(), flush=True)
         print(f"Triton serving {ns.repository} on http://{server.http_url} and grpc {server.grpc_url}; Ctrl-C stops",
@@ -163,6 +194,8 @@ def main() -> None:
         with contextlib.suppress(KeyboardInterrupt):
             while server.proc.poll() is None:
                 time.sleep(1)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -301,16 +301,39 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
 
 @app.command()
 def sign(artifact: str = typer.Argument(..., help="Artifact directory, or its name in the repository."),
-         key: Path = typer.Option(..., "--key", help="An elliptic-curve private key, PEM (e.g. `openssl ecparam "
-                                  "-name prime256v1 -genkey -noout -out key.pem`)."),
+         key: Path = typer.Option(..., "--key", help="An elliptic-curve private key (P-256, P-384 or P-521), PEM "
+                                  "(e.g. `openssl ecparam -name prime256v1 -genkey -noout -out key.pem`)."),
+         password_env: Optional[str] = typer.Option(None, help="The environment variable holding an encrypted "
+                                                    "key's password (without it, a terminal prompts for it)."),
          repository: Path = REPOSITORY, as_json: bool = JSON):
     """Sign ARTIFACT (every file, the manifest included) with OpenSSF model-signing; writes ARTIFACT/model.sig.
 
     `zoo verify ARTIFACT --public-key PUB.pem` and `zoo serve --require-signature PUB.pem` check it."""
     from .signing import sign as run
 
-    result = run(_artifact_path(artifact, repository), key)
+    result = run(_artifact_path(artifact, repository), key, password=_key_password(key, password_env))
     _emit_json(result) if as_json else out.print(escape(f"signed {artifact}: key {result['key']}"))
+
+
+def _key_password(key: Path, env: Optional[str]) -> str | None:
+    """An encrypted key's password: from the variable --password-env names, else a hidden prompt at a
+    terminal. Never an option's value, which shell history and `ps` would show."""
+    from .signing import encrypted
+
+    if env is not None:
+        if env not in os.environ:
+            raise ZooError(f"--password-env {env}: no such environment variable is set")
+        return os.environ[env]
+    try:
+        locked = encrypted(key.read_bytes())
+    except OSError:
+        return None  # `sign` names the unreadable file
+    if not locked:
+        return None
+    if not sys.stdin.isatty():
+        raise ZooError(f"--key {key} is encrypted: name the environment variable holding its password with "
+                       f"--password-env, or run at a terminal to be prompted for it")
+    return typer.prompt(f"password for {key}", hide_input=True)
 
 
 ARTIFACT = typer.Option(None, "--artifact", "-a", help="Run this artifact (directory or name in the repository) "
@@ -323,8 +346,17 @@ DEVICE = typer.Option(None, "--device", help="cpu or cuda[:N] (default: an artif
 
 def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, checkpoint: Optional[Path],
                device: Optional[str]):
+    from .checkpoint import default_path
+    from .errors import CheckpointError
     from .predict import predictor
 
+    if artifact is None and checkpoint is None and model is not None:
+        spec = registry.get_model(model)
+        # said here, not by the exporter's message: these commands have no --random-init
+        if spec.trainable and not default_path(spec.name).exists():
+            raise CheckpointError(f"no checkpoint for {spec.name} at {default_path(spec.name)}: run `zoo train "
+                                  f"{spec.name}` first, pass --checkpoint DIR, or run untrained weights with "
+                                  f"--artifact NAME after `zoo export {spec.name} -b onnxruntime --random-init`")
     path = _artifact_path(artifact, repository) if artifact else None
     return predictor(model, path, checkpoint, device=device)
 
@@ -337,7 +369,7 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
             text: List[str] = typer.Option([], "--text", help="A text input (repeatable); as an item, checked to "
                                            "be the model's kind."),
             smiles: List[str] = typer.Option([], "--smiles", help="A SMILES string (repeatable)."),
-            image: List[Path] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
+            image: List[str] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
             url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` (or Triton) server at "
@@ -367,15 +399,14 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
     for k, values in given.items():
         if values and k != kind:
             raise InputError(f"model {name} takes {kind or 'tensors'} inputs, not --{k}")
-    raw: list = list(given.get(kind or "", []))
-    raw += [Path(x) for x in items or []] if binary else list(items or [])
+    raw: list = list(given.get(kind or "", [])) + list(items or [])
+    labels = [str(item) for item in raw]  # a file's result is labelled by its path, as given
     if binary:
-        raw = [_read_file(p) for p in raw]
+        raw = [_read_file(Path(p)) for p in raw]
     results = fn(raw)
     if as_json:
         return _emit_json({"model": name, "source": source, "results": results})
-    for item, result in zip(raw, results):
-        label = item if isinstance(item, str) else f"<{len(item)} bytes>"
+    for label, result in zip(labels, results):
         out.print(f"{escape(label)}: {escape(json.dumps(result))}", soft_wrap=True)
 
 
@@ -389,16 +420,37 @@ def _read_file(path: Path) -> bytes:
 
 @app.command()
 def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
-             max_new_tokens: int = typer.Option(100, "--max-new-tokens", "-n"),
+             max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="Tokens to add, "
+                                                          "at most the model's context (its sequence axis maximum, "
+                                                          "`zoo info`); default 100, or the context if shorter."),
              temperature: float = typer.Option(0.0, help="0: greedy; higher: more random sampling."),
              seed: int = 0, artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
              checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
              device: Optional[str] = DEVICE):
     """Continue PROMPT with a language model, greedily or by sampling at a temperature."""
+    from .errors import InputError
     from .predict import generate as run
 
     spec, fn, _ = _predictor(model, artifact, repository, checkpoint, device)
+    context = _context(spec)
+    if max_new_tokens is None:
+        max_new_tokens = min(100, context or 100)
+    elif context is not None and not 1 <= max_new_tokens <= context:
+        # each token is a forward pass over up to `context` tokens: an unbounded -n runs for hours
+        raise InputError(f"--max-new-tokens must be from 1 to {context} ({spec.name}'s context), "
+                         f"got {max_new_tokens}")
     print(prompt + run(spec, fn, prompt, max_new_tokens, temperature, seed))
+
+
+def _context(spec) -> int | None:
+    """A language model's context: its token input's sequence axis maximum (None for other models,
+    which `zoo generate` refuses with its own reason)."""
+    if spec.detokenize is None or spec.preprocess is None or len(spec.inputs) != 1:
+        return None
+    shape = spec.inputs[0].shape
+    if len(shape) < 2:
+        return None
+    return spec.axes[shape[1]].max if isinstance(shape[1], str) else int(shape[1])
 
 
 @app.command()
@@ -460,7 +512,8 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
         from .signing import fingerprint
 
         try:
-            fingerprint(require_signature.read_bytes())  # a bad key fails here, not once per artifact
+            # a bad key fails here, not once per artifact
+            fingerprint(require_signature.read_bytes(), f"--require-signature key {require_signature}")
         except OSError as exc:
             raise ZooError(f"--require-signature: cannot read {require_signature}: {exc.strerror or exc}") from None
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,

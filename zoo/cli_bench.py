@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .bench.report import precision_label
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
 from .errors import ZooError
+from .fsutil import check_destination
 
 
 def _f(value: Any, spec: str) -> str:
@@ -147,12 +147,12 @@ def bench(ctx: typer.Context,
         raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
     if output is not None:
-        _check_destination(output, "--output", directory=False)
+        check_destination(output, "--output", directory=False)
     if url is not None and scenario is None:
         return _sweep_server(o)
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
     directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
-    _check_destination(directory, "--report-dir", directory=True)
+    check_destination(directory, "--report-dir")
     report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
             compare_path=compare)
@@ -178,21 +178,6 @@ def _check_values(o: SimpleNamespace) -> None:
         bad = next((v for v in values if v < 1), None)
         if bad is not None or (option != "--threads" and not values):
             raise ZooError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
-
-
-def _check_destination(path: Path, option: str, directory: bool) -> None:
-    """Refuse a report destination that cannot be written before the run, so that no
-    measurement is lost to it after."""
-    if directory and path.exists() and not path.is_dir():
-        raise ZooError(f"{option} {path}: exists and is not a directory")
-    if not directory and path.is_dir():
-        raise ZooError(f"{option} {path}: is a directory; name the JSON file to write, e.g. {path / 'report.json'}")
-    folder = path if directory else path.parent
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
-    if not existing.is_dir():
-        raise ZooError(f"{option} {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ZooError(f"{option} {path}: {existing} is not writable")
 
 
 def _sweep_server(o: SimpleNamespace) -> None:

@@ -47,6 +47,16 @@ NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
 #: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5")
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+#: a namespace: a DNS-1123 label
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: an image reference, as the distribution project's grammar (`reference/regexp.go`) has it:
+#: [registry[:port]/]path[:tag][@digest], lower-case path components
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+TAG = re.compile(r"[\w][\w.-]{0,127}")
+IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{TAG.pattern})?"
+                   r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+IMAGE_MAX = 255  # the name part's limit; a longer reference is refused as a whole
 
 
 @dataclass(frozen=True)
@@ -90,21 +100,39 @@ def default_name(repository: Path) -> str:
     return text or "zoo"
 
 
-def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str) -> None:
-    if not NAME.match(name) or len(name) > NAME_MAX:
+def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str,
+           namespace: str | None = None, image: str | None = None, runtime_version: str | None = None) -> None:
+    """Refuse values the API server or KServe's webhook would reject, one line each (fullmatch:
+    `$` would let a trailing newline through into the YAML)."""
+    if not NAME.fullmatch(name) or len(name) > NAME_MAX:
         raise UnsupportedError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
                                f"and '-', starting with a letter and ending with a letter or digit, at most "
+                               f"{NAME_MAX} characters")
+    if namespace is not None and (not NAMESPACE.fullmatch(namespace) or len(namespace) > NAME_MAX):
+        raise UnsupportedError(f"--namespace {namespace!r} is not a valid namespace (a DNS-1123 label): lower-case "
+                               f"letters, digits and '-', starting and ending with a letter or digit, at most "
                                f"{NAME_MAX} characters")
     if not storage_uri.startswith(STORAGE_SCHEMES):
         raise UnsupportedError(f"--storage-uri {storage_uri!r}: KServe's storage initializer reads "
                                f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
                                f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
+    if any(c.isspace() or not c.isprintable() for c in storage_uri):
+        raise UnsupportedError(f"--storage-uri {storage_uri!r} holds spaces or control characters")
+    scheme, rest = storage_uri.split("://", 1)
+    if not rest.split("/", 1)[0]:
+        raise UnsupportedError(f"--storage-uri {storage_uri!r} names no bucket, claim or host after {scheme}://, "
+                               f"e.g. {scheme}://BUCKET/zoo")
+    if image is not None and (not IMAGE.fullmatch(image) or len(image) > IMAGE_MAX):
+        raise UnsupportedError(f"--image {image!r} is not a valid image reference: "
+                               f"[REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], e.g. registry.example/zoo-triton:0.1")
+    if runtime_version is not None and not TAG.fullmatch(runtime_version):
+        raise UnsupportedError(f"--runtime-version {runtime_version!r} is not a valid image tag (e.g. 24.08-py3)")
     if protocol not in PROTOCOLS:
         raise UnsupportedError(f"--protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
     if gpus < 0:
         raise UnsupportedError(f"--gpu {gpus}: give 0 or more GPUs")
     for option, value in (("--cpu", cpu), ("--memory", memory)):
-        if not QUANTITY.match(value):
+        if not QUANTITY.fullmatch(value):
             raise UnsupportedError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
 
 
@@ -119,7 +147,7 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
     repository holds python-form artifacts. `runtime`/`runtime_version`: a KServe
     ServingRuntime and its image tag, else KServe picks the runtime for `triton`."""
     name = name if name is not None else default_name(repository)
-    _check(name, storage_uri, protocol, gpus or 0, cpu, memory)
+    _check(name, storage_uri, protocol, gpus or 0, cpu, memory, namespace, image, runtime_version)
     facts = read_repository(repository)
     warnings: list[str] = []
     if gpus is None:

@@ -53,7 +53,36 @@ def _key_bytes(path: str | Path, what: str) -> bytes:
         raise ZooError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
 
 
-def fingerprint(public_key_pem: bytes) -> str:
+#: the curves model-signing's key signer and verifier take (`sign_ec_key.py`)
+CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+
+
+def _check_curve(key, what: str) -> None:
+    """Refuse a key model-signing cannot use before it fails inside with an AttributeError."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    takes = f"model-signing's key signer takes EC keys: {'/'.join(CURVES.values())}"
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
+        kind = type(key).__name__.removesuffix("PrivateKey").removesuffix("PublicKey")
+        raise UnsupportedError(f"the {what} is {kind}, not an elliptic-curve key ({takes})")
+    if key.curve.name not in CURVES:
+        raise UnsupportedError(f"the {what} is on curve {key.curve.name} ({takes})")
+
+
+def encrypted(private_key_pem: bytes) -> bool:
+    """Whether the PEM private key needs a password to be read."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        serialization.load_pem_private_key(private_key_pem, None)
+    except TypeError:  # "Password was not given but private key is encrypted"
+        return True
+    except ValueError:  # not a key at all: `sign` says so
+        return False
+    return False
+
+
+def fingerprint(public_key_pem: bytes, what: str = "public key") -> str:
     """`sha256:<hex>` of the key's PEM SubjectPublicKeyInfo, as model-signing's key hint."""
     from cryptography.hazmat.primitives import serialization
 
@@ -61,17 +90,19 @@ def fingerprint(public_key_pem: bytes) -> str:
         key = serialization.load_pem_public_key(public_key_pem)
     except ValueError as exc:
         raise ZooError(f"not a PEM public key: {exc}") from None
+    _check_curve(key, what)
     pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return "sha256:" + hashlib.sha256(pem).hexdigest()
 
 
-def _public_of(private_key_pem: bytes, password: str | None) -> bytes:
+def _public_of(private_key_pem: bytes, password: str | None, what: str) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     try:
         key = serialization.load_pem_private_key(private_key_pem, password.encode() if password else None)
     except (ValueError, TypeError) as exc:
         raise ZooError(f"not a usable PEM private key: {exc}") from None
+    _check_curve(key, what)
     return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -89,7 +120,7 @@ def sign(path: str | Path, private_key: str | Path, password: str | None = None)
 
     art = Artifact.open(path)
     pem = _key_bytes(private_key, "private key")
-    identity = fingerprint(_public_of(pem, password))
+    identity = fingerprint(_public_of(pem, password, f"private key {private_key}"))
     hashing, signing, _ = _model_signing()
     root = art.path.resolve()
     staged = root / f".{SIGNATURE}.tmp"
@@ -127,7 +158,7 @@ def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]
     reason when it is unsigned or any file differs from what was signed."""
     root = Path(path).resolve()
     pem = _key_bytes(public_key, "public key")
-    identity = fingerprint(pem)
+    identity = fingerprint(pem, f"public key {public_key}")
     if (root / SIGNATURE).is_symlink() or not signed(root):
         raise SignatureError(f"artifact {root.name} is not signed (no {SIGNATURE}); a signature by key "
                              f"{identity} is required: sign it with `zoo sign`")

@@ -25,6 +25,7 @@ import torch
 
 from .checkpoint import Checkpoint, default_path
 from .errors import ZooError
+from .fsutil import check_destination
 from .registry import get_model
 from .spec import ModelSpec
 from .tensors import call_module, to_numpy, to_torch
@@ -60,14 +61,15 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ZooError("device cuda asked for, but no CUDA device is available")
     options.check_device(device)
+    out = Path(out) if out is not None else default_path(spec.name)
+    check_destination(out, "--out")  # before training, so that no epoch is lost to it
 
     world = distributed.init(device)
     threads = torch.get_num_threads()
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     try:
-        run = Run(spec, Path(out) if out is not None else default_path(spec.name), options, world, seed, epochs,
-                  world.device(device), progress, on_epoch_end)
+        run = Run(spec, out, options, world, seed, epochs, world.device(device), progress, on_epoch_end)
         run.facts.update(seed=seed, epochs=epochs, accumulate=options.accumulate,
                          batch_size=options.batch_size or recipe.batch_size,
                          val_fraction=recipe.val_fraction if options.val_fraction is None else options.val_fraction)

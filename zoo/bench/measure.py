@@ -231,7 +231,10 @@ def measure_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str, Any]) -> None:
-    """A child process's entry: run `fn(job)` and send back ("ok", result) or the error."""
+    """A child process's entry: run `fn(job)` and send back ("ok", result) or the error.
+
+    Ctrl-C reaches the whole process group: the parent reports it (exit 130), so the child
+    exits quietly, as it does when the parent has already closed the pipe."""
     import os
     import sys
 
@@ -245,15 +248,20 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     # a broken plugin was reported once by the parent; a worker rebuilding the registry need not repeat it
     logging.getLogger("zoo.plugins").setLevel(logging.ERROR)
     try:
-        conn.send(("ok", fn(job)))
-    except UnsupportedError as exc:
-        conn.send(("unsupported", str(exc)))
-    except VerificationError as exc:  # the export ran and verification refused it: an outcome, not a crash
-        conn.send(("refused", str(exc)))
-    except ZooError as exc:
-        conn.send(("failed", str(exc)))
-    except BaseException as exc:  # a library error inside one backend is this row's failure
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        try:
+            reply = ("ok", fn(job))
+        except UnsupportedError as exc:
+            reply = ("unsupported", str(exc))
+        except VerificationError as exc:  # the export ran and verification refused it: an outcome, not a crash
+            reply = ("refused", str(exc))
+        except ZooError as exc:
+            reply = ("failed", str(exc))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a library error inside one backend is this row's failure
+            reply = ("failed", f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+    except (KeyboardInterrupt, BrokenPipeError):
+        sys.exit(130)
     finally:
         conn.close()
-
