@@ -311,3 +311,30 @@ def test_a_key_model_signing_cannot_use_is_refused_naming_what_it_takes(artifact
     with pytest.raises(zoo.ZooError, match=f"the public key {public} {says}"):
         verify_signature(artifact, public)
     assert not (artifact / SIGNATURE).exists()
+
+
+def test_the_bytecode_triton_caches_after_signing_keeps_the_signature_and_nothing_else_passes(keys, tmp_path):
+    """Triton's Python backend writes `1/__pycache__/model.<tag>.pyc` when it imports a
+    signed Python-form artifact's model.py. The signature leaves `__pycache__` out and
+    `Artifact.open` checks what is in it: that file is accepted; bytecode of anything else,
+    which Python would run in place of model.py, is refused by every load after the
+    signature verified."""
+    import importlib.util
+    import py_compile
+
+    private, public = keys["owner"]
+    art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path / "exports",
+                     random_init=True, triton="python")
+    sign(art.path, private)
+    model_py = art.path / "1" / "model.py"
+    cached = Path(importlib.util.cache_from_source(str(model_py)))
+    py_compile.compile(str(model_py), cfile=str(cached), doraise=True)  # as Triton's import writes it
+    assert verify_signature(art.path, public)["verified"]
+    assert zoo.verify(art.path)["parity"]["passed"]
+    planted = tmp_path / "model.py"
+    planted.write_text(model_py.read_text() + "\nimport os\n")
+    py_compile.compile(str(planted), cfile=str(cached), doraise=True)
+    assert verify_signature(art.path, public)["verified"]  # left out of the signature ...
+    with pytest.raises(zoo.ZooError, match=rf"holds 1/__pycache__/{cached.name}, which its manifest does not list"):
+        zoo.load(art.path)  # ... and refused when the artifact is opened
+

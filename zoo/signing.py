@@ -107,9 +107,15 @@ def _public_of(private_key_pem: bytes, password: str | None, what: str) -> bytes
 
 
 def _hashing(hashing, root: Path, *also: Path):
-    """Every file under `root` but the signature (and `also`), symbolic links refused."""
+    """Every file under `root` but the signature (and `also`), symbolic links refused.
+
+    `__pycache__` folders are left out too: Triton's Python backend writes one beside
+    `1/model.py` when it imports it, after the artifact was signed. Nothing in them goes
+    unchecked: `Artifact.open`, which every load runs after the signature, accepts a
+    cached file only where it is the compilation of a listed, hashed (so signed) source."""
     config = hashing.Config()
-    config.set_ignored_paths(paths=[root / SIGNATURE, *also], ignore_git_paths=False)
+    caches = sorted(p for p in root.rglob("__pycache__") if p.is_dir() and not p.is_symlink())
+    config.set_ignored_paths(paths=[root / SIGNATURE, *caches, *also], ignore_git_paths=False)
     return config
 
 
