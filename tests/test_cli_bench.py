@@ -168,3 +168,17 @@ def test_options_a_mode_ignores_are_refused(tmp_path, monkeypatch, args, message
     result = CliRunner().invoke(app, ["bench", "resnet8.digits", *args])
     assert result.exit_code == 1 and message in str(result.exception), (result.exception, result.output)
     assert not (tmp_path / "exports").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--min-time", "-1"], "error: --min-time must be a positive number, got -1"),
+    (["--concurrency", "4"], "error: --concurrency does nothing without --url"),
+])
+def test_a_usage_error_exits_2_in_one_line_before_anything_runs(tmp_path, args, message):
+    """As `zoo bench --help` says: 2 for a usage error (a failed run is 1), as a
+    command-line parser's own errors; nothing is exported or written."""
+    result = subprocess.run([sys.executable, "-m", "zoo", "bench", "resnet8.digits", "--backends", "onnxruntime",
+                             *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not any(tmp_path.iterdir())

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .bench.report import precision_label
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
-from .errors import ZooError
+from .errors import UsageError, ZooError
 from .fsutil import check_destination
 
 
@@ -139,12 +139,12 @@ def bench(ctx: typer.Context,
     o = SimpleNamespace(**ctx.params)
     _refuse_ignored(ctx, url, scenario, bool(artifact))
     if (models is None) == (not artifact):
-        raise ZooError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts, not both")
+        raise UsageError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts, not both")
     _check_values(o)
     if ray is not None and (url is not None or scenario is not None):
-        raise ZooError("--ray runs the combination matrix; it does not go with --url or --scenario")
+        raise UsageError("--ray runs the combination matrix; it does not go with --url or --scenario")
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
-        raise ZooError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
+        raise UsageError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")
     if output is not None:
         check_destination(output, "--output", directory=False)
@@ -162,14 +162,14 @@ def _check_values(o: SimpleNamespace) -> None:
     """Refuse a value no run can use before anything is exported or measured: found after
     the run, it would cost the whole run, and some (a zero --min-time) would give empty rows."""
     if o.models is not None and not _csv(o.models):
-        raise ZooError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
+        raise UsageError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
     for option, value in (("--min-time", o.min_time), ("--timeout", o.timeout), ("--target-qps", o.target_qps),
                           ("--latency-bound-ms", o.latency_bound_ms)):
         if value is not None and not 0 < value < math.inf:
-            raise ZooError(f"{option} must be a positive number, got {value:g}")
+            raise UsageError(f"{option} must be a positive number, got {value:g}")
     for option, value in (("--sigmas", o.sigmas), ("--min-change", o.min_change)):
         if not 0 <= value < math.inf:
-            raise ZooError(f"{option} must be a non-negative number, got {value:g}")
+            raise UsageError(f"{option} must be a non-negative number, got {value:g}")
     counts = {"--threads": [] if o.threads is None else [o.threads],
               "--batch-sizes": _csv(o.batch_sizes, int) if o.batch_sizes is not None else [1],
               "--lengths": _csv(o.lengths, int) if o.lengths is not None else [1],
@@ -177,7 +177,7 @@ def _check_values(o: SimpleNamespace) -> None:
     for option, values in counts.items():
         bad = next((v for v in values if v < 1), None)
         if bad is not None or (option != "--threads" and not values):
-            raise ZooError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
+            raise UsageError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
 
 
 def _sweep_server(o: SimpleNamespace) -> None:
@@ -199,7 +199,7 @@ def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
 
     sizes = _csv(o.batch_sizes or "8", int)
     if len(sizes) != 1:
-        raise ZooError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+        raise UsageError("with --scenario, --batch-sizes takes one value: the most rows per execution")
     with _progress() as progress:
         progress.add_task("MLPerf LoadGen", total=None)
         return loadgen(_csv(o.models), _csv(o.backends_), _csv(o.precision), _csv(o.device), sizes[0],
@@ -308,7 +308,7 @@ def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[s
             ("without --scenario", scenario is None, _ONLY_WITH_SCENARIO, "it sets LoadGen's server scenario")):
         unused = [p.opts[0] for p in given if active and p.name in names]
         if unused:
-            raise ZooError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
+            raise UsageError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
                            f"{why}; leave {'it' if len(unused) == 1 else 'them'} out")
 
 

@@ -13,6 +13,13 @@ class ZooError(Exception):
     exit_code = 1
 
 
+class UsageError(ZooError):
+    """The command line asks for something no run can do: options that do not go
+    together, a value out of range. Exit status 2, as a command-line parser's errors."""
+
+    exit_code = 2
+
+
 class PluginError(ZooError):
     """A plugin is broken: an unknown hook, a duplicate name, a file that fails to load."""
 
