@@ -267,6 +267,24 @@ def test_cli_sign_takes_an_encrypted_keys_password_from_the_environment(artifact
     assert verify_signature(artifact, public)["key"] in signed.output
 
 
+def test_export_sign_takes_an_encrypted_keys_password_before_the_export(exported, tmp_path, monkeypatch):
+    """`zoo export --sign` with an encrypted key: the password is asked for (or read from
+    --password-env) before any export work, so a missing one costs nothing."""
+    private, public = encrypted_keypair(tmp_path, b"secret")
+    repo = tmp_path / "exports"
+    args = ("export", "resnet8.digits", "-b", "onnxruntime", "--random-init", "--repository", str(repo),
+            "--sign", str(private))
+    locked = invoke(*args)
+    assert locked.exit_code != 0 and "is encrypted: name the environment variable" in str(locked.exception)
+    assert not repo.exists()  # refused before the export
+    alone = invoke("export", "resnet8.digits", "-b", "onnxruntime", "--password-env", "X")
+    assert "--password-env goes with --sign" in str(alone.exception)
+    monkeypatch.setenv("ZOO_TEST_KEY_PASSWORD", "secret")
+    signed = invoke(*args, "--password-env", "ZOO_TEST_KEY_PASSWORD")
+    assert signed.exit_code == 0, signed.output
+    assert verify_signature(repo / ONNX, public)["key"] in signed.output
+
+
 def test_cli_sign_prompts_for_an_encrypted_keys_password_at_a_terminal(artifact, tmp_path):
     import pty
     import termios

@@ -16,7 +16,7 @@ from rich.markup import escape
 from . import registry
 from .backend import Availability
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
-from .errors import PluginError, ZooError, first_line
+from .errors import PluginError, UsageError, ZooError, first_line
 
 
 @app.callback()
@@ -217,19 +217,24 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
                           "python (Triton's Python backend runs the artifact through zoo's runner). Default: "
                           "native where Triton has a backend for the engine, else python."),
            sign_key: Optional[Path] = typer.Option(None, "--sign", help="Sign the artifact with this elliptic-curve "
-                                                   "private key (PEM), as `zoo sign` does.")):
+                                                   "private key (PEM), as `zoo sign` does."),
+           password_env: Optional[str] = typer.Option(None, help="With --sign: the environment variable holding an "
+                                                      "encrypted key's password (without it, a terminal prompts).")):
     """Export MODEL through BACKEND, verify it against PyTorch, write the artifact.
 
     An int8 artifact is refused when its task metric (or domain check) falls further
     below PyTorch fp32's than the model's int8 tolerance allows."""
     from .export import export as run
 
+    if password_env is not None and sign_key is None:
+        raise UsageError("--password-env goes with --sign: it unlocks the signing key")
+    password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
               force=force, quantization=quantization, triton=triton)
     if sign_key is not None:
         from .signing import sign as sign_artifact
 
-        out.print(escape(f"signed: key {sign_artifact(art.path, sign_key)['key']}"))
+        out.print(escape(f"signed: key {sign_artifact(art.path, sign_key, password=password)['key']}"))
     parity = art.manifest["parity"]
     method = art.manifest.get("quantization")
     out.print(f"{art.path}{f' ({method} int8)' if method else ''}: max |error| vs PyTorch fp32 "
