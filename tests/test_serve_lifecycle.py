@@ -156,6 +156,10 @@ def test_model_control_by_name_only(faulty_server):
     assert infer(faulty_server, 0.5, model=ONNX).status_code == 404
     index = {row["name"]: row for row in httpx.post(f"{url}/v2/repository/index").json()}
     assert index[ONNX]["state"] == "UNAVAILABLE" and index[ONNX]["reason"] == "unloaded"  # listed, not gone
+    assert index[ONNX]["version"] == "1"  # as Triton's index keeps it
+    # unloading what is not loaded does nothing, as Triton answers (Model Analyzer unloads to clean up)
+    assert httpx.post(f"{url}/v2/repository/models/{ONNX}/unload").status_code == 200
+    assert httpx.post(f"{url}/v2/repository/models/no-such-artifact/unload").status_code == 200
     assert ONNX not in {row["name"] for row in httpx.post(f"{url}/v2/repository/index", json={"ready": True}).json()}
     for name, status in [("..", 404), ("http:evil.example", 404), ("no-such-artifact", 404), ("%2e%2e", 404)]:
         response = httpx.post(f"{url}/v2/repository/models/{name}/load")
@@ -190,8 +194,10 @@ def test_model_control_and_shared_memory_over_grpc(faulty_server):
 
     with triton_grpc.InferenceServerClient(faulty_server.grpc_url) as client:
         client.unload_model(ONNX)
+        client.unload_model(ONNX)  # again: nothing to do, no error, as Triton answers
         index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
         assert index[ONNX]["state"] == "UNAVAILABLE" and index[ONNX]["reason"] == "unloaded"
+        assert index[ONNX]["version"] == "1"
         assert client.is_model_ready(ONNX) is False  # as Triton answers for a model it does not serve
         with pytest.raises(InferenceServerException) as info:
             client.load_model("..")

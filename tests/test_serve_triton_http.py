@@ -281,8 +281,13 @@ COMBINATIONS = [
     ("binary_data true and false", None, [("logits", True), ("hidden", False)], {"logits"}),
     ("binary_data true and not given", None, [("logits", True), ("hidden", None)], {"logits"}),
     ("binary_data_output, no outputs", {"binary_data_output": True}, None, {"logits", "hidden"}),
+    # a named output is binary by its own `binary_data` only, the request's flag being the
+    # default of unnamed ones (Triton's http_server.cc, CheckBinaryOutputData; a real Triton
+    # 2.51 answers both outputs as JSON here)
     ("binary_data_output, false and not given", {"binary_data_output": True}, [("logits", False), ("hidden", None)],
-     {"hidden"}),
+     set()),
+    ("binary_data_output, true and not given", {"binary_data_output": True}, [("logits", True), ("hidden", None)],
+     {"logits"}),
 ]
 
 

@@ -113,9 +113,11 @@ async def infer(request: Request) -> Response:
 
     model, decoded, outputs = await zoo.infer(request.path_params["model"], request.path_params.get("version"),
                                               decode)
+    # as Triton's HTTP front end: the request-wide `binary_data_output` is the default of the
+    # outputs it returns when none is named; a named output is binary only by its own
+    # `binary_data` (http_server.cc, CheckBinaryOutputData; Triton 2.51 answers so)
     wanted = decoded.outputs or {}
-    binary = {t.name: decoded.binary_output if t.name not in wanted or wanted[t.name].binary is None
-              else wanted[t.name].binary for t in outputs}
+    binary = {t.name: bool(wanted[t.name].binary) if t.name in wanted else decoded.binary_output for t in outputs}
     content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
     return Response(content, headers=headers)
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import datatypes as dt
 from . import repository
+from ..artifact import VERSION_DIR
 from .classify import classify
 from .errors import ModelControlDisabledError, ModelNotFoundError, ProtocolError, reason_for
 from .metrics import Metrics
@@ -109,8 +110,10 @@ class Server:
             model = self.models.get(name)
             if model is not None:
                 rows.append({"name": name, "version": model.version, "state": model.state, "reason": model.reason})
-            else:
-                rows.append({"name": name, "state": "UNAVAILABLE", "reason": skipped.get(name, "not loaded")})
+            else:  # an unloaded model keeps its version in the row, as in Triton's index
+                reason = skipped.get(name, "not loaded")
+                rows.append({"name": name, **({"version": VERSION_DIR} if reason == "unloaded" else {}),
+                             "state": "UNAVAILABLE", "reason": reason})
         listed = {r["name"] for r in rows}  # a loaded model whose directory was removed since is still listed
         rows += [{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
                  for m in self.models.values() if m.name not in listed]
@@ -140,8 +143,8 @@ class Server:
     async def unload(self, name: str) -> None:
         async with self.control:
             model = self.models.pop(name, None)
-            if model is None:
-                raise ModelNotFoundError(f"model {name[:200]!r} is not loaded")
+            if model is None:  # as Triton answers: nothing to unload is done (Model Analyzer unloads to clean up)
+                return
             self._alias()
             await model.stop(self.settings.shutdown_timeout)
             self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, "unloaded")]
