@@ -131,6 +131,22 @@ def test_inputs_and_outputs(exported):
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == expected_tensors(spec.outputs)
 
 
+def test_outputs_with_labels_name_a_labels_file_triton_reads(exported):
+    """Triton's classification extension answers "score:index:label" only where the
+    output's `label_filename` names a file of one label per line, in the model directory:
+    as zoo serve answers for an output whose spec has labels. The file is one of the
+    artifact's hashed files."""
+    art, spec, config = exported
+    for t, entry in zip(spec.outputs, config.output):
+        if t.labels:
+            assert entry.label_filename == f"labels.{t.name}.txt"
+            assert (art.path / entry.label_filename).read_text().splitlines() == list(t.labels)
+            assert entry.label_filename in art.manifest["files"]
+        else:
+            assert entry.label_filename == ""
+    assert any(t.labels for t in spec.outputs) == (spec.name == "resnet8.digits")
+
+
 def test_model_file_and_instances(exported):
     art, _, config = exported
     # Triton's version directory "1": the engine's file, or the Python backend's model.py beside it

@@ -210,6 +210,30 @@ def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repos
         http.close()
 
 
+def test_classification_names_the_labels_as_zoo_serve_does(triton, repository):
+    """Triton's classification extension over an output whose spec has labels: the
+    exported config's `label_filename` gives Triton the labels, so it answers
+    "score:index:label" exactly as zoo serve's classification of the same outputs."""
+    from zoo.serve.classify import classify
+
+    _, arts = repository
+    name = f"{RESNET}.torch.fp32"
+    art = arts[name]
+    labels = next(t.labels for t in art.spec().outputs if t.name == "logits")
+    inputs = request(art, 3, 5)
+    logits = np.asarray(zoo.load(art.path)(inputs)["logits"])
+    want = classify(logits, 4, batched=True, labels=labels)
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    try:
+        result = http.infer(name, tensors(tritonclient_http, inputs),
+                            outputs=[tritonclient_http.InferRequestedOutput("logits", class_count=4)])
+        got = result.as_numpy("logits")
+    finally:
+        http.close()
+    assert got.shape == (3, 4) and all(x.count(b":") == 2 for x in got.reshape(-1))
+    assert got.tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("model", [f"{RESNET}.torch.fp32", f"{POOLER.name}.onnxruntime.fp32"])
 def test_dynamic_batching_merges_requests_and_answers_each_its_own_rows(triton, repository, model):
     """Rounds of 16 concurrent gRPC requests of 2 rows (and, for the pooler, two sequence

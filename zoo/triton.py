@@ -21,6 +21,7 @@ Two forms (`zoo export --triton native|python`):
 from __future__ import annotations
 
 import json
+import re
 from typing import Mapping
 
 from .spec import ModelSpec, TensorSpec
@@ -61,6 +62,9 @@ def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mappi
     from pathlib import Path
 
     directory = Path(directory)
+    for t in spec.outputs:
+        if label_file(t):
+            (directory / label_file(t)).write_text("".join(f"{label}\n" for label in t.labels))
     if form == "python":
         (directory / "1" / "model.py").write_text(MODEL_PY)
         text = model_config(name, spec, PYTHON_RUNTIME, None, device)
@@ -82,6 +86,15 @@ def rows_batched(spec: ModelSpec) -> bool:
                                                                          for t in spec.inputs)
 
 
+def label_file(t: TensorSpec) -> str | None:
+    """The file of an output's class labels, one per line, that its `label_filename` names,
+    so that Triton's classification extension answers "score:index:label" as zoo serve
+    does; None without labels (or with one a line cannot hold)."""
+    if not t.labels or any("\n" in label or "\r" in label for label in t.labels):
+        return None
+    return f"labels.{re.sub(r'[^A-Za-z0-9_.-]', '_', t.name)}.txt"
+
+
 def tensor_config(t: TensorSpec, drop_batch: bool) -> dict:
     """One `ModelInput`/`ModelOutput` of Triton's configuration, as JSON (`GET .../config`)."""
     dims = t.shape[1:] if drop_batch else t.shape
@@ -89,14 +102,17 @@ def tensor_config(t: TensorSpec, drop_batch: bool) -> dict:
                    "dims": [d if isinstance(d, int) else -1 for d in dims] or [1]}
     if not dims:  # a per-sample scalar: Triton wants dims [1] plus an empty reshape, else it feeds [batch, 1]
         entry["reshape"] = {"shape": []}
+    if label_file(t):
+        entry["label_filename"] = label_file(t)
     return entry
 
 
 def _tensor(t: TensorSpec, drop_batch: bool) -> str:
     entry = tensor_config(t, drop_batch)
     reshape = "\n    reshape: { shape: [ ] }" if "reshape" in entry else ""
+    labels = f"\n    label_filename: {json.dumps(entry['label_filename'])}" if "label_filename" in entry else ""
     return (f"  {{\n    name: {json.dumps(t.name)}\n    data_type: {entry['data_type']}\n"
-            f"    dims: [ {', '.join(str(d) for d in entry['dims'])} ]{reshape}\n  }}")
+            f"    dims: [ {', '.join(str(d) for d in entry['dims'])} ]{reshape}{labels}\n  }}")
 
 
 def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str | None,
