@@ -68,8 +68,9 @@ def test_export_parity_verify(exported):
     assert manifest["parity"]["passed"]
     assert {c["batch"] for c in manifest["parity"]["checks"]} == set(spec.batch_sizes())
     # 1/model.py: Triton has no backend for these engines, so its Python backend serves them (zoo.triton)
+    # labels.<output>.txt: an output's class labels, for Triton's classification extension
     assert manifest["files"].keys() == {"1/model.pt2", "1/model.py", "config.pbtxt", "weights.safetensors"} | {
-        s["file"] for s in manifest["test_data"]["sets"]}
+        s["file"] for s in manifest["test_data"]["sets"]} | {f"labels.{t.name}.txt" for t in spec.outputs if t.labels}
     info = manifest["backend"]["info"]
     options = info["compile_options"] if art.backend == "torch-compile" else info["inductor_configs"]
     assert info["exporter"] == "torch.export" and options["freezing"] is True

@@ -157,7 +157,8 @@ def test_manifest_records_provenance(repository):
     assert m["backend"]["versions"]["onnxruntime"]
     assert m["precision"] == "fp32" and m["device"] == "cpu"
     vectors = {s["file"] for s in m["test_data"]["sets"]}
-    assert set(m["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"} | vectors
+    # the digits' labels, for Triton's classification extension (config.pbtxt's label_filename)
+    assert set(m["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors", "labels.logits.txt"} | vectors
     assert vectors == {f"test_data/set_{i}.safetensors" for i in range(3)}  # smallest, typical, largest batch
     assert m["signature"]["axes"]["batch"] == [1, 8, 64]
     assert m["metric"]["name"] == "accuracy" and m["metric"]["delta"] == pytest.approx(0, abs=0.01)
@@ -187,3 +188,15 @@ def test_the_fp32_reference_computes_without_tf32_on_cuda():
             assert (cuda.allow_tf32, cudnn.allow_tf32) == (True, True)
     finally:
         cuda.allow_tf32, cudnn.allow_tf32 = before
+
+
+def test_a_checkpoint_trained_at_another_config_exports_as_that_config(tmp_path):
+    """`zoo train resnet8.digits -c width=4` then `zoo export --checkpoint`: the weights are
+    width 4's, and so are the manifest's config and description (the artifact loads and
+    verifies as width 4), not the registered default's."""
+    narrow = zoo.get_model("resnet8.digits").configure(width=4)
+    torch.manual_seed(0)
+    path = zoo.Checkpoint(narrow.name, dict(narrow.config), narrow.build().state_dict()).save(tmp_path / "run")
+    art = zoo.export("resnet8.digits", "onnxruntime", repository=tmp_path / "exports", checkpoint=path)
+    assert art.manifest["model"]["config"]["width"] == 4 and "width 4" in art.manifest["model"]["description"]
+    assert zoo.verify(art.path)["parity"]["passed"]

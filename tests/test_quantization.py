@@ -136,7 +136,8 @@ def test_each_int8_method_is_an_artifact_of_its_own_that_records_it(both_methods
         assert art.manifest["quantization"] == art.manifest["backend"]["info"]["quantization"]["method"] == method
         assert f'name: "{NAMES[method]}"' in (art.path / "config.pbtxt").read_text()  # Triton's name is the directory's
         vectors = {s["file"] for s in art.manifest["test_data"]["sets"]}
-        assert set(art.manifest["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"} | vectors  # no leftovers
+        labels = {f"labels.{t.name}.txt" for t in art.spec().outputs if t.labels}  # for Triton's classification
+        assert set(art.manifest["files"]) == {"1/model.onnx", "config.pbtxt", "weights.safetensors"} | vectors | labels
 
     static = arts["static"].manifest["backend"]["info"]["quantization"]
     assert static["format"] == "QDQ" and static["per_channel"]

@@ -72,6 +72,19 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     return spec.build().eval(), f"random init (seed {seed})"
 
 
+def _checkpoint(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
+                random_init: bool) -> Checkpoint | None:
+    """The checkpoint `reference_module` will load for `spec`, read once here so that its
+    config is known before anything else; None where the weights come from elsewhere."""
+    if isinstance(checkpoint, Checkpoint) or random_init and checkpoint is None:
+        return checkpoint
+    if checkpoint is not None:
+        return load_checkpoint(checkpoint, spec.name)
+    if spec.trainable and default_path(spec.name).exists():
+        return load_checkpoint(default_path(spec.name), spec.name)
+    return None  # pretrained, random init, or a missing checkpoint that reference_module names
+
+
 def device_facts(device: str) -> dict[str, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(device)
@@ -94,6 +107,11 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
     """
     declared = get_model(model)
+    checkpoint = _checkpoint(declared, checkpoint, random_init)
+    if isinstance(checkpoint, Checkpoint):  # weights trained at another config (`zoo train -c width=16`)
+        changed = {k: v for k, v in checkpoint.config.items() if k in declared.config and declared.config[k] != v}
+        if changed:  # are that config's model: its manifest, description and metric's data say so
+            declared = declared.configure(**changed)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
