@@ -128,6 +128,12 @@ def test_gradient_accumulation_takes_the_same_steps_as_the_large_batch(tmp_path)
     accumulated = zoo.train(MLP, out=tmp_path / "acc", epochs=2, progress=False,
                             options=TrainOptions(batch_size=32, accumulate=2))
     _close(big, accumulated, atol=1e-4)
+    # an epoch whose last group is uneven (1293 examples: 26 full groups of 48, then 24 + 21):
+    # each micro-batch counts by its examples, not as half of the group
+    uneven_big = zoo.train(MLP, out=tmp_path / "big48", epochs=2, progress=False, options=TrainOptions(batch_size=48))
+    uneven = zoo.train(MLP, out=tmp_path / "acc48", epochs=2, progress=False,
+                       options=TrainOptions(batch_size=24, accumulate=2))
+    _close(uneven_big, uneven, atol=1e-4)
     halves = zoo.train(MLP, out=tmp_path / "half", epochs=2, progress=False, options=TrainOptions(batch_size=32))
     assert (big.state["net.1.weight"] - halves.state["net.1.weight"]).abs().max() > 1e-3  # twice the steps
 
@@ -233,3 +239,51 @@ def test_cli_options_and_errors(tmp_path):
     ):
         done = _zoo("train", MLP.name, "--out", str(tmp_path / "x"), *args, cwd=tmp_path)
         assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-500:])
+
+
+def test_patience_without_a_validation_split_is_refused_before_training(tmp_path):
+    """--patience watches the validation metric; with nothing held out it would never stop,
+    silently (as `zoo train resnet8.digits --patience 5` did: its recipe holds none out)."""
+    with pytest.raises(ZooError, match=r"--patience stops when the validation metric stops improving, and "
+                                       r"mlp.digits-test holds no examples out .* add --val-fraction"):
+        zoo.train(MLP, out=tmp_path / "p", epochs=1, progress=False,
+                  options=TrainOptions(val_fraction=0.0, patience=2))
+    assert not (tmp_path / "p").exists()
+
+
+def _select_on_rank(rank: int, init_file: str, values: list, out_dir: str) -> None:
+    """One of two gloo processes: the epochs' selection with this rank's own validation values."""
+    import json
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from zoo.training.distributed import World
+    from zoo.training.loop import _select
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        run = SimpleNamespace(world=World(rank, 2, rank), options=SimpleNamespace(patience=1),
+                              save_model=lambda checkpoint: None)
+        progress = {"history": [], "val_history": [], "best": None, "best_epoch": None, "stale_epochs": 0,
+                    "stopped_early": False}
+        spec, module = SimpleNamespace(name="m", config={}), torch.nn.Linear(1, 1)
+        for epoch, value in enumerate(values[rank], 1):
+            _select(spec, run, module, progress, epoch, 1.0, {"accuracy": value}, "accuracy", True)
+        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(progress))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_takes_rank_0s_early_stopping_decision(tmp_path):
+    """Ranks validate their own replica, whose BatchNorm statistics differ after the last
+    step (DDP broadcasts buffers at each forward): with --patience, rank 0 stopped while
+    rank 1 went on training against a closed process group, and torchrun failed. The
+    selection takes rank 0's value on every rank, so both decide alike."""
+    import json
+
+    values = [[0.50, 0.40], [0.50, 0.60]]  # epoch 2: worse on rank 0, better on rank 1
+    torch.multiprocessing.spawn(_select_on_rank, args=(str(tmp_path / "init"), values, str(tmp_path)), nprocs=2)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]
+    assert ranks[0]["stopped_early"] is True and ranks[0]["val_history"] == [0.5, 0.4] and ranks[0]["best_epoch"] == 1

@@ -61,6 +61,11 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ZooError("device cuda asked for, but no CUDA device is available")
     options.check_device(device)
+    val_fraction = recipe.val_fraction if options.val_fraction is None else options.val_fraction
+    if options.patience is not None and not val_fraction and spec.trainer is None:
+        raise ZooError(f"--patience stops when the validation metric stops improving, and {spec.name} holds no "
+                       f"examples out for validation (its recipe's val_fraction is 0): add --val-fraction, e.g. "
+                       f"0.1, or leave --patience out")
     out = Path(out) if out is not None else default_path(spec.name)
     check_destination(out, "--out")  # before training, so that no epoch is lost to it
 

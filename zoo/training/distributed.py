@@ -16,6 +16,7 @@ process). Rank 0 alone writes checkpoints, logs and the progress bar.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -51,6 +52,19 @@ class World:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
+
+    def from_main(self, value: float | None) -> float | None:
+        """Rank 0's `value` on every process (None travels as NaN, and NaN comes back None).
+        Ranks validating their own replica can disagree: DDP broadcasts BatchNorm buffers
+        at each forward, so after the epoch's last step every rank holds its own running
+        statistics; a stop decided per rank left one rank training against a process group
+        the other had closed ("Connection closed by peer")."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([math.nan if value is None else float(value)], dtype=torch.float64)
+        dist.broadcast(t, src=0)
+        got = float(t.item())
+        return None if math.isnan(got) else got
 
     def all_reduce_sum(self, value: float) -> float:
         """Sum a number over processes (for throughput and loss across ranks)."""

@@ -65,7 +65,8 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             throughput.start()
             for group_start in range(0, micro_per_epoch, opts.accumulate):
                 group = range(group_start, min(group_start + opts.accumulate, micro_per_epoch))
-                for micro in group:
+                sizes = [len(order[micro * batch_size:(micro + 1) * batch_size]) for micro in group]
+                for micro, size in zip(group, sizes):
                     idx, weight = shard(order[micro * batch_size:(micro + 1) * batch_size], world)
                     batch = {k: v[idx] for k, v in inputs.items()}
                     if spec.dataset.augment is not None:
@@ -75,7 +76,10 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                     with contextlib.nullcontext() if sync else model.no_sync():
                         with opts.autocast(device):
                             loss = spec.loss(call_module(model, spec, batch), targets[idx].to(device))
-                        scaler.scale(loss * weight / len(group)).backward()
+                        # each micro-batch by its share of the group's examples: the mean over the
+                        # group, as one batch of them gives, also where the epoch's last group is uneven
+                        share = 1 / len(group) if len(set(sizes)) == 1 else size / sum(sizes)
+                        scaler.scale(loss * weight * share).backward()
                     value = loss.detach().float().item()
                     total += value * len(idx) * (weight > 0)
                     seen += len(idx) * (weight > 0)
@@ -163,7 +167,7 @@ def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: 
     reached 0.981-0.997 test accuracy over seeds 0-5, against 0.978-0.989 over seeds 0-2
     when the earliest of tied epochs was kept (one thread, one machine)."""
     progress["history"].append(train_loss)
-    value = val.get(monitor)
+    value = run.world.from_main(val.get(monitor))  # one decision for every rank: rank 0's
     progress["val_history"].append(value)
     improved = _improved(value, progress["best"], higher)
     if improved or (value is not None and value == progress["best"]):
