@@ -72,17 +72,23 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     return spec.build().eval(), f"random init (seed {seed})"
 
 
-def _checkpoint(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
-                random_init: bool) -> Checkpoint | None:
-    """The checkpoint `reference_module` will load for `spec`, read once here so that its
-    config is known before anything else; None where the weights come from elsewhere."""
+def _at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
+                          random_init: bool) -> tuple[ModelSpec, Checkpoint | None]:
+    """`spec` at the config of the checkpoint `reference_module` will load, and that
+    checkpoint, read once here: weights trained at another config (`zoo train -c width=16`)
+    are that config's model, and its manifest, description and metric data say so. None
+    where the weights come from elsewhere (pretrained, random init, or a missing checkpoint
+    that `reference_module` names)."""
     if isinstance(checkpoint, Checkpoint) or random_init and checkpoint is None:
-        return checkpoint
-    if checkpoint is not None:
-        return load_checkpoint(checkpoint, spec.name)
-    if spec.trainable and default_path(spec.name).exists():
-        return load_checkpoint(default_path(spec.name), spec.name)
-    return None  # pretrained, random init, or a missing checkpoint that reference_module names
+        loaded = checkpoint
+    elif checkpoint is not None:
+        loaded = load_checkpoint(checkpoint, spec.name)
+    elif spec.trainable and default_path(spec.name).exists():
+        loaded = load_checkpoint(default_path(spec.name), spec.name)
+    else:
+        return spec, None
+    changed = {k: v for k, v in (loaded.config if loaded else {}).items() if k in spec.config and spec.config[k] != v}
+    return (spec.configure(**changed) if changed else spec), loaded
 
 
 def device_facts(device: str) -> dict[str, Any]:
@@ -106,12 +112,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     `triton` ("native" | "python") is the Triton form of its repository files
     (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
     """
-    declared = get_model(model)
-    checkpoint = _checkpoint(declared, checkpoint, random_init)
-    if isinstance(checkpoint, Checkpoint):  # weights trained at another config (`zoo train -c width=16`)
-        changed = {k: v for k, v in checkpoint.config.items() if k in declared.config and declared.config[k] != v}
-        if changed:  # are that config's model: its manifest, description and metric's data say so
-            declared = declared.configure(**changed)
+    declared, checkpoint = _at_checkpoint_config(get_model(model), checkpoint, random_init)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)

@@ -65,8 +65,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             throughput.start()
             for group_start in range(0, micro_per_epoch, opts.accumulate):
                 group = range(group_start, min(group_start + opts.accumulate, micro_per_epoch))
-                sizes = [len(order[micro * batch_size:(micro + 1) * batch_size]) for micro in group]
-                for micro, size in zip(group, sizes):
+                for micro, share in zip(group, _shares(order, group, batch_size)):
                     idx, weight = shard(order[micro * batch_size:(micro + 1) * batch_size], world)
                     batch = {k: v[idx] for k, v in inputs.items()}
                     if spec.dataset.augment is not None:
@@ -76,9 +75,6 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                     with contextlib.nullcontext() if sync else model.no_sync():
                         with opts.autocast(device):
                             loss = spec.loss(call_module(model, spec, batch), targets[idx].to(device))
-                        # each micro-batch by its share of the group's examples: the mean over the
-                        # group, as one batch of them gives, also where the epoch's last group is uneven
-                        share = 1 / len(group) if len(set(sizes)) == 1 else size / sum(sizes)
                         scaler.scale(loss * weight * share).backward()
                     value = loss.detach().float().item()
                     total += value * len(idx) * (weight > 0)
@@ -114,6 +110,14 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     module.eval()
     return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
                       _metrics(progress, monitor, epoch, step, throughput))
+
+
+def _shares(order: torch.Tensor, group: range, batch_size: int) -> list[float]:
+    """Each micro-batch's weight in its accumulation group: its share of the group's
+    examples, so the group's step is the mean over them, as one batch of them gives, also
+    where the epoch's last group is uneven (1 / len(group) exactly where sizes are equal)."""
+    sizes = [len(order[micro * batch_size:(micro + 1) * batch_size]) for micro in group]
+    return [1 / len(group) if len(set(sizes)) == 1 else size / sum(sizes) for size in sizes]
 
 
 def _build(spec: ModelSpec, opts, device: str) -> tuple[torch.nn.Module, Any]:
