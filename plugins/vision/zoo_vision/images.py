@@ -19,8 +19,8 @@ from zoo.errors import InputError
 #: the most pixels an input image may have (a 16-megapixel photo is 4,000 x 4,000): every
 #: model here resizes to at most 64 x 64, and without a bound of its own a 62 KB PNG of
 #: 8,000 x 8,000 pixels (below Pillow's own 89-megapixel bomb limit) cost 0.35-0.45 s and
-#: 306 MB of peak memory to decode, per item of a request (2-core Xeon); refused from its
-#: header instead, before any pixel is decoded: 10-13 ms and 1 MB.
+#: 306 MB of peak memory to decode, per item of a request; refused from its header instead,
+#: before any pixel is decoded: 9-10 ms and 1 MB (tools/image_bound.py, docs/benchmarks.md).
 MAX_PIXELS = 4096 * 4096
 
 
