@@ -81,6 +81,13 @@ def default_path(model: str) -> Path:
     return DEFAULT_ROOT / model
 
 
+def missing(model: str, untrained: str) -> CheckpointError:
+    """No checkpoint at `model`'s default path: what to run instead, `untrained` saying how
+    the command that asked takes untrained weights."""
+    return CheckpointError(f"no checkpoint for {model} at {default_path(model)}: run `zoo train {model}` first, "
+                           f"pass --checkpoint DIR, or {untrained}")
+
+
 def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkpoint:
     """Read and validate a checkpoint directory (or its model.safetensors file)."""
     path = Path(path)

@@ -351,17 +351,15 @@ DEVICE = typer.Option(None, "--device", help="cpu or cuda[:N] (default: an artif
 
 def _predictor(model: Optional[str], artifact: Optional[str], repository: Path, checkpoint: Optional[Path],
                device: Optional[str]):
-    from .checkpoint import default_path
-    from .errors import CheckpointError
+    from .checkpoint import default_path, missing
     from .predict import predictor
 
     if artifact is None and checkpoint is None and model is not None:
         spec = registry.get_model(model)
         # said here, not by the exporter's message: these commands have no --random-init
         if spec.trainable and not default_path(spec.name).exists():
-            raise CheckpointError(f"no checkpoint for {spec.name} at {default_path(spec.name)}: run `zoo train "
-                                  f"{spec.name}` first, pass --checkpoint DIR, or run untrained weights with "
-                                  f"--artifact NAME after `zoo export {spec.name} -b onnxruntime --random-init`")
+            raise missing(spec.name, f"run untrained weights with --artifact NAME after `zoo export {spec.name} "
+                                     f"-b onnxruntime --random-init`")
     path = _artifact_path(artifact, repository) if artifact else None
     return predictor(model, path, checkpoint, device=device)
 

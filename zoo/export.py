@@ -35,8 +35,8 @@ from . import vectors
 from .version import __version__
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
-from .checkpoint import Checkpoint, default_path, load_checkpoint
-from .errors import ArtifactError, BackendUnavailableError, CheckpointError, UnsupportedError, ZooError, first_line
+from .checkpoint import Checkpoint, default_path, load_checkpoint, missing
+from .errors import ArtifactError, BackendUnavailableError, UnsupportedError, ZooError, first_line
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
@@ -61,8 +61,7 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     if spec.trainable and not random_init:
         path = default_path(spec.name)
         if not path.exists():
-            raise CheckpointError(f"no checkpoint for {spec.name} at {path}: run `zoo train {spec.name}` first, "
-                                  f"pass --checkpoint DIR, or export untrained weights with --random-init")
+            raise missing(spec.name, "export untrained weights with --random-init")
         return load_checkpoint(path, spec.name).module(spec), f"checkpoint {path}"
     if spec.pretrained is not None and not random_init:
         module = spec.build()
