@@ -92,6 +92,42 @@ def test_resume_after_an_interruption_reaches_the_uninterrupted_weights(tmp_path
     assert resumed.metrics["loss_history"] == straight.metrics["loss_history"]
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_run_cut_inside_an_epoch_by_max_steps_resumes_at_its_next_micro_batch(tmp_path, accumulate):
+    options = {"batch_size": 64 // accumulate, "accumulate": accumulate}
+    straight = zoo.train(MLP, out=tmp_path / "a", epochs=2, progress=False, options=TrainOptions(**options))
+    cut = zoo.train(MLP, out=tmp_path / "b", epochs=2, progress=False,
+                    options=TrainOptions(max_steps=5, **options))
+    # the run ends with step 5's weights, in epoch 1 of 2 (21 steps each), selecting nothing
+    assert (cut.metrics["steps"], cut.metrics["epochs_run"], cut.metrics["cut_in_epoch"]) == (5, 0, 1)
+    assert cut.metrics["best_epoch"] is None and cut.metrics["loss_history"] == []
+    assert cut.metrics["train_loss"] > straight.metrics["loss_history"][0]  # the first steps' loss is the highest
+    state = json.loads((tmp_path / "b" / "last" / "training.json").read_text())
+    assert (state["epoch"], state["step"], state["run"]["progress"]["partial"]["position"]) == (0, 5, 5 * accumulate)
+    # resumed, it goes on from micro-batch 5 * accumulate of epoch 1: exactly the uninterrupted run
+    resumed = zoo.train(MLP, out=tmp_path / "b", epochs=2, progress=False, options=TrainOptions(resume=True, **options))
+    assert resumed.sha256 == straight.sha256
+    assert resumed.metrics["loss_history"] == straight.metrics["loss_history"]
+    assert resumed.metrics["steps"] == straight.metrics["steps"] == 42 and resumed.metrics["cut_in_epoch"] is None
+
+
+def test_a_resume_point_that_does_not_fit_the_optimizer_is_refused_by_name(tmp_path):
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    state = tmp_path / "last" / "training.json"
+    meta = json.loads(state.read_text())
+    meta["optimizer"]["param_groups"][0]["params"] = [0]  # one parameter where the model has more
+    state.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="does not fit this run's model, optimizer or schedule"):
+        zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(resume=True))
+
+
+def test_a_model_failing_in_training_is_named_not_an_internal_error(tmp_path):
+    broken = zoo.get_model("resnet8.digits", width=0)
+    with pytest.raises(zoo.errors.SpecError, match=r"resnet8.digits: a training step \(image\[64, 1, 8, 8\]\) "
+                                                     r"raised RuntimeError"):
+        zoo.train(broken, out=tmp_path, epochs=1, progress=False)
+
+
 def test_a_failed_save_keeps_the_previous_resume_point(tmp_path, monkeypatch):
     zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
     before = zoo.load_checkpoint(tmp_path / "last")
@@ -222,6 +258,11 @@ def test_ppo_uses_the_same_run_directory_and_resume(tmp_path):
     # an option the trainer refuses on any CPU (bf16 is refused earlier on a CPU without it)
     with pytest.raises(UnsupportedError, match="does not take --accumulate"):
         zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False, options=TrainOptions(accumulate=2))
+    # options of the supervised loop that PPO has no use for: refused, not ignored
+    for option, flag in (({"val_fraction": 0.1}, "--val-fraction"), ({"profile": True}, "--profile"),
+                         ({"channels_last": True}, "--channels-last"), ({"threads": 2}, "--threads")):
+        with pytest.raises(UnsupportedError, match=f"does not take {flag}"):
+            zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False, options=TrainOptions(**option))
 
 
 def test_cli_options_and_errors(tmp_path):

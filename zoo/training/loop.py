@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import Checkpoint
-from ..errors import ZooError
+from ..errors import CheckpointError, SpecError, ZooError, first_line
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
@@ -56,38 +57,24 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
         model = torch.compile(model)
     monitor, higher = _monitor(spec)
     throughput = Throughput()
+    steps = _Steps(spec, run, model, module, optimizer, scheduler, scaler, inputs, targets, batch_size,
+                   micro_per_epoch, data_gen, memory_format)
+    cut = progress.pop("partial", None)  # a resume point inside an epoch (--max-steps)
     with run.progress(run.epochs * micro_per_epoch) as update, run.profiler() as profiler_step:
-        update(advance=epoch * micro_per_epoch)
+        update(advance=epoch * micro_per_epoch + (cut["position"] if cut else 0))
         while epoch < run.epochs and not progress["stopped_early"]:
             order = train_idx[epoch_order(len(train_idx), run.seed, epoch)]
             model.train()
-            total, seen = 0.0, 0
             throughput.start()
-            for group_start in range(0, micro_per_epoch, opts.accumulate):
-                group = range(group_start, min(group_start + opts.accumulate, micro_per_epoch))
-                for micro, share in zip(group, _shares(order, group, batch_size)):
-                    idx, weight = shard(order[micro * batch_size:(micro + 1) * batch_size], world)
-                    batch = {k: v[idx] for k, v in inputs.items()}
-                    if spec.dataset.augment is not None:
-                        batch = spec.dataset.augment(batch, data_gen)
-                    batch = {k: _to(v, device, memory_format) for k, v in batch.items()}
-                    sync = micro == group[-1] or not world.distributed
-                    with contextlib.nullcontext() if sync else model.no_sync():
-                        with opts.autocast(device):
-                            loss = spec.loss(call_module(model, spec, batch), targets[idx].to(device))
-                        scaler.scale(loss * weight * share).backward()
-                    value = loss.detach().float().item()
-                    total += value * len(idx) * (weight > 0)
-                    seen += len(idx) * (weight > 0)
-                    update(status=f"epoch {epoch + 1}/{run.epochs} loss {value:.4f}{_last(progress, monitor)}")
-                _optimizer_step(module, optimizer, scheduler, scaler, opts.clip_grad_norm)
-                step += 1
-                profiler_step()
-                run.log(step, {"train/loss": value, "train/lr": scheduler.get_last_lr()[0]})
-                if opts.max_steps is not None and step >= opts.max_steps:
-                    break
+            step, total, seen, cut = steps.epoch(order, epoch, step, cut, update, profiler_step,
+                                                 _last(progress, monitor))
             rate = throughput.stop(int(world.all_reduce_sum(seen)))  # every process's samples
-            train_loss = world.all_reduce_sum(total) / world.all_reduce_sum(seen)
+            total, seen = world.all_reduce_sum(total), world.all_reduce_sum(seen)
+            if cut is not None:  # --max-steps inside the epoch: resume at the next micro-batch
+                progress["partial"] = {"position": cut, "total": total, "seen": seen}
+                steps.save_last(epoch, step, progress)
+                break
+            train_loss = total / seen
             epoch += 1
             val = validate(spec, module, inputs, targets, val_idx, device) if len(val_idx) else {}
             _select(spec, run, module, progress, epoch, train_loss, val, monitor, higher)
@@ -96,20 +83,74 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             run.log(step, scalars)
             update(status=f"epoch {epoch}/{run.epochs} loss {train_loss:.4f} {rate:,.0f} samples/s"
                           f"{_last(progress, monitor)}")
-            run.save_last(TrainingState(
-                Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module), {"epoch": epoch}), epoch, step,
-                optimizer.state_dict(), scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
-                capture_rng(data_gen), {"progress": progress}))
+            steps.save_last(epoch, step, progress)
             if run.on_epoch_end is not None:
                 run.on_epoch_end(epoch, scalars)
             if opts.max_steps is not None and step >= opts.max_steps:
                 break
 
-    if progress["best_epoch"] is not None and progress["best_epoch"] != epoch:
+    if "partial" not in progress and progress["best_epoch"] is not None and progress["best_epoch"] != epoch:
         module.load_state_dict(run.saved_model().state)  # the selected epoch's weights
     module.eval()
     return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
                       _metrics(progress, monitor, epoch, step, throughput))
+
+
+@dataclass
+class _Steps:
+    """The optimizer steps of an epoch, and the resume point after them."""
+
+    spec: ModelSpec
+    run: Run
+    model: torch.nn.Module  # what the forward runs (DDP-wrapped, compiled)
+    module: torch.nn.Module  # the parameters
+    optimizer: Any
+    scheduler: Any
+    scaler: Any
+    inputs: dict[str, torch.Tensor]
+    targets: torch.Tensor
+    batch_size: int
+    micro_per_epoch: int
+    data_gen: torch.Generator
+    memory_format: Any
+
+    def epoch(self, order: torch.Tensor, epoch: int, step: int, cut: dict[str, Any] | None, update,
+              profiler_step, last: str) -> tuple[int, float, int, int | None]:
+        """Run the epoch's steps from its start, or from `cut` (a resume point inside it).
+        (step, loss total, examples, where --max-steps cut the epoch or None)."""
+        spec, run, opts, world, device = self.spec, self.run, self.run.options, self.run.world, self.run.device
+        start = cut["position"] if cut else 0
+        total, seen = (float(cut["total"]), int(cut["seen"])) if cut and world.main else (0.0, 0)
+        for group_start in range(start, self.micro_per_epoch, opts.accumulate):
+            group = range(group_start, min(group_start + opts.accumulate, self.micro_per_epoch))
+            for micro, share in zip(group, _shares(order, group, self.batch_size)):
+                idx, weight = shard(order[micro * self.batch_size:(micro + 1) * self.batch_size], world)
+                batch = {k: v[idx] for k, v in self.inputs.items()}
+                if spec.dataset.augment is not None:
+                    batch = spec.dataset.augment(batch, self.data_gen)
+                batch = {k: _to(v, device, self.memory_format) for k, v in batch.items()}
+                sync = micro == group[-1] or not world.distributed
+                with contextlib.nullcontext() if sync else self.model.no_sync():
+                    value = _micro_step(spec, self.model, opts, device, self.scaler, batch, self.targets[idx],
+                                        weight * share)
+                total += value * len(idx) * (weight > 0)
+                seen += len(idx) * (weight > 0)
+                update(status=f"epoch {epoch + 1}/{run.epochs} loss {value:.4f}{last}")
+            _optimizer_step(self.module, self.optimizer, self.scheduler, self.scaler, opts.clip_grad_norm)
+            step += 1
+            profiler_step()
+            run.log(step, {"train/loss": value, "train/lr": self.scheduler.get_last_lr()[0]})
+            if opts.max_steps is not None and step >= opts.max_steps:
+                position = group[-1] + 1
+                return step, total, seen, position if position < self.micro_per_epoch else None
+        return step, total, seen, None
+
+    def save_last(self, epoch: int, step: int, progress: dict[str, Any]) -> None:
+        spec, scaler = self.spec, self.scaler
+        self.run.save_last(TrainingState(
+            Checkpoint(spec.name, dict(spec.config), cpu_state_dict(self.module), {"epoch": epoch}), epoch, step,
+            self.optimizer.state_dict(), self.scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
+            capture_rng(self.data_gen), {"progress": progress}))
 
 
 def _shares(order: torch.Tensor, group: range, batch_size: int) -> list[float]:
@@ -140,14 +181,35 @@ def _resume(run: Run, module, optimizer, scheduler, scaler, data_gen) -> tuple[i
     if resumed is None:
         return 0, 0, {"history": [], "val_history": [], "best": None, "best_epoch": None, "stale_epochs": 0,
                       "stopped_early": False}
-    module.load_state_dict(resumed.checkpoint.state)
-    optimizer.load_state_dict(resumed.optimizer)
-    if resumed.scheduler is not None:
-        scheduler.load_state_dict(resumed.scheduler)
-    if resumed.scaler:
-        scaler.load_state_dict(resumed.scaler)
-    restore_rng(resumed.rng, data_gen)
+    try:
+        module.load_state_dict(resumed.checkpoint.state)
+        optimizer.load_state_dict(resumed.optimizer)
+        if resumed.scheduler is not None:
+            scheduler.load_state_dict(resumed.scheduler)
+        if resumed.scaler:
+            scaler.load_state_dict(resumed.scaler)
+        restore_rng(resumed.rng, data_gen)
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CheckpointError(f"resume point {run.files['last']} does not fit this run's model, optimizer or "
+                              f"schedule ({type(exc).__name__}: {first_line(exc)}); start without --resume") from None
     return resumed.epoch, resumed.step, resumed.run["progress"]
+
+
+def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[str, torch.Tensor],
+                target: torch.Tensor, scale: float) -> float:
+    """Forward, loss and backward of one micro-batch; its loss. The model's own failure
+    (its forward, its loss) is a SpecError naming the model, not an internal error."""
+    try:
+        with opts.autocast(device):
+            loss = spec.loss(call_module(model, spec, batch), target.to(device))
+        scaler.scale(loss * scale).backward()
+    except (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise
+        shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in batch.items())
+        raise SpecError(f"{spec.name}: a training step ({shapes}) raised {type(exc).__name__}: "
+                        f"{first_line(exc)}") from exc
+    return loss.detach().float().item()
 
 
 def _optimizer_step(module, optimizer, scheduler, scaler, clip_grad_norm: float | None) -> None:
@@ -188,9 +250,14 @@ def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: 
 
 def _metrics(progress: dict[str, Any], monitor: str, epoch: int, step: int,
              throughput: Throughput) -> dict[str, Any]:
-    return {"train_loss": progress["history"][-1] if progress["history"] else None,
+    """The run's figures. A run cut inside an epoch by --max-steps ends with its last step's
+    weights: `best_epoch` is None, `cut_in_epoch` the epoch it stopped in, and `train_loss`
+    that epoch's mean loss so far."""
+    cut = progress.get("partial")
+    return {"train_loss": cut["total"] / cut["seen"] if cut else progress["history"][-1] if progress["history"] else None,
             "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
-            "best_epoch": progress["best_epoch"] or epoch, "epochs_run": epoch, "steps": step,
+            "best_epoch": None if cut else progress["best_epoch"] or epoch, "epochs_run": epoch,
+            "cut_in_epoch": epoch + 1 if cut else None, "steps": step,
             "stopped_early": progress["stopped_early"],
             "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
             "train_seconds": round(throughput.seconds, 2)}

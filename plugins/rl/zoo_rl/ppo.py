@@ -178,7 +178,10 @@ def train(spec: ModelSpec, run: Run, *, env: Environment, ppo: PPOConfig) -> tup
                    "--accumulate": run.options.accumulate != 1, "--nproc": run.world.distributed,
                    "--grad-checkpointing": run.options.grad_checkpointing, "--patience": run.options.patience is not None,
                    "--max-steps": run.options.max_steps is not None, "--batch-size": run.options.batch_size is not None,
-                   "--clip-grad-norm (PPO clips at its own max_grad_norm)": run.options.clip_grad_norm is not None}
+                   "--clip-grad-norm (PPO clips at its own max_grad_norm)": run.options.clip_grad_norm is not None,
+                   "--val-fraction (PPO evaluates by episodes)": run.options.val_fraction is not None,
+                   "--channels-last": run.options.channels_last is not None, "--profile": run.options.profile,
+                   "--threads (PPO runs on one thread)": run.options.threads is not None}
     named = [k for k, v in unsupported.items() if v]
     if named:
         raise UnsupportedError(f"{spec.name}: the PPO trainer does not take {', '.join(named)} "
