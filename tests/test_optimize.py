@@ -141,6 +141,20 @@ def test_the_result_serves_verifies_and_keeps_the_evidence(latency):
     json.dumps(result)  # what `zoo optimize --json` prints
 
 
+def test_a_checkpoint_at_another_config_gives_that_models_triton_config(tmp_path):
+    """Weights trained with `-c image_size=32`: the result's config.pbtxt is that model's
+    (the default config's 64x64 input would make Triton refuse every request)."""
+    spec = zoo.get_model("centernet.shapes").tiny()  # image_size 32, max_detections 8
+    zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict()).save(tmp_path / "run")
+    result = optimize(spec.name, checkpoint=tmp_path / "run", repository=tmp_path / "exports", backends=["onnxruntime"],
+                      precisions=["fp32"], min_time=0.05)
+    plain = zoo.export(spec.name, "onnxruntime", checkpoint=tmp_path / "run", repository=tmp_path / "plain")
+    parse = lambda path: text_format.Parse((path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())  # noqa: E731
+    optimized, exported = parse(Path(result["path"])), parse(plain.path)
+    assert list(optimized.input[0].dims) == list(exported.input[0].dims) == [3, 32, 32]
+    assert optimized.output == exported.output and optimized.max_batch_size == exported.max_batch_size
+
+
 def test_a_bound_nobody_meets_raises_and_leaves_the_repository_as_it_was(latency):
     _, repository, _ = latency
     before = {p: p.read_bytes() for p in repository.rglob("*") if p.is_file()}

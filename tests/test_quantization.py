@@ -18,7 +18,7 @@ import torch
 
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, TensorSpec, Tolerance
-from zoo.calibration import calibration_batches
+from zoo.calibration import DEFAULT_SAMPLES, calibration_batches, calibration_rows
 from zoo.errors import ExportError, ToleranceError, UnsupportedError, ZooError
 from zoo.registry import backends
 from zoo.spec import _default_tolerances
@@ -73,6 +73,9 @@ def test_calibration_without_a_dataset_uses_the_plugins_samples():
     batches = calibration_batches(spec, samples=5, batch_size=2)
     assert [b["image"].shape for b in batches] == [(2, 3, 32, 32), (2, 3, 32, 32), (1, 3, 32, 32)]
     assert np.array_equal(batches[0]["image"], calibration_batches(spec, samples=5, batch_size=2)[0]["image"])
+    # the same rows whatever the batch (ONNX Runtime calibrates in typical batches, OpenVINO one by one)
+    one_by_one = calibration_batches(spec, samples=5, batch_size=1)
+    assert np.array_equal(np.concatenate([b["image"] for b in batches]), np.concatenate([b["image"] for b in one_by_one]))
 
 
 # -- export through the registry --------------------------------------------------------
@@ -92,6 +95,10 @@ def test_int8_export_is_gated_and_verifies(name, backend, repository):
             assert m["metric"]["allowed_drop"] == spec.tolerances["int8"].metric_drop and m["metric"]["passed"]
     report = zoo.verify(art.path)
     assert report["precision"] == "int8" and report["parity"]["passed"]
+    recorded = m["backend"]["info"]["quantization"].get("calibration_samples")
+    if recorded is not None:  # what was calibrated on, also where the split is smaller (tiny centernet: 64)
+        assert recorded == calibration_rows(spec) == min(DEFAULT_SAMPLES, len(spec.dataset.load("train")[1])
+                                                         if spec.dataset else DEFAULT_SAMPLES)
 
 
 # -- one artifact per int8 method -------------------------------------------------------

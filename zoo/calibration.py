@@ -41,14 +41,23 @@ def calibration_batches(spec: ModelSpec, samples: int = DEFAULT_SAMPLES, batch_s
     limits = spec.axes["batch"]
     batch = min(max(batch_size or limits.opt, limits.min), limits.max)
     rng = np.random.default_rng(seed)
-    if spec.dataset is None:
-        sizes = [min(batch, samples - start) for start in range(0, samples, batch)]
-        return [_typed(spec, spec.sample(n, rng)) for n in sizes]
+    if spec.dataset is None:  # one draw, then batches of it: the same rows whatever the batch size
+        pool = spec.sample(samples, rng)
+        return [_typed(spec, {k: v[i:i + batch] for k, v in pool.items()}) for i in range(0, samples, batch)]
     inputs, _ = spec.dataset.load("train")
     available = len(next(iter(inputs.values())))
     chosen = rng.choice(available, size=min(samples, available), replace=False)
     return [_typed(spec, {k: v[chosen[i:i + batch]] for k, v in inputs.items()})
             for i in range(0, len(chosen), batch)]
+
+
+def calibration_rows(spec: ModelSpec, samples: int = DEFAULT_SAMPLES) -> int:
+    """How many inputs `calibration_batches(spec, samples)` gives: `samples`, or the whole
+    training split where it is smaller (what a manifest records as calibrated on)."""
+    if spec.dataset is None:
+        return samples
+    _, targets = spec.dataset.load("train")
+    return min(samples, len(targets))
 
 
 def _typed(spec: ModelSpec, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from zoo.calibration import DEFAULT_SAMPLES
+from zoo.calibration import DEFAULT_SAMPLES, calibration_rows
 from zoo.errors import ExportError, UnsupportedError
 from zoo.spec import QUANTIZATIONS, ModelSpec
 from zoo_onnx.quantize import calibration_reader, computed_weight_nodes, pre_process, quantized_ops, run_quietly
@@ -70,7 +70,10 @@ def quantize_onnx(fp32: Path, out: Path, spec: ModelSpec, method: str | None) ->
         raise ExportError(f"{method} quantization left model {spec.name} without a single int8 op (its graph has "
                           f"none of the ops {method} quantization covers); try --quantization "
                           f"{'static' if method == 'dynamic' else 'dynamic'}, or keep fp32")
-    return {"method": method, **SETTINGS[method], "preprocess": preprocess, "quantized_ops": ops}
+    info = {"method": method, **SETTINGS[method], "preprocess": preprocess, "quantized_ops": ops}
+    if "calibration_samples" in info:  # what the reader gave: the split may hold fewer than asked
+        info["calibration_samples"] = calibration_rows(spec, info["calibration_samples"])
+    return info
 
 
 def _static(model: Path, out: Path, spec: ModelSpec) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Mapping
 
 import onnx
 
-from zoo.calibration import DEFAULT_SAMPLES
+from zoo.calibration import DEFAULT_SAMPLES, calibration_rows
 from zoo.errors import ExportError
 from zoo.spec import ModelSpec
 from zoo_onnx.quantize import calibration_reader, computed_weight_nodes, pre_process, quantized_ops, run_quietly
@@ -78,7 +78,8 @@ def qdq_for_tensorrt(fp32_onnx: Path, out: Path, spec: ModelSpec) -> dict[str, A
         raise ExportError(f"int8 quantization for TensorRT left model {spec.name} without a single Q/DQ node: its "
                           f"graph has none of the weighted ops {', '.join(WEIGHTED_OPS)} (with a constant "
                           f"weight) whose inputs TensorRT runs in int8; build it in fp16 or fp32 instead")
-    return {**SETTINGS, "preprocess": preprocess, "quantized_ops": ops, "weighted_ops": weighted_ops(Path(out)),
+    return {**SETTINGS, "calibration_samples": calibration_rows(spec, SETTINGS["calibration_samples"]),
+            "preprocess": preprocess, "quantized_ops": ops, "weighted_ops": weighted_ops(Path(out)),
             "seconds": round(seconds, 3)}
 
 
