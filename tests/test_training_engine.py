@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,6 +127,26 @@ def test_a_model_failing_in_training_is_named_not_an_internal_error(tmp_path):
     with pytest.raises(zoo.errors.SpecError, match=r"resnet8.digits: a training step \(image\[64, 1, 8, 8\]\) "
                                                      r"raised RuntimeError"):
         zoo.train(broken, out=tmp_path, epochs=1, progress=False)
+
+
+def _with_a_nan_image(split):
+    from zoo_vision import digits
+
+    x, y = digits.load(split)
+    x = {"image": x["image"].copy()}
+    x["image"][5, 0, 0, 0] = np.nan  # one unreadable pixel in one training example
+    return x, y
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_input_and_writes_nothing(tmp_path):
+    spec = dataclasses.replace(MLP, dataset=zoo.Dataset("digits with a NaN pixel", _with_a_nan_image))
+    with pytest.raises(ZooError, match=r"training loss is nan at this step; non-finite values in the batch's image: clean"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "metrics.json").exists()
+    # a diverging run (finite data) is told how to go on
+    hot = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, optimizer="sgd", lr=1e30, schedule="constant"))
+    with pytest.raises(ZooError, match=r"training loss is (nan|inf) at this step; lower the learning rate"):
+        zoo.train(hot, out=tmp_path / "hot", epochs=1, progress=False)
 
 
 def test_a_failed_save_keeps_the_previous_resume_point(tmp_path, monkeypatch):

@@ -209,7 +209,14 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in batch.items())
         raise SpecError(f"{spec.name}: a training step ({shapes}) raised {type(exc).__name__}: "
                         f"{first_line(exc)}") from exc
-    return loss.detach().float().item()
+    value = loss.detach().float().item()
+    if not math.isfinite(value):  # NaN weights from here on: stop while `last/` still holds finite ones
+        bad = [k for k, v in {**batch, "target": target}.items() if v.is_floating_point() and not v.isfinite().all()]
+        raise ZooError(f"{spec.name}: the training loss is {value} at this step"
+                       + (f"; non-finite values in the batch's {', '.join(bad)}: clean the dataset" if bad else
+                          "; lower the learning rate, or clip gradients with --clip-grad-norm")
+                       + " (the run stops before writing anything of this epoch)")
+    return value
 
 
 def _optimizer_step(module, optimizer, scheduler, scaler, clip_grad_norm: float | None) -> None:
