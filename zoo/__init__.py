@@ -20,6 +20,7 @@ import types
 
 from .version import __version__  # noqa: F401
 
+from .arguments import check_threads  # noqa: E402
 from .artifact import Artifact  # noqa: E402
 from .backend import Availability, Backend, Runner  # noqa: E402
 from .errors import InputError, ZooError  # noqa: E402
@@ -38,8 +39,12 @@ _LAZY = {
 
 
 def load(path, threads: int | None = None, device: str | None = None) -> Runner:
-    """Open and validate an artifact directory and return its runner."""
-    return Artifact.open(path).load(threads=threads, device=device)
+    """Open and validate an artifact directory and return its runner.
+
+    `threads`: intra-op threads, a positive int (None: the runtime's default). ONNX Runtime
+    and OpenVINO give each runner its own; torch has one count per process, so for a torch
+    artifact it sets that (`torch.set_num_threads`) for every torch model in the process."""
+    return Artifact.open(path).load(threads=check_threads(threads), device=device)
 
 
 def __getattr__(name: str):

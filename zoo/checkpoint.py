@@ -50,7 +50,12 @@ class Checkpoint:
         return state_dict_sha256(self.state)
 
     def save(self, path: str | Path) -> Path:
+        """Write the checkpoint directory `path`, atomically. It may exist only as an empty
+        directory or a checkpoint (its two files and nothing else), which is replaced:
+        anything else there (a run directory, a resume point, a user's files) is refused,
+        never deleted."""
         path = Path(path)
+        _check_replaceable(path)
         with atomic_directory(path) as tmp:
             self.write_into(tmp)
         self.path = path
@@ -75,6 +80,20 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.path} does not fit {spec.name} with config {self.config}: "
                                   f"{str(exc).splitlines()[0]}") from None
         return module.eval()
+
+
+def _check_replaceable(path: Path) -> None:
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise CheckpointError(f"cannot save a checkpoint to {path}: it exists and is not a directory")
+    held = sorted(p.name for p in path.iterdir())
+    if held and held != sorted((META, WEIGHTS)):
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        run = f" (a run directory: its checkpoint is {path / RUN_MODEL})" if RUN_MODEL in held else ""
+        raise CheckpointError(f"cannot save a checkpoint to {path}: it holds {shown}, which saving would delete{run}; "
+                              f"save to a new or empty directory, or over a checkpoint (a directory of only {META} "
+                              f"and {WEIGHTS})")
 
 
 def default_path(model: str) -> Path:

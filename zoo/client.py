@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 import numpy as np
 
+from .arguments import domain_items
 from .errors import InputError, ZooError
 from .serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
@@ -87,23 +88,31 @@ class Client:
 
     def infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
               binary: bool = True, version: str | None = None, request_id: str | None = None) -> dict[str, np.ndarray]:
-        """Run `model` on tensors by name (numpy arrays; lists of bytes/str for BYTES)."""
-        body, headers = encode_request(inputs, binary=binary, outputs=outputs, request_id=request_id)
+        """Run `model` on tensors by name: numpy arrays, torch tensors or nested lists of numbers;
+        lists of bytes/str for BYTES. Anything else is an `InputError` naming the input."""
+        listed = [name for name, value in inputs.items() if isinstance(value, (list, tuple))]
+        # a list of numbers has no dtype of its own: it goes as the datatype the model declares
+        datatypes = {t["name"]: t["datatype"] for t in self.metadata(model, version).get("inputs", [])
+                     if t.get("name") in listed} if listed else None
+        body, headers = encode_request(inputs, binary=binary, outputs=outputs, request_id=request_id,
+                                       datatypes=datatypes)
         path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
         response = self._request("POST", path, content=body, headers=headers)
         _, arrays = decode_response(response.content, response.headers.get(HEADER_LENGTH))
         return arrays
 
-    def predict(self, model: str, items: Sequence[bytes | str]) -> list[Any]:
-        """Domain-native items (text, SMILES, encoded images, JSON observations) -> one result each."""
+    def predict(self, model: str, items: Sequence[bytes | str] | bytes | str) -> list[Any]:
+        """Domain-native items (text, SMILES, encoded images, JSON observations) -> one result each.
+
+        A lone str or bytes is one item: its result comes back as a list of one."""
         kind = self.raw_kind(model)
         if kind is None:
             raise ZooError(f"model {model} on {self.url} takes no domain-native inputs (it takes tensors)")
-        if not items:
+        raw = domain_items(items)
+        if not raw:
             raise InputError(f"give at least one {kind} input")
         if not isinstance(self.metadata(model)["zoo"]["domain_native"]["outputs"], list):
             raise ZooError(f"model {model} takes {kind} inputs but gives tensors, not domain results; use infer()")
-        raw = [x.encode() if isinstance(x, str) else bytes(x) for x in items]
         step = self.metadata(model)["zoo"]["domain_native"].get("max_items") or len(raw)  # in requests it admits
         results: list[Any] = []
         for i in range(0, len(raw), step):

@@ -33,10 +33,11 @@ from safetensors.torch import save_file
 
 from . import vectors
 from .version import __version__
+from .arguments import check_threads
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, default_path, load_checkpoint, missing
-from .errors import ArtifactError, BackendUnavailableError, UnsupportedError, ZooError, first_line
+from .errors import ArtifactError, BackendUnavailableError, UnsupportedError, UsageError, ZooError, first_line
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
@@ -111,7 +112,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     `triton` ("native" | "python") is the Triton form of its repository files
     (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
     """
-    declared, checkpoint = _at_checkpoint_config(get_model(model), checkpoint, random_init)
+    spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
+    declared, checkpoint = _at_checkpoint_config(spec, checkpoint, random_init)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
@@ -173,10 +175,22 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "signature": described["signature"], "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "export_seconds": round(time.perf_counter() - start, 3),
-            "parity": report, "domain": domain, "metric": metric,
-        }
+            "parity": report, "domain": domain, "metric": metric}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return Artifact(final, manifest)
+
+
+def _checked(model: str | ModelSpec, repository: str | Path, threads: int | None) -> tuple[ModelSpec, int | None]:
+    """`model`'s spec and `threads`, after the checks of `export`'s arguments that need
+    no work: a model that is neither a name nor a spec, a repository where a file is (or
+    under one), a thread count that is not a positive int."""
+    if not isinstance(model, (str, ModelSpec)):
+        raise UsageError(f"model is a registered name or a zoo.ModelSpec, not {model!r}")
+    repository = Path(repository)
+    existing = next((p for p in (repository, *repository.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"repository {repository}: {existing} is a file, not a directory")
+    return get_model(model), check_threads(threads)
 
 
 def _quantized(spec: ModelSpec, precision: str, quantization: str | None) -> ModelSpec:

@@ -8,12 +8,12 @@ postprocessing are the spec's own, so the server's BYTES path gives the same res
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .arguments import check_device, check_threads, domain_items
 from .checkpoint import Checkpoint
 from .errors import InputError, ZooError
 from .registry import get_model
@@ -42,17 +42,15 @@ def predictor(model: str | None = None, artifact: str | Path | None = None,
         spec = art.spec()
         if spec.raw_kind is None and art.manifest["model"].get("raw_input"):  # its plugin is not loaded
             spec = with_raw_inputs(spec, art.manifest["model"])
-        return spec, art.load(threads=threads, device=device), f"artifact {art.name}"
+        return spec, art.load(threads=check_threads(threads), device=device), f"artifact {art.name}"
     if model is None:
         raise ZooError("name a model or an artifact")
     from .export import reference_module
     from .train import module_fn
 
+    device = check_device(device or "cpu")
     spec = get_model(model)
     module, source = reference_module(spec, checkpoint)
-    device = device or "cpu"
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-        raise ZooError(f"unknown device {device!r}: cpu or cuda[:N]")
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -60,17 +58,21 @@ def predictor(model: str | None = None, artifact: str | Path | None = None,
     return spec, module_fn(module.to(device), spec, device), f"PyTorch ({source})"
 
 
-def _raw(spec: ModelSpec, items: Sequence[bytes | str]) -> list[bytes]:
+def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[bytes]:
     if spec.preprocess is None:
         raise ZooError(f"model {spec.name} takes no domain-native inputs (it takes tensors: "
                        f"{', '.join(t.name for t in spec.inputs)})")
-    if not items:
+    raw = domain_items(items)
+    if not raw:
         raise InputError(f"model {spec.name}: give at least one {spec.raw_kind} input")
-    return [x.encode() if isinstance(x, str) else bytes(x) for x in items]
+    return raw
 
 
-def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str]) -> list[Any]:
-    """One domain result per item, in batches the signature admits."""
+def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes | str) -> list[Any]:
+    """One domain result per item, in batches the signature admits.
+
+    `items` is a list of inputs (str or bytes); a lone str or bytes is one item, and its
+    result comes back as a list of one, as a transformers pipeline returns for one text."""
     raw = _raw(spec, items)
     if spec.postprocess is None:
         raise ZooError(f"model {spec.name} has no postprocessing for domain outputs")

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from .arguments import check_device
 from .checkpoint import Checkpoint, default_path
 from .errors import ZooError
 from .fsutil import check_destination
@@ -58,7 +59,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     epochs = recipe.epochs if epochs is None else epochs
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if check_device(device).startswith("cuda") and not torch.cuda.is_available():
         raise ZooError("device cuda asked for, but no CUDA device is available")
     options.check_device(device)
     val_fraction = recipe.val_fraction if options.val_fraction is None else options.val_fraction

@@ -180,12 +180,14 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     ("test_vectors"). Without it, the test vectors are the reference (`"reference": "test
     vectors"`), and the checks that run the plugin's code (task metric, domain check) are
     reported as skipped, with what to install, never as passed."""
+    from .arguments import check_threads
     from .artifact import Artifact
-    from .errors import PluginNotLoadedError
+    from .errors import PluginNotLoadedError, StaleArtifactError
     from .standalone import described_spec, needs_plugin, registered_spec
     from .train import module_fn
     from .vectors import check
 
+    threads = check_threads(threads)
     art = Artifact.open(path)
     spec = registered_spec(art)
     sets = art.test_vectors()
@@ -201,7 +203,13 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
         return {**report, **{key: skipped for key in ("domain", "metric") if art.manifest.get(key) is not None}}
     runner = art.load(threads=threads)
     module = spec.build()
-    module.load_state_dict(art.weights(), strict=True)
+    try:
+        module.load_state_dict(art.weights(), strict=True)
+    except RuntimeError as exc:  # the same name and signature, another architecture: its plugin changed it
+        lines = str(exc).strip().splitlines()  # torch's header line, then one line per tensor that does not fit
+        detail = (lines[1].strip() if len(lines) > 1 else first_line(exc)).rstrip(".")
+        raise StaleArtifactError(f"artifact {art.name}: the artifact's weights do not fit {spec.name} as registered "
+                                 f"now ({detail}): re-export it (`zoo export {spec.name} --force`)") from None
     module = module.eval().to(art.device)
     reference = module_fn(module, spec, art.device)
     report: dict[str, Any] = {"artifact": art.name, "model": spec.name, "backend": art.backend,

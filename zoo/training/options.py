@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..arguments import check_device
 from ..errors import UnsupportedError, ZooError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -59,8 +60,8 @@ class TrainOptions:
         return asdict(self)
 
     def check_device(self, device: str) -> None:
-        """Refuse a precision the device cannot compute natively."""
-        kind = torch.device(device).type
+        """Refuse a device the zoo does not know, and a precision it cannot compute natively."""
+        kind = torch.device(check_device(device)).type
         if self.precision == "fp16" and kind == "cpu":
             raise UnsupportedError("fp16 training needs a CUDA device (gradient scaling for fp16 is a GPU "
                                    "technique); on CPU train with --precision bf16 or fp32")

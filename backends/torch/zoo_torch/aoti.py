@@ -45,7 +45,7 @@ from zoo import Availability, Backend
 from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError, signal_name
 from zoo.tensors import PRECISION_DTYPES
 
-from .backend import TorchRunner, check_no_pickle, export_program, first_line, probe_torch
+from .backend import TorchRunner, check_no_pickle, export_program, first_line, probe_torch, use_threads
 from .compiled import probe_inductor
 
 #: x86 vector ISAs as `torch.backends.cpu.get_cpu_capability()` names them, narrowest first
@@ -144,8 +144,7 @@ class TorchAotiBackend(Backend):
         else:
             check_gpu((info or {}).get("compute_capability"), device, path.parent.parent.name)
         check_no_pickle(path, compiled_code=True)
-        if threads:
-            torch.set_num_threads(threads)
+        use_threads(threads)
         index = torch.device(device).index  # "cuda:1" -> 1; None: the current device
         try:
             package = torch._inductor.aoti_load_package(str(path), device_index=-1 if index is None else index)

@@ -192,6 +192,14 @@ def probe_torch(device: str) -> Availability:
     return Availability(False, f"unknown device {device!r}")
 
 
+def use_threads(threads: int | None) -> None:
+    """torch has one intra-op thread count per process, not one per module: `threads` sets
+    it for the whole process, every torch model in it included, until something sets it
+    again (left alone where it already is `threads`, or is None)."""
+    if threads and threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+
+
 class TorchBackend(Backend):
     name = "torch"
     description = "PyTorch eager: a torch.export program (.pt2) run by PyTorch"
@@ -217,6 +225,5 @@ class TorchBackend(Backend):
     def load_module(self, path: Path, device: str, threads: int | None) -> torch.nn.Module:
         """The exported program as a module on `device`, after the no-pickle check."""
         check_no_pickle(path)
-        if threads:
-            torch.set_num_threads(threads)
+        use_threads(threads)
         return torch.export.load(str(path)).module().to(device)
