@@ -5,6 +5,7 @@ client's real request and response code."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +93,15 @@ def test_saving_over_a_run_directory_or_its_resume_point_is_refused_and_training
                                                                             resume=True))
     assert load_checkpoint(out).path == out / "model" and (out / "last" / "training.json").is_file()
     assert ckpt.save(out / "model") == out / "model"
+
+
+def test_a_run_whose_model_folder_holds_other_files_is_refused_before_training(tmp_path, monkeypatch):
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    (tmp_path / "run" / "model" / "notes.txt").write_text("the user's")
+    monkeypatch.setattr(importlib.import_module("zoo.train"), "fit", None)  # training would fail: the refusal comes first
+    with pytest.raises(CheckpointError, match=r"it holds notes.txt, which saving would delete"):
+        zoo.train(zoo.get_model("resnet8.digits").tiny(), out=tmp_path / "run", epochs=1, progress=False)
+    assert (tmp_path / "run" / "model" / "notes.txt").read_text() == "the user's"
 
 
 # -- verify: weights that no longer fit the registered model ----------------------------

@@ -55,7 +55,7 @@ class Checkpoint:
         anything else there (a run directory, a resume point, a user's files) is refused,
         never deleted."""
         path = Path(path)
-        _check_replaceable(path)
+        check_replaceable(path)
         with atomic_directory(path) as tmp:
             self.write_into(tmp)
         self.path = path
@@ -82,7 +82,9 @@ class Checkpoint:
         return module.eval()
 
 
-def _check_replaceable(path: Path) -> None:
+def check_replaceable(path: Path) -> None:
+    """Refuse `path` as a checkpoint's destination unless it is missing, an empty
+    directory or a checkpoint (what `Checkpoint.save` may replace)."""
     if not path.exists():
         return
     if not path.is_dir():

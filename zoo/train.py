@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from .arguments import check_device
-from .checkpoint import Checkpoint, default_path
+from .checkpoint import Checkpoint, check_replaceable, default_path
 from .errors import ZooError
 from .fsutil import check_destination
 from .registry import get_model
@@ -32,7 +32,7 @@ from .spec import ModelSpec
 from .tensors import call_module, to_numpy, to_torch
 from .training import distributed
 from .training.loop import fit
-from .training.options import TrainOptions
+from .training.options import TrainOptions, run_files
 from .training.run import Run
 from .verify import evaluate
 
@@ -69,6 +69,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
                        f"0.1, or leave --patience out")
     out = Path(out) if out is not None else default_path(spec.name)
     check_destination(out, "--out")  # before training, so that no epoch is lost to it
+    check_replaceable(run_files(out)["model"])
 
     world = distributed.init(device)
     threads = torch.get_num_threads()
