@@ -28,6 +28,7 @@ from typing import Any
 
 from .errors import ArtifactError, BackendUnavailableError, ZooError
 from .fsutil import sha256_file
+from .inputs import CheckedRunner
 
 MANIFEST = "zoo.json"
 FORMAT = 1
@@ -98,9 +99,11 @@ class Artifact:
     def open(cls, path: str | Path, check_hashes: bool = True) -> "Artifact":
         """Read and validate an artifact directory; raise `ArtifactError` on any defect."""
         path = Path(path)
-        label = path.name
-        if path.is_symlink() or not path.is_dir():
+        if path.is_symlink() or not path.is_dir():  # the path as given: resolving would follow the link
             raise ArtifactError(f"no artifact directory at {path}")
+        label = path.resolve().name
+        if path.name != label:  # "." or "" inside the artifact, "..": the directory they name, by its name
+            path = path.resolve()
         if (path / MANIFEST).is_symlink():
             raise ArtifactError(f"artifact {label}: {MANIFEST} is a symbolic link, which is refused")
         try:
@@ -152,7 +155,8 @@ class Artifact:
         return read(self)
 
     def load(self, threads: int | None = None, device: str | None = None):
-        """A `Runner` for this artifact, after checking the backend can run it here."""
+        """A `Runner` for this artifact, after checking the backend can run it here: the
+        backend's, behind the input check the server makes (`zoo.inputs.CheckedRunner`)."""
         from .registry import get_backend
 
         backend = get_backend(self.backend)
@@ -163,12 +167,14 @@ class Artifact:
                                           f"{device} here: {availability.reason}")
         backend.check_compatible(self.manifest["backend"].get("versions", {}), self.name)
         try:
-            return backend.load(self.model_file, self.spec(), self.precision, device, threads,
-                                self.manifest["backend"].get("info") or {})
+            spec = self.spec()
+            runner = backend.load(self.model_file, spec, self.precision, device, threads,
+                                  self.manifest["backend"].get("info") or {})
         except ZooError:
             raise
         except Exception as exc:  # a library's own error while reading a file that hashed fine
             raise ArtifactError(f"artifact {self.name}: backend {backend.name} failed to load it: {exc}") from exc
+        return CheckedRunner(runner, spec, self.name)
 
     def weights(self):
         from safetensors.torch import load_file

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from .errors import ZooError
+from .inputs import check_names
 from .spec import ModelSpec
 
 # A server hands runners read-only views of a request's bytes, and `torch.from_numpy`
@@ -62,13 +62,20 @@ def example_inputs(spec: ModelSpec, device: str = "cpu", seed: int = 0) -> dict[
 
 
 def to_torch(inputs: Mapping[str, Any], spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Tensor]:
-    check_names(inputs, spec)
+    check_names(inputs, spec, spec.name)
     out = {}
     for t in spec.inputs:
         value = inputs[t.name]
-        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(_native(value))
         out[t.name] = tensor.to(device=device, dtype=TORCH_DTYPES[t.dtype])
     return out
+
+
+def _native(value: Any) -> np.ndarray:
+    """A row-major array in this machine's byte order, the only one `torch.from_numpy` takes
+    (a big-endian array, read from a file written elsewhere, is copied)."""
+    array = np.asarray(value)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
 
 
 def as_numpy(value: Any) -> np.ndarray:
@@ -81,14 +88,6 @@ def as_numpy(value: Any) -> np.ndarray:
 
 def to_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {k: as_numpy(v) for k, v in outputs.items()}
-
-
-def check_names(inputs: Mapping[str, Any], spec: ModelSpec) -> None:
-    want = {t.name for t in spec.inputs}
-    missing, extra = want - set(inputs), set(inputs) - want
-    if missing or extra:
-        raise ZooError(f"model {spec.name} takes inputs {sorted(want)}; "
-                       f"missing {sorted(missing)}, unexpected {sorted(extra)}")
 
 
 def call_module(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

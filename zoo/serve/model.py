@@ -25,6 +25,7 @@ import numpy as np
 
 from ..artifact import VERSION_DIR, Artifact
 from ..errors import InputError, ZooError
+from ..inputs import check_arrays, check_names, datatype_error, unchecked, wire_shape
 from ..spec import ModelSpec
 from ..triton import PYTHON_RUNTIME, batched, rows_batched, tensor_config
 from . import datatypes as dt
@@ -57,9 +58,10 @@ class ServedModel:
     # ------------------------------------------------------------ life cycle
 
     def start(self, runners: list[Callable]) -> None:
-        """Begin taking requests (inside the running event loop)."""
-        self.batcher = Batcher(self.name, runners, self.policy, [t.name for t in self.spec.inputs],
-                               self._ragged_dims, known_good=self._sample, side_inputs=self.side_inputs,
+        """Begin taking requests (inside the running event loop). Requests are checked
+        here, so the batcher calls the backend's runners without `Artifact.load`'s check."""
+        self.batcher = Batcher(self.name, [unchecked(r) for r in runners], self.policy,
+                               [t.name for t in self.spec.inputs], self._ragged_dims, known_good=self._sample, side_inputs=self.side_inputs,
                                on_batch=lambda works, rows: self.on_batch(works, rows), on_failure=self._failed)
 
     def _sample(self) -> dict[str, np.ndarray]:
@@ -94,7 +96,7 @@ class ServedModel:
                 log.error("model %s: reload %d of %d failed: %s", self.name, attempt + 1, attempts, exc)
                 await asyncio.sleep(2 ** attempt)
                 continue
-            self.batcher.swap(runners)
+            self.batcher.swap([unchecked(r) for r in runners])
             self.state, self.reason = READY, ""
             log.warning("model %s recovered after a backend failure", self.name)
             return
@@ -113,8 +115,8 @@ class ServedModel:
         else:
             inputs = self._tensor_inputs(request)
         wanted = self._wanted_outputs(request, raw is not None)
-        rows, sizes = self._check_shapes(inputs)
-        self._check_values(inputs)
+        sizes = check_arrays(inputs, self.spec, self.name, self.policy.max_batch_size if self.rows_batched else None)
+        rows = sizes.pop("batch", 1) if self.rows_batched else 1
         work = Work(inputs, rows, sizes, asyncio.get_running_loop().create_future(), side=self._side_digest(inputs))
         try:
             outputs = await asyncio.wait_for(self.batcher.submit(work), timeout)
@@ -177,48 +179,13 @@ class ServedModel:
         return self._typed(inputs)
 
     def _tensor_inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
-        want = {t.name: t for t in self.spec.inputs}
         given = {t.name: t for t in request.inputs}
-        missing, extra = [n for n in want if n not in given], [n for n in given if n not in want]
-        if missing or extra:
-            raw = f" (or one BYTES input {self.spec.raw_kind!r} of {self.spec.raw_kind} items)" if self.spec.raw_kind \
-                else ""
-            raise InputError(f"model {self.name} takes inputs {list(want)}{raw}; missing {missing}, unexpected {extra}")
-        for name, t in given.items():
-            expected = dt.v2_name(want[name].dtype)
-            if t.datatype != expected:
-                raise InputError(f"input {name!r} has datatype {t.datatype}; model {self.name} takes {expected}")
-        return {name: given[name].data for name in want}
-
-    def _check_shapes(self, inputs: dict[str, np.ndarray]) -> tuple[int, dict[str, int]]:
-        """The batch rows and the size of every dynamic axis; InputError when out of range."""
-        sizes: dict[str, int] = {}
-        for t in self.spec.inputs:
-            shape = inputs[t.name].shape
-            if len(shape) != len(t.shape):
-                raise InputError(f"input {t.name!r} has shape {list(shape)}; model {self.name} takes "
-                                 f"{self._wire_shape(t.shape)}")
-            for d, (got, dim) in enumerate(zip(shape, t.shape)):
-                if isinstance(dim, int):
-                    if got != dim:
-                        raise InputError(f"input {t.name!r} has shape {list(shape)}; model {self.name} takes "
-                                         f"{self._wire_shape(t.shape)} (dimension {d} must be {dim})")
-                    continue
-                r = self.spec.axes[dim]
-                high = self.policy.max_batch_size if dim == "batch" and self.rows_batched else r.max
-                if not r.min <= got <= high:
-                    raise InputError(f"input {t.name!r}: axis {dim!r} (dimension {d}) is {got}; model {self.name} "
-                                     f"takes {r.min} to {high}")
-                if sizes.setdefault(dim, got) != got:
-                    raise InputError(f"inputs disagree on axis {dim!r}: {sizes[dim]} and {got} (input {t.name!r})")
-        rows = sizes.pop("batch", 1) if self.rows_batched else 1
-        return rows, sizes
-
-    def _check_values(self, inputs: dict[str, np.ndarray]) -> None:
-        for t in self.spec.inputs:
-            reason = t.out_of_range(inputs[t.name])
-            if reason is not None:
-                raise InputError(f"model {self.name}: {reason}")
+        kind = self.spec.raw_kind
+        check_names(given, self.spec, self.name, f" (or one BYTES input {kind!r} of {kind} items)" if kind else "")
+        for t in self.spec.inputs:  # the wire's datatype exactly, as Triton: a client casts, not the server
+            if given[t.name].datatype != dt.v2_name(t.dtype):
+                raise datatype_error(t.name, given[t.name].datatype, dt.v2_name(t.dtype), self.name)
+        return {t.name: given[t.name].data for t in self.spec.inputs}
 
     def _side_digest(self, inputs: dict[str, np.ndarray]) -> bytes:
         """What decides which requests may share a batch: their side inputs, byte for byte."""
@@ -248,9 +215,6 @@ class ServedModel:
 
     # ------------------------------------------------------------ metadata
 
-    def _wire_shape(self, shape: Sequence[int | str]) -> list[int]:
-        return [d if isinstance(d, int) else -1 for d in shape]
-
     def metadata(self) -> dict[str, Any]:
         """Open Inference Protocol model metadata, plus a `zoo` block: provenance, parity,
         batching, and the domain-native interface where the model has one."""
@@ -263,9 +227,9 @@ class ServedModel:
                    "binary": self.spec.raw_binary, "max_items": self.max_items}
         return {
             "name": self.name, "versions": [self.version], "platform": self.platform,
-            "inputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}
+            "inputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": wire_shape(t.shape)}
                        for t in self.spec.inputs],
-            "outputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": self._wire_shape(t.shape)}
+            "outputs": [{"name": t.name, "datatype": dt.v2_name(t.dtype), "shape": wire_shape(t.shape)}
                         for t in self.spec.outputs],
             "zoo": {"model": self.spec.name, "config": dict(self.spec.config), "domain": self.spec.domain,
                     "task": self.spec.task, "backend": self.artifact.backend, "precision": self.artifact.precision,

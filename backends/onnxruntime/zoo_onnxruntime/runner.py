@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from zoo.errors import ArtifactError, BackendUnavailableError, ZooError
+from zoo.inputs import check_names
 from zoo.spec import ModelSpec
 from zoo.tensors import to_numpy
 
@@ -87,11 +88,7 @@ class OnnxRuntimeRunner:
         self._output_types = {name: _TYPES[t] for name, t in outputs.items()}
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [n for n in self.input_names if n not in inputs]
-        extra = sorted(set(inputs) - set(self.input_names))
-        if missing or extra:
-            raise ZooError(f"model {self.spec.name} takes inputs {list(self.input_names)}; "
-                           f"missing {missing}, unexpected {extra}")
+        check_names(inputs, self.spec, self.spec.name)  # the rest: `Artifact.load`'s runner (`zoo.inputs`)
         return self._run_bound(inputs) if self.bind else self._run_numpy(inputs)
 
     def _run_numpy(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

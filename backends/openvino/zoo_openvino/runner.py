@@ -21,7 +21,8 @@ from typing import Any, Mapping
 import numpy as np
 import openvino  # this module is imported by `OpenVinoBackend.load` only
 
-from zoo.errors import ArtifactError, ZooError
+from zoo.errors import ArtifactError
+from zoo.inputs import check_names
 from zoo.spec import ModelSpec
 from zoo.tensors import as_numpy
 
@@ -50,11 +51,7 @@ class OpenVinoRunner:
         self._lock = threading.Lock()
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        missing = [n for n in self.input_names if n not in inputs]
-        extra = sorted(set(inputs) - set(self.input_names))
-        if missing or extra:
-            raise ZooError(f"model {self.spec.name} takes inputs {list(self.input_names)}; "
-                           f"missing {missing}, unexpected {extra}")
+        check_names(inputs, self.spec, self.spec.name)  # the rest: `Artifact.load`'s runner (`zoo.inputs`)
         shared = []  # shared_memory: the request reads these arrays in place; they must live until infer returns
         with self._lock:
             for name, (port, dtype) in self._inputs.items():

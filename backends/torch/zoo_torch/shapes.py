@@ -3,9 +3,11 @@ before a program runs.
 
 An eager `torch.export` module checks its inputs itself, but an AOTInductor package
 does not (unless built with `AOTI_RUNTIME_CHECK_INPUTS=1`): a batch beyond the exported
-maximum, or strides other than the example's, are undefined behaviour there. One check
-in Python, for every torch runner, turns each shape mistake into an `InputError` that
-names the input and the range; `row_major` gives compiled code the strides it was built for.
+maximum, or strides other than the example's, are undefined behaviour there. So every
+torch runner checks shapes before it runs, with the core's check
+(`zoo.inputs.check_shapes`): the runner `Artifact.load` returns has checked them already,
+with the types and values, but one loaded with `Backend.load` (export's parity check)
+has not. `row_major` gives compiled code the strides it was built for.
 """
 
 from __future__ import annotations
@@ -14,37 +16,14 @@ from typing import Mapping
 
 import torch
 
-from zoo import ModelSpec
-from zoo.errors import InputError
-
-
-def _signature(shape: tuple[int | str, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
+from zoo import ModelSpec, inputs
 
 
 def check_shapes(tensors: Mapping[str, torch.Tensor], spec: ModelSpec) -> dict[str, int]:
-    """The size of every dynamic axis in `tensors`; raise `InputError` when a rank or a
-    fixed size differs from the spec, an axis is outside its range, or inputs that share
-    an axis disagree on its size."""
-    seen: dict[str, tuple[int, str]] = {}  # axis -> (size, the input it was first seen in)
-    for t in spec.inputs:
-        shape = tuple(tensors[t.name].shape)
-        if len(shape) != len(t.shape):
-            raise InputError(f"input {t.name} of {spec.name} has shape {list(shape)}, expected {_signature(t.shape)}")
-        for got, want in zip(shape, t.shape):
-            if isinstance(want, int):
-                if got != want:
-                    raise InputError(f"input {t.name} of {spec.name} has shape {list(shape)}, "
-                                     f"expected {_signature(t.shape)}")
-                continue
-            r = spec.axes[want]
-            if not r.min <= got <= r.max:
-                raise InputError(f"input {t.name} of {spec.name}: axis {want} is {got}, outside the exported "
-                                 f"range {r.min}..{r.max}")
-            size, where = seen.setdefault(want, (got, t.name))
-            if size != got:
-                raise InputError(f"input {t.name} of {spec.name}: axis {want} is {got}, but {size} in {where}")
-    return {axis: size for axis, (size, _) in seen.items()}
+    """The size of every dynamic axis in `tensors`; `InputError` when a rank or a fixed
+    size differs from the spec, an axis is outside its range, or inputs that share an
+    axis disagree on its size."""
+    return inputs.check_shapes(tensors, spec, spec.name)
 
 
 def row_major(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,237 @@
+"""A runner from `zoo.load` refuses bad inputs as the server does, on every backend.
+
+Found by a tester: a runner skipped the server's checks, and each backend then did
+something else with a bad input, some silently wrong. Float ids were truncated to
+integers everywhere; an id outside the embedding table was garbage on OpenVINO, a raw
+library error on ONNX Runtime and torch, and -1 quietly read the last row; a batch
+beyond the exported range ran on ONNX Runtime and OpenVINO. Each bad input here must
+raise `InputError` with one message on every backend, the message `zoo serve` answers
+the same tensors with, while the inputs a runner casts without loss (float64 features,
+int32 ids, torch tensors, Fortran-order and big-endian arrays) keep giving the results
+of the exact types. Two tiny models defined here: token ids with a vocabulary, and
+features of a fixed size with a second input sharing the batch axis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo import AxisRange, ModelSpec, TensorSpec
+from zoo.artifact import Artifact
+from zoo.errors import InputError
+from zoo.serve import datatypes as dt
+from zoo.serve.protocol import InferRequest, Tensor
+from zoo.serve.repository import ServeOptions, open_model
+
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 3)
+
+    def forward(self, ids):
+        return self.table(ids).sum(1)
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, scale):
+        return self.fc(x) * scale
+
+
+IDS = ModelSpec(name="ids.inputs-test", domain="nlp", task="embedding",
+                inputs=(TensorSpec("ids", "int64", ("batch", "seq"), value_range=(0, 9)),),
+                outputs=(TensorSpec("out", "float32", ("batch", 3)),),
+                axes={"batch": AxisRange(1, 4, 8), "seq": AxisRange(1, 4, 8)},
+                build=Embed, sample=lambda b, rng: {"ids": rng.integers(0, 10, (b, 4))})
+FEATURES = ModelSpec(name="features.inputs-test", domain="tabular", task="regression",
+                     inputs=(TensorSpec("x", "float32", ("batch", 4)), TensorSpec("scale", "float32", ("batch", 1))),
+                     outputs=(TensorSpec("y", "float32", ("batch", 4)),),
+                     axes={"batch": AxisRange(1, 4, 32)}, build=Scaled,
+                     sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32),
+                                            "scale": rng.random((b, 1)).astype(np.float32)})
+BACKENDS = ("onnxruntime", "openvino", "torch")
+
+
+def rows(n: int) -> dict[str, np.ndarray]:
+    return {"x": np.ones((n, 4), np.float32), "scale": np.ones((n, 1), np.float32)}
+
+
+#: (case, model, inputs, the message; "{model}" is the artifact's name). Every one of these
+#: tensors can be sent to the server, which must answer with the same message.
+BAD = [
+    ("float-ids", IDS, {"ids": np.array([[1.9, 2.9, 3.9]])},
+     "input 'ids' has datatype FP64; model {model} takes INT64"),
+    ("id-past-int32", IDS, {"ids": np.array([[2**32 + 1, 2, 3]])},
+     "model {model}: input 'ids' has value 4294967297 at index [0, 0]; it takes values from 0 to 9"),
+    ("id-past-vocabulary", IDS, {"ids": np.array([[1, 2], [3, 10]])},
+     "model {model}: input 'ids' has value 10 at index [1, 1]; it takes values from 0 to 9"),
+    ("negative-id", IDS, {"ids": np.array([[-1, 2, 3]])},
+     "model {model}: input 'ids' has value -1 at index [0, 0]; it takes values from 0 to 9"),
+    ("wrong-rank", IDS, {"ids": np.array([1, 2, 3])}, "input 'ids' has shape [3]; model {model} takes [-1, -1]"),
+    ("seq-too-long", IDS, {"ids": np.zeros((1, 9), np.int64)},
+     "input 'ids': axis 'seq' (dimension 1) is 9; model {model} takes 1 to 8"),
+    ("zero-rows", FEATURES, rows(0), "input 'x': axis 'batch' (dimension 0) is 0; model {model} takes 1 to 32"),
+    ("33-rows", FEATURES, rows(33), "input 'x': axis 'batch' (dimension 0) is 33; model {model} takes 1 to 32"),
+    ("1000-rows", FEATURES, rows(1000), "input 'x': axis 'batch' (dimension 0) is 1000; model {model} takes 1 to 32"),
+    ("wrong-fixed-size", FEATURES, {**rows(2), "x": np.ones((2, 5), np.float32)},
+     "input 'x' has shape [2, 5]; model {model} takes [-1, 4] (dimension 1 must be 4)"),
+    ("axes-disagree", FEATURES, {**rows(2), "scale": np.ones((3, 1), np.float32)},
+     "inputs disagree on axis 'batch': 2 and 3 (input 'scale')"),
+    ("missing-input", FEATURES, {"x": rows(2)["x"]},
+     "model {model} takes inputs ['x', 'scale']; missing ['scale'], unexpected []"),
+    ("unexpected-input", FEATURES, {**rows(2), "bias": np.ones((2, 4), np.float32)},
+     "model {model} takes inputs ['x', 'scale']; missing [], unexpected ['bias']"),
+]
+#: what only a Python caller can pass: no wire request carries it
+NOT_AN_ARRAY = "not an array; model {model} takes a numpy array or a torch tensor"
+BAD_IN_PYTHON = [
+    ("none", IDS, {"ids": None}, f"input 'ids' is None, {NOT_AN_ARRAY}"),
+    ("text", IDS, {"ids": "1 2 3"}, f"input 'ids' is a str, {NOT_AN_ARRAY}"),
+    ("float-tensor", IDS, {"ids": torch.tensor([[1.0, 2.0]])},
+     "input 'ids' has datatype FP32; model {model} takes INT64"),
+    ("past-int64", IDS, {"ids": np.array([[2**63, 1]], np.uint64)},
+     "input 'ids' has value 9223372036854775808 at index [0, 0], which INT64 cannot hold; model {model} takes INT64"),
+    ("not-a-dict", FEATURES, [rows(1)["x"], rows(1)["scale"]],
+     "model {model} takes a dict of its inputs ['x', 'scale'], not a list"),
+]
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """`path(model, backend)`: the model exported through the backend (once), skipped where
+    the backend cannot run here."""
+    zoo.register(IDS)
+    zoo.register(FEATURES)
+    repository, paths = tmp_path_factory.mktemp("exports"), {}
+
+    def path(spec: ModelSpec, backend: str):
+        if importlib.util.find_spec(backend) is None or importlib.util.find_spec(f"zoo_{backend}") is None:
+            pytest.skip(f"{backend} (or its zoo backend plugin) is not installed")
+        if (spec.name, backend) not in paths:
+            paths[spec.name, backend] = zoo.export(spec.name, backend=backend, random_init=True,
+                                                   repository=repository).path
+        return paths[spec.name, backend]
+
+    yield path
+    zoo.unregister(IDS.name)
+    zoo.unregister(FEATURES.name)
+
+
+def served_error(path, inputs: dict[str, np.ndarray]) -> str:
+    """The message `zoo serve` answers these tensors with (400), from its own request path."""
+    model, _ = open_model(path, ServeOptions())
+    wire = {t.newbyteorder("="): name for name, t in dt.NUMPY_TYPES.items() if t is not None and name != "BF16"}
+    request = InferRequest([Tensor(name, wire[a.dtype], a.shape, a) for name, a in inputs.items()])
+    with pytest.raises(InputError) as refused:
+        asyncio.run(model.infer(request, timeout=10.0))
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case, spec, inputs, message", BAD, ids=[c[0] for c in BAD])
+def test_a_bad_input_is_refused_as_the_server_refuses_it(artifacts, backend, case, spec, inputs, message):
+    path = artifacts(spec, backend)
+    expected = message.format(model=path.name)
+    with pytest.raises(InputError) as refused:
+        zoo.load(path)(inputs)
+    assert str(refused.value) == expected
+    assert served_error(path, inputs) == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case, spec, inputs, message", BAD_IN_PYTHON, ids=[c[0] for c in BAD_IN_PYTHON])
+def test_what_only_python_can_pass_is_refused_by_name(artifacts, backend, case, spec, inputs, message):
+    path = artifacts(spec, backend)
+    with pytest.raises(InputError) as refused:
+        zoo.load(path)(inputs)
+    assert str(refused.value) == message.format(model=path.name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_what_casts_without_loss_gives_the_exact_types_result(artifacts, backend):
+    ids = zoo.load(artifacts(IDS, backend))
+    exact = np.array([[1, 2, 3, 4], [5, 6, 7, 9]])
+    want = ids({"ids": exact})["out"]
+    for same in (exact.astype(np.int32), exact.astype(np.uint8), exact.astype(">i8"), np.asfortranarray(exact),
+                 np.repeat(exact, 2, axis=1)[:, ::2], torch.from_numpy(exact), exact.tolist()):
+        np.testing.assert_array_equal(ids({"ids": same})["out"], want)
+
+    features = zoo.load(artifacts(FEATURES, backend))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 4  # exact in float16 too
+    scale = np.array([[1.0], [0.5], [2.0]], np.float32)
+    want = features({"x": x, "scale": scale})["y"]
+    for same in ({"x": x.astype(np.float64), "scale": scale.astype(np.float64)},
+                 {"x": x.astype(np.float16), "scale": scale},
+                 {"x": np.asfortranarray(x), "scale": scale.astype(">f4")},
+                 {"x": torch.from_numpy(x).requires_grad_(), "scale": torch.from_numpy(scale)}):
+        np.testing.assert_array_equal(features(same)["y"], want)
+
+
+def test_a_backend_plugin_gets_the_check_without_doing_anything(artifacts, tmp_path):
+    """A third-party backend whose runner casts whatever it is given, as the built-in
+    ones did: `zoo.load` checks the inputs for it."""
+    TorchBackend = pytest.importorskip("zoo_torch").TorchBackend
+
+    class Trusting(TorchBackend):
+        name = "trusting-test"
+
+        def load(self, path, spec, precision, device, threads=None, info=None):
+            module = self.load_module(path, device, threads)
+
+            def run(inputs):  # float ids truncated, any id looked up
+                return {"out": module(torch.as_tensor(np.asarray(inputs["ids"])).long())[0].detach().numpy()}
+            return run
+
+    zoo.register_backend(Trusting())
+    try:
+        runner = zoo.load(zoo.export(IDS.name, backend="trusting-test", random_init=True, repository=tmp_path).path)
+        assert runner({"ids": np.array([[1, 2]])})["out"].shape == (1, 3)
+        with pytest.raises(InputError, match="has datatype FP64; model ids.inputs-test.trusting-test.fp32 takes INT64"):
+            runner({"ids": np.array([[1.5, 2.0]])})
+    finally:
+        zoo.unregister("trusting-test")
+
+
+def test_the_server_checks_a_request_once(artifacts, monkeypatch):
+    """The server checks each request itself; its runners are the backend's, unchecked."""
+    import zoo.inputs
+
+    calls, check = [], zoo.inputs.check_arrays
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(zoo.inputs, "check_arrays", counted)  # what the checked runners call
+    monkeypatch.setattr("zoo.serve.model.check_arrays", counted)
+    model, runners = open_model(artifacts(FEATURES, "torch"), ServeOptions())
+
+    async def serve_one():
+        model.start(runners)
+        try:
+            return await model.infer(InferRequest([Tensor(k, "FP32", v.shape, v) for k, v in rows(2).items()]), 10.0)
+        finally:
+            await model.stop(10.0)
+
+    outputs, _ = asyncio.run(serve_one())
+    assert outputs[0].data.shape == (2, 4) and calls == [model.name]
+
+
+def test_load_from_inside_the_artifact(artifacts, monkeypatch):
+    path = artifacts(IDS, "onnxruntime")
+    monkeypatch.chdir(path)
+    for here in (".", ""):
+        assert Artifact.open(here).name == path.name
+        assert zoo.load(here)({"ids": np.array([[1, 2]])})["out"].shape == (1, 3)
+    monkeypatch.chdir(path / "1")
+    assert Artifact.open("..").name == path.name

@@ -1,0 +1,205 @@
+"""The inputs a model takes: one check of a call's tensors against its spec, made by the
+server on every request and by every runner `Artifact.load` returns (`CheckedRunner`),
+so a notebook, `zoo verify` and a server refuse the same inputs with the same message.
+
+Left to the backends, a bad input fails differently on each, and on some silently (found
+by a tester): float ids were truncated to integers everywhere, an id outside the
+embedding table read garbage on OpenVINO and row 9 for -1 on ONNX Runtime, a batch beyond
+the exported range ran on ONNX Runtime and OpenVINO but not on torch. So before any
+backend sees them, each input is checked for, in this order (the server's):
+
+- its name: every input of the spec, no other;
+- its type: an array (numpy or torch; a list or a number as the numpy array it makes), of
+  an element type the runner casts without loss (int32 ids to int64, float64 features to float32, as runners
+  always did). Floats for an integer input are refused, and integers its type cannot hold;
+- its shape: the rank, the fixed sizes, every dynamic axis within its exported range and
+  of one size wherever it appears;
+- its values: `TensorSpec.value_range` (token ids within the vocabulary).
+
+Each refusal is an `InputError` naming the input, worded as the server answers it (400).
+The server checks a request's wire datatypes itself (they must match exactly, as in
+Triton), then its arrays with `check_arrays`; its runners are the unchecked ones.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import InputError, first_line
+from .serve import datatypes as dt
+from .spec import ModelSpec, TensorSpec
+
+#: (numpy kind, bytes) of an element -> its Open Inference Protocol name, as messages say it
+_V2_NAMES = {(t.kind, t.itemsize): name for name, t in dt.NUMPY_TYPES.items() if t is not None and name != "BF16"}
+#: the values each integer dtype of a spec holds
+_INTEGER_RANGES = {"bool": (0, 1), **{d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
+                                     for d in ("uint8", "int8", "int32", "int64")}}
+
+
+def wire_shape(shape: Sequence[int | str]) -> list[int]:
+    """A spec's shape as the protocol writes it: -1 for each dynamic axis."""
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+def check_names(given: Iterable[str], spec: ModelSpec, model: str, alternative: str = "") -> None:
+    """Refuse inputs other than the spec's; `alternative` adds what else the model takes."""
+    want, given = [t.name for t in spec.inputs], list(given)
+    missing, extra = [n for n in want if n not in given], [n for n in given if n not in want]
+    if missing or extra:
+        raise InputError(f"model {model} takes inputs {want}{alternative}; missing {missing}, unexpected {extra}")
+
+
+def datatype_error(name: str, datatype: str, want: str, model: str) -> InputError:
+    return InputError(f"input {name!r} has datatype {datatype}; model {model} takes {want}")
+
+
+def check_arrays(arrays: Mapping[str, Any], spec: ModelSpec, model: str,
+                 batch_max: int | None = None) -> dict[str, int]:
+    """The size of every dynamic axis of `arrays` (named and typed as the spec's inputs,
+    numpy or torch); `InputError` where a shape or a value is outside what `model` takes."""
+    sizes = check_shapes(arrays, spec, model, batch_max)
+    for t in spec.inputs:
+        reason = _out_of_range(t, arrays[t.name])
+        if reason is not None:
+            raise InputError(f"model {model}: {reason}")
+    return sizes
+
+
+def check_shapes(arrays: Mapping[str, Any], spec: ModelSpec, model: str,
+                 batch_max: int | None = None) -> dict[str, int]:
+    """The size of every dynamic axis of `arrays`; `InputError` where a rank or a fixed size
+    differs from the spec, an axis is outside its range, or inputs disagree on an axis.
+    `batch_max`: a smaller largest batch than the exported one (the server's)."""
+    sizes: dict[str, int] = {}
+    for t in spec.inputs:
+        shape = list(arrays[t.name].shape)
+        if len(shape) != len(t.shape):
+            raise InputError(f"input {t.name!r} has shape {shape}; model {model} takes {wire_shape(t.shape)}")
+        for d, (got, dim) in enumerate(zip(shape, t.shape)):
+            if isinstance(dim, int):
+                if got != dim:
+                    raise InputError(f"input {t.name!r} has shape {shape}; model {model} takes "
+                                     f"{wire_shape(t.shape)} (dimension {d} must be {dim})")
+                continue
+            r = spec.axes[dim]
+            high = batch_max if dim == "batch" and batch_max is not None else r.max
+            if not r.min <= got <= high:
+                raise InputError(f"input {t.name!r}: axis {dim!r} (dimension {d}) is {got}; model {model} "
+                                 f"takes {r.min} to {high}")
+            if sizes.setdefault(dim, got) != got:
+                raise InputError(f"inputs disagree on axis {dim!r}: {sizes[dim]} and {got} (input {t.name!r})")
+    return sizes
+
+
+def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict[str, Any]:
+    """What a runner is called with, checked: its arrays in spec order (a list as the numpy
+    array it makes, the rest as given, the runner casting them); `InputError` otherwise."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"model {model} takes a dict of its inputs {[t.name for t in spec.inputs]}, "
+                         f"not a {type(inputs).__name__}")
+    check_names(inputs, spec, model)
+    arrays = {t.name: _array(t.name, inputs[t.name], model) for t in spec.inputs}
+    for t in spec.inputs:
+        _check_type(t, arrays[t.name], model)
+    check_arrays(arrays, spec, model)
+    return arrays
+
+
+class CheckedRunner:
+    """A backend's runner behind `check_inputs`: what `Artifact.load` returns, for every
+    backend, a plugin's too. All but the call is the backend runner's own (`session`,
+    `compiles`, `input_names` ...); `unchecked` is that runner, for callers that check
+    inputs themselves (the server)."""
+
+    def __init__(self, runner: Callable[..., dict[str, Any]], spec: ModelSpec, model: str) -> None:
+        self.unchecked, self._spec, self._model = runner, spec, model
+
+    def __call__(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.unchecked(check_inputs(inputs, self._spec, self._model), *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.unchecked, name)
+
+
+def unchecked(runner: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """The backend's own runner behind a `CheckedRunner` (any other runner as it is)."""
+    return runner.unchecked if isinstance(runner, CheckedRunner) else runner
+
+
+def _array(name: str, value: Any, model: str) -> Any:
+    if isinstance(value, np.ndarray) or _is_tensor(value):
+        return value
+    if isinstance(value, (list, tuple, int, float, np.generic)):  # what numpy makes an array of, as runners did
+        try:
+            return np.asarray(value)
+        except ValueError as exc:  # rows of different lengths
+            raise InputError(f"input {name!r} is a {type(value).__name__} that makes no array ({first_line(exc)}); "
+                             f"model {model} takes a numpy array or a torch tensor") from None
+    what = "None" if value is None else f"a {type(value).__name__}"
+    raise InputError(f"input {name!r} is {what}, not an array; model {model} takes a numpy array or a torch tensor")
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")  # imported wherever a tensor exists; `import zoo` does not import it
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _element(value: Any) -> tuple[str, int, str]:
+    """(numpy kind, bytes, the protocol's name or else the library's) of an array's or tensor's elements."""
+    if not _is_tensor(value):
+        d = value.dtype
+        return d.kind, d.itemsize, _V2_NAMES.get((d.kind, d.itemsize), d.name)
+    torch, d = sys.modules["torch"], value.dtype
+    if d is torch.bfloat16:
+        return "f", 2, "BF16"
+    kind = ("b" if d is torch.bool else "c" if d.is_complex else "f" if d.is_floating_point
+            else "i" if d.is_signed else "u")
+    return kind, d.itemsize, _V2_NAMES.get((kind, d.itemsize), str(d).removeprefix("torch."))
+
+
+def _check_type(t: TensorSpec, value: Any, model: str) -> None:
+    """Refuse what the runner's cast to `t.dtype` would change: any float to an integer
+    type (the server refuses it too), an integer the type cannot hold, a non-number."""
+    kind, size, datatype = _element(value)
+    integer = _INTEGER_RANGES.get(t.dtype)
+    takes = "OSU" if t.dtype == "string" else "biu" if integer else "biuf"
+    if kind not in takes:
+        raise datatype_error(t.name, datatype, dt.v2_name(t.dtype), model)
+    if integer is None or kind not in "iu":
+        return
+    source, (low, high) = np.iinfo(f"{kind}{size}"), integer
+    if low <= source.min and source.max <= high or _within(value, low, high):
+        return
+    array = _numpy(value)
+    index = [int(i) for i in np.argwhere((array < low) | (array > high))[0]]
+    raise InputError(f"input {t.name!r} has value {array[tuple(index)].item()} at index {index}, which "
+                     f"{dt.v2_name(t.dtype)} cannot hold; model {model} takes {dt.v2_name(t.dtype)}")
+
+
+def _out_of_range(t: TensorSpec, value: Any) -> str | None:
+    if t.value_range is None or _within(value, *t.value_range):
+        return None
+    return t.out_of_range(_numpy(value))  # the first value outside, for the message
+
+
+def _within(value: Any, low: float, high: float) -> bool:
+    """Whether every element lies in [low, high] (a NaN does not): its least and greatest,
+    on a CUDA tensor's own device (one sync, no copy to the host)."""
+    if _is_tensor(value) and value.device.type != "cpu":
+        if value.numel() == 0:
+            return True
+        least, greatest = sys.modules["torch"].aminmax(value)
+        return bool((least >= low) & (greatest <= high))
+    array = _numpy(value)
+    return array.size == 0 or bool(array.min() >= low and array.max() <= high)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if _is_tensor(value):
+        from .tensors import as_numpy
+
+        return as_numpy(value)
+    return value
