@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from ..artifact import Artifact, list_artifacts
-from ..errors import ZooError
+from ..errors import ZooError, first_line
+from ..padding import padding_safe, ragged_axes
 from ..triton import rows_batched
 from .batcher import BatchPolicy
 from .errors import ModelNotFoundError, scrub
@@ -102,8 +105,28 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     def load_runners() -> list:
         return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
 
-    model = ServedModel(art, spec, policy, load_runners)
-    return model, load_runners()
+    runners = load_runners()
+    policy = ragged_if_padding_safe(art, spec, policy, runners[0])
+    return ServedModel(art, spec, policy, load_runners), runners
+
+
+def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:
+    """`policy`, with ragged batching only where zero-padding leaves this artifact's
+    outputs unchanged (`zoo.padding`): tried once here, on the model's own sample, with
+    the runner the server will call. Otherwise requests of different lengths are batched
+    only with their own length, as Triton batches them."""
+    if not (policy.batching and policy.ragged and ragged_axes(spec)):
+        return policy
+    try:
+        sample = spec.sample(min(2, spec.axes["batch"].max), np.random.default_rng(0))
+        safe, why = padding_safe(spec, runner, sample, art.precision)
+    except Exception as exc:  # noqa: BLE001 - the engine refused padded shapes: not safe, and say why
+        safe, why = False, f"the padded sample failed: {type(exc).__name__}: {first_line(exc)}"
+    if safe:
+        return policy
+    log.warning("%s: requests of different lengths are batched only with requests of the same length: %s",
+                art.name, why)
+    return replace(policy, ragged=False)
 
 
 def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, list]], list[Skipped]]:
