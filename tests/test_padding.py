@@ -132,3 +132,12 @@ def test_a_model_that_padding_changes_is_served_without_mixing_lengths(last_step
     for x, got in zip(requests, asyncio.run(send_all())):
         np.testing.assert_allclose(got, runner({"x": x})["logits"], atol=tol.atol, rtol=tol.rtol)
     assert f"{art.name}: requests of different lengths are batched only with requests of the same length" in server.log()
+
+
+def test_zoo_check_warns_that_padding_changes_the_model():
+    torch.manual_seed(0)
+    report = zoo.check.check(LAST_STEP, LAST_STEP.build().eval())
+    assert report.passed and any("zero-padding seq by 3 changes output logits" in w and "same length" in w
+                                 for w in report.warnings)
+    masked = zoo.get_model("gpt.pydoc").tiny()
+    assert not any("zero-padding" in w for w in zoo.check.check(masked, masked.build().eval()).warnings)

@@ -20,8 +20,9 @@ spec, one line each naming the model, the field and what was expected:
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
-(`zoo.verify.effective_atol`). `zoo export` runs it before any backend work and refuses
-with the same lines (`SpecError`).
+(`zoo.verify.effective_atol`), and when zero-padding a dynamic axis changes its outputs
+(`zoo.padding`: the server will not batch its requests of different lengths together).
+`zoo export` runs it before any backend work and refuses with the same lines (`SpecError`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .errors import PluginError, SpecError, ZooError, first_line
 from .spec import ModelSpec, TensorSpec
 from .tensors import TORCH_DTYPES, as_numpy, call_module, to_torch
 from .train import ieee_fp32
+from .padding import padding_safe, ragged_axes
 from .verify import RELATIVE_BELOW
 
 
@@ -118,6 +120,11 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         _check_outputs(spec, result, batch, sizes, outputs.problems)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
+    if report.passed and ragged_axes(spec):
+        safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
+        if not safe:
+            report.warnings.append(f"{spec.name}: {why}: `zoo serve` will batch its requests only with requests of "
+                                   f"the same length (docs/serving.md, ragged batching)")
     return report
 
 
