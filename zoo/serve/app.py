@@ -8,7 +8,9 @@ requests" (not during recovery from a backend failure).
 Every error is `{"error": "..."}` with the status from `errors.STATUS`: Starlette's own
 404/405, a body over the size limit (413, answered before the body is read when
 Content-Length says so, and as soon as a chunked body passes the limit), and anything
-unforeseen (500, details only in the log).
+unforeseen (500, details only in the log, once). A client that goes away before its body
+arrives is no error of the server: nothing is logged, and the answer nobody reads is
+counted as 499 (nginx's "client closed request").
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
@@ -39,8 +41,8 @@ from .errors import (
 )
 from .metrics import Metrics
 from .model import ServedModel
-from .protocol import HEADER_LENGTH, InferRequest, decode_request, encode_response
-from .service import Server
+from .protocol import HEADER_LENGTH, InferRequest, decode_request, encode_response, json_length
+from .service import Disconnected, Server
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # bodies larger than this are decoded in a worker thread, off the event loop
@@ -102,10 +104,13 @@ async def infer(request: Request) -> Response:
     zoo = _zoo(request)
 
     async def decode(model: ServedModel) -> InferRequest:
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            raise Disconnected("the client went away before its request body arrived") from None
         header = request.headers.get(HEADER_LENGTH)
         # a raw binary request ("0", as any integer spelling of zero): the body is the one input
-        if header is not None and header.strip().isdigit() and int(header) == 0:
+        if header is not None and json_length(header, len(body)) == 0:
             return model.raw_request(body)
         if len(body) > OFFLOAD_BYTES:
             return await asyncio.to_thread(decode_request, body, header)
@@ -242,12 +247,20 @@ ROUTES = [
 
 
 async def on_error(request: Request, exc: Exception) -> Response:
+    """A typed error's status and message; anything else is a 500 whose details go to the log."""
     status = status_for(exc)
     if status is None:
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse({"error": "internal server error; the server log has the details"}, 500)
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"error": message_for(exc)}, status, headers=headers)
+
+
+async def on_disconnect(request: Request, exc: Exception) -> Response:
+    """The client went away before its body arrived: this answer is never sent (uvicorn
+    drops it), only counted."""
+    log.debug("client went away before its request body arrived: %s %s", request.method, request.url.path[:200])
+    return Response(status_code=499)
 
 
 async def on_http_error(request: Request, exc: HTTPException) -> Response:
@@ -263,8 +276,9 @@ async def on_http_error(request: Request, exc: HTTPException) -> Response:
 
 class Guard:
     """ASGI middleware: the body-size limit (before the body is read where Content-Length
-    tells, else while it streams in), unsupported Content-Encodings, and per-route
-    response counts."""
+    tells, else while it streams in), unsupported Content-Encodings, per-route response
+    counts, and the 500 for anything unforeseen (here, not in a Starlette exception
+    handler: Starlette re-raises what those handle, and uvicorn would log it a second time)."""
 
     def __init__(self, app: Any, limit: int, metrics: Metrics) -> None:
         self.app, self.limit, self.metrics = app, limit, metrics
@@ -272,7 +286,7 @@ class Guard:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        code = [500]
+        code: list[int | None] = [None]  # the status of the response begun, if any
 
         async def counted(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -280,7 +294,7 @@ class Guard:
             await send(message)
 
         try:
-            refusal = self._refuse(dict(scope["headers"]))
+            refusal = self._refuse(scope["headers"])
             if refusal is not None:
                 response = JSONResponse({"error": str(refusal)}, status_for(refusal))
                 return await response(scope, receive, counted)
@@ -295,23 +309,36 @@ class Guard:
                 return message
 
             await self.app(scope, limited, counted)
+        except Exception as exc:
+            response = await on_error(Request(scope), exc)
+            if code[0] is None:  # else a response had begun: it cannot be replaced (uvicorn closes the connection)
+                await response(scope, receive, counted)
+        except asyncio.CancelledError:  # the server stopped waiting for it (shutdown): no response
+            code[0] = code[0] or 499
+            raise
         finally:
             route = scope.get("route") or _route_of(scope)  # refused before routing: match it here
-            self.metrics.child(self.metrics.http, getattr(route, "path", "unmatched"), str(code[0])).inc()
+            self.metrics.child(self.metrics.http, getattr(route, "path", "unmatched"), str(code[0] or 500)).inc()
 
-    def _refuse(self, headers: dict[bytes, bytes]) -> ZooError | None:
+    def _refuse(self, headers: list[tuple[bytes, bytes]]) -> ZooError | None:
         """Why the request is refused from its headers alone, or None."""
-        length = headers.get(b"content-length")
+        length = encoding = None
+        for name, value in headers:
+            if name == b"content-length":
+                length = value
+            elif name == b"content-encoding":  # every such header, and every coding one lists
+                encoding = value if encoding is None else encoding + b"," + value
         if length is not None:
             if not length.isdigit():
                 return ProtocolError("Content-Length must be a non-negative integer")
             if int(length) > self.limit:
                 return PayloadTooLargeError(f"the request body ({int(length)} bytes) exceeds the limit of "
                                             f"{self.limit} bytes")
-        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
-        if encoding not in (b"", b"identity"):
-            return UnsupportedMediaError(f"Content-Encoding {encoding.decode('latin-1')[:40]!r} is not supported; "
-                                         "send the body as is")
+        if encoding is not None:
+            unsupported = [c for c in (c.strip() for c in encoding.lower().split(b",")) if c not in (b"", b"identity")]
+            if unsupported:
+                return UnsupportedMediaError(f"Content-Encoding {unsupported[0].decode('latin-1')[:40]!r} is not "
+                                             "supported; send the body as is")
         return None
 
 
@@ -346,7 +373,8 @@ def create_app(settings: Settings) -> Starlette:
             await zoo.stop()
 
     app = Starlette(routes=ROUTES, lifespan=lifespan,
-                    exception_handlers={HTTPException: on_http_error, ZooError: on_error, Exception: on_error})
+                    exception_handlers={HTTPException: on_http_error, ZooError: on_error,
+                                        Disconnected: on_disconnect, ClientDisconnect: on_disconnect})
     app.router.redirect_slashes = False
     app.state.zoo = zoo
     app.add_middleware(Guard, limit=settings.max_request_bytes, metrics=zoo.metrics)

@@ -17,6 +17,12 @@ named for the model's raw kind (`text`, `image`, ...), as over HTTP.
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
 error as `error_message` on that response, the stream going on). CUDA shared memory,
 log and trace settings are refused as UNIMPLEMENTED with the reason.
+
+Each method takes its request as bytes and parses it itself (`_handlers`): a message
+that does not parse is INVALID_ARGUMENT with a plain message, where grpcio would answer
+UNKNOWN naming the protobuf exception class. A call the client cancels (or whose
+deadline passes) is counted as CANCELLED (DEADLINE_EXCEEDED), and an inference request
+so ended as a failure of reason "cancelled".
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any, AsyncIterator, Callable
 import grpc
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
@@ -55,6 +62,7 @@ CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.UNIMPLEMENT
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
          500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
 INTERNAL = "internal server error; the server log has the details"
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 #: v2 datatype -> the typed `contents` field that carries it (FP16 and BF16 travel only as raw bytes)
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
             "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
@@ -70,13 +78,26 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return CODES.get(status, grpc.StatusCode.INTERNAL), message_for(exc)
 
 
+def parsed(message_type: type, raw: bytes) -> Any:
+    """A request message from its bytes; ProtocolError (INVALID_ARGUMENT) when they do not parse."""
+    try:
+        return message_type.FromString(raw)
+    except DecodeError:
+        raise ProtocolError(f"the request is not a valid {message_type.DESCRIPTOR.name} message") from None
+
+
 def _answers(method: Callable) -> Callable:
-    """A unary method whose exceptions become the mapped status and message."""
+    """A unary method, taking its request as bytes, whose exceptions become the mapped
+    status and message."""
+    request_type = getattr(pb, SERVICE.methods_by_name[method.__name__].input_type.name)
 
     @functools.wraps(method)
-    async def wrapper(self: "Service", request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def wrapper(self: "Service", raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
-            response = await method(self, request, context)
+            response = await method(self, parsed(request_type, raw), context)
+        except asyncio.CancelledError:  # the client cancelled the call, or its deadline passed
+            self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, _ended(context)).inc()
+            raise
         except Exception as exc:
             code, message = status_of(exc)
             if code == grpc.StatusCode.INTERNAL and message == INTERNAL:
@@ -87,6 +108,12 @@ def _answers(method: Callable) -> Callable:
         return response
 
     return wrapper
+
+
+def _ended(context: grpc.aio.ServicerContext) -> str:
+    """Why a call was cancelled, as its status code's name."""
+    remaining = context.time_remaining()
+    return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
 
 
 # ---------------------------------------------------------------- messages <-> requests
@@ -256,10 +283,15 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         """Each request of the stream answered as it completes; an error on its own response."""
         answers: asyncio.Queue = asyncio.Queue()
 
-        async def answer(message: pb.ModelInferRequest) -> None:
+        async def answer(raw: bytes) -> None:
+            message = pb.ModelInferRequest()
             try:
+                message = parsed(pb.ModelInferRequest, raw)
                 response = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
                 self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", "OK").inc()
+            except asyncio.CancelledError:  # the stream ended (cancelled, broken) before this answer
+                self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", _ended(context)).inc()
+                raise
             except Exception as exc:
                 code, text = status_of(exc)
                 if text == INTERNAL:
@@ -276,6 +308,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                     tasks.append(asyncio.ensure_future(answer(message)))
                 await asyncio.gather(*tasks)
             finally:
+                for task in tasks:  # the stream ended early: nobody reads their answers
+                    task.cancel()
                 await answers.put(None)
 
         reader = asyncio.ensure_future(read())
@@ -374,13 +408,27 @@ class GrpcFront:
         await self._stopping
 
 
+def _handlers(service: Service) -> dict[str, grpc.RpcMethodHandler]:
+    """Every method of the service, as the generated `add_..._to_server` registers them
+    but with no request deserializer: each method parses its request's bytes itself."""
+    handlers = {}
+    for method in SERVICE.methods:
+        serialize = getattr(pb, method.output_type.name).SerializeToString
+        behaviour = getattr(service, method.name)
+        make = grpc.stream_stream_rpc_method_handler if method.client_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(behaviour, response_serializer=serialize)
+    return handlers
+
+
 async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     """The gRPC front end, listening on `host:port`; ZooError when it cannot."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
                                       ("grpc.max_send_message_length", -1),
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     service = Service(zoo)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    handlers = _handlers(service)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(SERVICE.full_name, handlers)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)

@@ -1,25 +1,227 @@
-"""uvicorn's HTTP protocol with one change: a request its parser refuses (a malformed
-request line or header, both Content-Length and Transfer-Encoding) is answered with the
-server's JSON error body instead of uvicorn's text/plain one, so every client-facing
-error has one shape, `{"error": ...}`, including those that never reach the application.
+"""uvicorn's HTTP protocol (httptools) with the limits a server on an open port needs,
+and one error shape: every refusal made here, before the application sees a request,
+is answered with the server's JSON error body, `{"error": ...}`, and closes the
+connection.
+
+- 400: a request the parser refuses (a malformed request line or header, both
+  Content-Length and Transfer-Encoding).
+- 501: a Transfer-Encoding other than chunked (gzip would otherwise reach the
+  application as the body).
+- 431: a request line and headers longer than `MAX_HEAD_BYTES`. They are counted as
+  they arrive, before httptools joins a header's pieces (which it does on the event
+  loop: one client sending a 100 MB header stalled every other for seconds).
+- 408: a request not whole (headers and body) `Limits.read_timeout` seconds after its
+  first byte; a connection that sends nothing is closed after as long, without an
+  answer. Time in which the server itself holds reading paused (a pipelined request
+  waiting for the one before it) does not count against the client.
+- 503: a connection beyond `Limits.max_connections`, answered and closed at once, so
+  stalled clients cannot use up the process's file descriptors.
+
+Pipelining (RFC 9112 section 9.3.2: responses go out in the order of the requests): a
+refusal of a request that follows others on the connection waits until their
+responses are out, then is sent and the connection closes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import resource
+from dataclasses import dataclass
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # httptools: a core dependency
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol  # httptools: a core dependency
+
+from ..errors import UsageError
 
 MESSAGE = ("the HTTP request could not be parsed: a malformed request line or header, or both Content-Length "
            "and Transfer-Encoding")
+#: the request line and headers of one request, in bytes: 64 KiB, as common servers allow
+#: (nginx 4 x 8 KiB buffers, Node.js 16 KiB, Go 1 MiB); zoo's requests need a few hundred
+MAX_HEAD_BYTES = 64 << 10
+READ_TIMEOUT = 30.0  # seconds from a request's first byte until its body is complete
+MAX_CONNECTIONS = 1024  # open HTTP connections at most; fewer where the open-file limit is low
+
+
+@dataclass(frozen=True)
+class Limits:
+    read_timeout: float = READ_TIMEOUT
+    max_connections: int = MAX_CONNECTIONS
+
+    @classmethod
+    def from_environment(cls) -> Limits:
+        """The defaults, but `ZOO_SERVE_READ_TIMEOUT` (seconds) and `ZOO_SERVE_MAX_CONNECTIONS`
+        where set; the connection cap is at most half the process's open-file limit (the
+        other half stays for gRPC connections, shared-memory regions and model files)."""
+        timeout = os.environ.get("ZOO_SERVE_READ_TIMEOUT", "")
+        connections = os.environ.get("ZOO_SERVE_MAX_CONNECTIONS", "")
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        default = MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(1, min(MAX_CONNECTIONS, soft // 2))
+        try:
+            limits = cls(float(timeout or READ_TIMEOUT), int(connections or default))
+        except ValueError:
+            limits = None
+        if limits is None or not limits.read_timeout > 0 or limits.max_connections < 1:
+            raise UsageError(f"ZOO_SERVE_READ_TIMEOUT must be a positive number of seconds and "
+                             f"ZOO_SERVE_MAX_CONNECTIONS a positive integer; got {timeout!r} and {connections!r}")
+        return limits
 
 
 class JsonErrorProtocol(HttpToolsProtocol):
+    limits = Limits()
+
+    @classmethod
+    def with_limits(cls, limits: Limits) -> type[JsonErrorProtocol]:
+        """This protocol under `limits` (uvicorn makes one protocol object per connection)."""
+        return type(cls.__name__, (cls,), {"limits": limits})
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0  # of the request whose head is arriving
+        self._in_head = True  # between requests, or before the headers of the current one are complete
+        self._reading = False  # a request has begun and its body is not complete
+        self._body_left: int | None = None  # bytes of the body still to come, where Content-Length says
+        #: loop time by which what is being read must be whole (None: nothing is); checked by one
+        #: timer per connection, so a request costs a float, not a timer of its own
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._refusal: bytes | None = None  # a refusal waiting for the responses owed before it
+        self._running = None  # the request-response cycle whose application runs
+
+    # ------------------------------------------------------------ connection
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(503, f"the server has {self.limits.max_connections} connections open, its limit; retry "
+                              "later", b"retry-after: 1\r\n")
+            return
+        self._deadline = self.loop.time() + self.limits.read_timeout  # a connection that never sends is closed too
+        self._timer = self.loop.call_at(self._deadline, self._check_deadline)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """The parser is given a head up to its end (at most what the limit still allows)
+        and a body of known length up to its end, so that the next request's head starts
+        a piece of its own and is counted from its first byte. (The end of a chunked body
+        is not known: a head in the same read after one may pass the limit by that read.)"""
+        if self._refusal is not None:  # refused: what follows is not read
+            return
+        if self._deadline is None and self._in_head:  # bytes before a request line count too
+            self._deadline = self.loop.time() + self.limits.read_timeout
+        start, size = 0, len(data)
+        while start < size and self._refusal is None and not self.transport.is_closing():
+            if self._in_head:
+                room = MAX_HEAD_BYTES - self._head_bytes
+                end = data.find(b"\r\n\r\n", start, start + room)  # no CRLF CRLF inside a head: it ends one
+                stop = min(size, start + room if end < 0 else end + 4)
+                self._head_bytes += stop - start
+            else:
+                stop = min(size, start + self._body_left) if self._body_left else size
+            # httptools takes any buffer: a view, not a copy, of a large body
+            super().data_received(data if start == 0 and stop == size else memoryview(data)[start:stop])
+            start = stop
+            if self._in_head and self._head_bytes >= MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._refuse(431, f"the request line and headers exceed {MAX_HEAD_BYTES} bytes, the server's limit")
+
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps({"error": MESSAGE}).encode()
-        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        self._refuse(400, MESSAGE)
+
+    # ------------------------------------------------------------ parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._reading = True
+        self._deadline = self.loop.time() + self.limits.read_timeout  # the request's time starts at its first byte
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        length = coding = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                coding = value if coding is None else coding + b"," + value
+        if coding is not None:
+            unknown = [c for c in (c.strip() for c in coding.lower().split(b",")) if c and c != b"chunked"]
+            if unknown:  # RFC 9112 section 6.1: a transfer coding the server does not understand is a 501
+                self._refuse(501, f"Transfer-Encoding {unknown[0].decode('latin-1')[:40]!r} is not supported; send "
+                                  "the body as is (chunked, or with a Content-Length)")
+                return
+        self._in_head, self._head_bytes = False, 0
+        self._body_left = int(length) if length is not None and coding is None else None  # the parser checked it
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._body_left is not None:
+            self._body_left -= len(body)
+        if self._refusal is None:  # a refused request's body goes nowhere
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._reading, self._deadline = True, False, None
+        if self._refusal is None:
+            super().on_message_complete()
+
+    def _start_asgi_task(self, cycle, app) -> None:
+        self._running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts the next pipelined request, if any
+        if self._refusal is not None and not self._owed() and not self.transport.is_closing():
+            self.transport.write(self._refusal)
+            self.transport.close()
+
+    # ------------------------------------------------------------ read deadline
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self._refusal is not None:
+            return
+        now = self.loop.time()
+        if self._deadline is not None and now >= self._deadline:
+            if self.flow.read_paused:  # the server holds reading (a pipelined request waits its turn): not the client
+                self._deadline = now + self.limits.read_timeout
+            elif self._reading:
+                return self._refuse(408, f"the request did not arrive whole within {self.limits.read_timeout:g} s "
+                                         "of its first byte")
+            else:
+                return self.transport.close()
+        # nothing being read (an answer in the works, an idle keep-alive that uvicorn closes): look again later
+        self._timer = self.loop.call_at(self._deadline or now + self.limits.read_timeout, self._check_deadline)
+
+    # ------------------------------------------------------------ refusals
+
+    def _refuse(self, status: int, message: str, extra: bytes = b"") -> None:
+        """Answer `status` with `{"error": message}` and close the connection, once the
+        responses owed to the requests before the refused one are out."""
+        self._deadline = None
+        bad = None if self._in_head else self.cycle  # the refused request, when its headers were complete
+        if bad is not None:
+            self.pipeline = type(self.pipeline)(entry for entry in self.pipeline if entry[0] is not bad)
+            if bad.response_started:  # it was answered (or is being answered): nothing can follow
+                self.transport.close()
+                return
+            bad.disconnected = True  # its application, if running, reads a disconnect; its answer is this
+            bad.message_event.set()
+        body = json.dumps({"error": message}).encode()
+        head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [b"content-type: application/json\r\n", b"content-length: " + str(len(body)).encode() + b"\r\n",
-                 b"connection: close\r\n", b"\r\n"]
-        self.transport.write(b"".join(head) + body)
+                 extra, b"connection: close\r\n", b"\r\n"]
+        self._refusal = b"".join(head) + body
+        if self._owed():
+            self.flow.pause_reading()  # sent from on_response_complete
+            return
+        self.transport.write(self._refusal)
         self.transport.close()
+
+    def _owed(self) -> bool:
+        """Whether a request before the refused one still waits for its response."""
+        running = self._running
+        return bool(self.pipeline) or running is not None and not running.response_complete \
+            and not running.disconnected

@@ -33,7 +33,8 @@ class Metrics:
         self.requests = Counter("zoo_inference_requests", "Inference requests received, by model.", labels,
                                 registry=self.registry)
         self.failures = Counter("zoo_inference_failures", "Inference requests that failed, by model and reason "
-                                "(bad_request, queue_full, not_ready, backend, timeout, internal).",
+                                "(bad_request, queue_full, not_ready, backend, timeout, cancelled, disconnected, "
+                                "internal).",
                                 (*labels, "reason"), registry=self.registry)
         self.latency = Histogram("zoo_inference_request_duration_seconds", "Time in the server per successful "
                                  "request: body read to response encoded.", labels, buckets=LATENCY_BUCKETS,

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..arguments import domain_items
+from ..errors import InputError
 from . import datatypes as dt
 from .errors import ProtocolError
 
@@ -99,14 +102,7 @@ class InferRequest:
 
 def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     """Parse a request body (and its `Inference-Header-Content-Length`, if any)."""
-    json_end = len(body)
-    if header_length is not None:
-        try:
-            json_end = int(header_length)
-        except ValueError:
-            raise ProtocolError(f"{HEADER_LENGTH} must be an integer, got {header_length[:40]!r}") from None
-        if not 0 <= json_end <= len(body):
-            raise ProtocolError(f"{HEADER_LENGTH} is {json_end} but the body has {len(body)} bytes")
+    json_end = len(body) if header_length is None else json_length(header_length, len(body))
     try:
         doc = json.loads(body[:json_end], parse_constant=_no_constant)
     except RecursionError:
@@ -140,6 +136,20 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         raise ProtocolError("`outputs` must be a list of {\"name\": ...} objects; leave it out for every output")
     return InferRequest(inputs, request_id, _outputs(doc.get("outputs")), binary_output, parameters,
                         request_timeout(parameters))
+
+
+def json_length(header: str, body_size: int) -> int:
+    """The `Inference-Header-Content-Length` header's value, checked against the body's
+    size. ASCII digits only: `int()` would also take '²', '+1' and '1_0', and refuse
+    thousands of digits with an error of its own."""
+    digits = header.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise ProtocolError(f"{HEADER_LENGTH} must be an integer (the JSON's length in bytes), got {header[:40]!r}")
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(body_size)) or int(significant) > body_size:
+        shown = significant[:40] + ("..." if len(significant) > 40 else "")
+        raise ProtocolError(f"{HEADER_LENGTH} is {shown} but the body has {body_size} bytes")
+    return int(significant)
 
 
 def request_timeout(parameters: Mapping[str, Any]) -> float | None:
@@ -293,6 +303,8 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
             raise ProtocolError(f"{where}: shape {value!r} has a negative dimension")
     if math.prod(value) > MAX_ELEMENTS:
         raise ProtocolError(f"{where}: shape {value!r} has more elements than any request may carry")
+    if math.prod(d for d in value if d) > MAX_ELEMENTS:  # numpy sizes even an empty array by its other dimensions
+        raise ProtocolError(f"{where}: shape {value!r} has dimensions larger than any request may carry")
     return tuple(value)
 
 
@@ -423,18 +435,19 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
 def encode_request(inputs: Mapping[str, Any], binary: bool = True, outputs: Sequence[str] | None = None,
                    request_id: str | None = None, datatypes: Mapping[str, str] | None = None
                    ) -> tuple[bytes, dict[str, str]]:
-    """A request body and headers from numpy arrays (or lists of bytes/str for BYTES)."""
+    """A request body and headers from numpy arrays, torch tensors or (nested) lists of
+    numbers, or lists of bytes/str for BYTES; anything else is an `InputError` naming the
+    input. `datatypes` gives a numeric input's datatype where its array's dtype does not say it."""
     described, chunks = [], []
     for name, value in inputs.items():
         datatype = (datatypes or {}).get(name)
-        array = value if isinstance(value, np.ndarray) and value.dtype != object else None
-        if array is None:  # bytes/str items
-            items = value.reshape(-1).tolist() if isinstance(value, np.ndarray) else list(value)
-            array = dt.bytes_array([x.encode() if isinstance(x, str) else bytes(x) for x in items])
-            if isinstance(value, np.ndarray):
-                array = array.reshape(value.shape)
-            datatype = datatype or "BYTES"
-        datatype = datatype or _v2_of(array.dtype)
+        array = _request_array(name, value, datatype)
+        if array.dtype == object:  # str/bytes items, whatever a tensor of that name would be
+            datatype = "BYTES"
+        try:
+            datatype = datatype or _v2_of(array.dtype)
+        except ValueError as exc:
+            raise InputError(f"input {name!r}: {exc}") from None
         entry: dict[str, Any] = {"name": name, "shape": list(array.shape), "datatype": datatype}
         if binary or datatype == "BYTES" and not _all_utf8(array):
             raw = dt.to_bytes(datatype, array)
@@ -456,6 +469,40 @@ def encode_request(inputs: Mapping[str, Any], binary: bool = True, outputs: Sequ
     if not chunks:
         return head, {"Content-Type": "application/json"}
     return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+def _request_array(name: str, value: Any, datatype: str | None) -> np.ndarray:
+    """An input of `encode_request` as a numpy array: numeric, or an object array of bytes
+    for BYTES. A value can only be a torch tensor where torch is imported already, so this
+    module does not import it (`zoo.client` imports no deep-learning library)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        from ..tensors import as_numpy
+
+        value = as_numpy(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind not in "OSU":
+        return value
+    if isinstance(value, np.ndarray):
+        items, shape = value.reshape(-1).tolist(), value.shape
+    elif isinstance(value, (list, tuple)) and all(isinstance(x, (str, bytes, bytearray, memoryview)) for x in value):
+        items, shape = list(value), (len(value),)
+    elif isinstance(value, (list, tuple)):
+        numeric = datatype is not None and datatype != "BYTES"
+        try:
+            array = np.asarray(value, dtype=dt.numpy_of(datatype) if numeric else None)
+        except (ValueError, TypeError):
+            array = None  # ragged, or not numbers
+        if array is not None and array.dtype.kind in "biuf":
+            return array
+        raise InputError(f"input {name!r}: a list that is neither numbers of one shape (an array's "
+                         f".tolist()) nor str/bytes items")
+    else:
+        raise InputError(f"input {name!r} is {type(value).__name__}: give a numpy array, a torch tensor, "
+                         f"a list of numbers, or a list of str/bytes items for BYTES")
+    try:
+        return dt.bytes_array(domain_items(items)).reshape(shape)
+    except InputError as exc:
+        raise InputError(f"input {name!r}: {exc}") from None
 
 
 def decode_response(body: bytes, header_length: str | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -4,6 +4,9 @@ On SIGTERM or Ctrl-C both front ends stop taking work at once: uvicorn stops acc
 connections and the gRPC server new calls (open gRPC streams stop reading). In-flight
 requests finish (up to the shutdown timeout), then the lifespan's shutdown drains every
 model's queue before the process exits.
+
+HTTP requests go through `http.JsonErrorProtocol`: its limits on header size, read time
+and open connections, and its JSON error body for the requests it refuses.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def _loopback(host: str) -> bool:
 def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     import uvicorn
 
-    from .http import JsonErrorProtocol
+    from .http import JsonErrorProtocol, Limits
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
@@ -41,7 +44,8 @@ def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level
     app = create_app(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             server_header=False, timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
-                            lifespan="on", http=JsonErrorProtocol)
+                            lifespan="on", http=JsonErrorProtocol.with_limits(Limits.from_environment()),
+                            ws="none")  # no WebSocket routes: an upgrade must not hand the socket past these limits
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:

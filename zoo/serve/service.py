@@ -5,6 +5,10 @@ Both transports decode their own wire format into a `protocol.InferRequest` and 
 So one request gets the same checks, batching, queue limit, timeout, metrics,
 statistics and error (type and message) whichever way it came; the front ends only map
 the error to their status (`errors.STATUS`, `grpc.CODES`).
+
+Every request counted in `zoo_inference_requests_total` ends as a success or a failure,
+in the metrics and the statistics alike: also one the client abandons (a cancelled gRPC
+call, reason "cancelled"; an HTTP client gone before its body arrived, "disconnected").
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 from . import datatypes as dt
 from . import repository
 from ..artifact import VERSION_DIR
+from ..inputs import wire_shape
 from .classify import classify
 from .errors import ModelControlDisabledError, ModelNotFoundError, ProtocolError, reason_for
 from .metrics import Metrics
@@ -30,6 +35,11 @@ from .stats import ModelStats
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # shared-memory copies larger than this run in a worker thread, off the event loop
+
+
+class Disconnected(Exception):
+    """The client went away before its request arrived whole: nobody is left to answer.
+    A failure of reason "disconnected", not an error of the server."""
 
 
 class Server:
@@ -175,11 +185,13 @@ class Server:
         self.metrics.child(self.metrics.requests, *labels).inc()
         try:
             request = await decode(model)
-            await self._read_regions(request)
+            await self._read_regions(model, request)
             outputs, work = await model.infer(request, self.settings.request_timeout)
             outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
-        except Exception as exc:
-            self.metrics.child(self.metrics.failures, *labels, reason_for(exc)).inc()
+        except (Exception, asyncio.CancelledError) as exc:  # cancelled: the client cancelled the call, or shutdown
+            reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else \
+                "disconnected" if isinstance(exc, Disconnected) else reason_for(exc)
+            self.metrics.child(self.metrics.failures, *labels, reason).inc()
             stats.request(False, time.perf_counter() - start)
             raise
         total, queue = time.perf_counter() - start, work.started - work.enqueued
@@ -187,7 +199,7 @@ class Server:
         stats.request(True, total, work.rows, queue, (work.compute_input, work.compute, work.compute_output))
         return model, request, outputs
 
-    async def _read_regions(self, request: InferRequest) -> None:
+    async def _read_regions(self, model: ServedModel, request: InferRequest) -> None:
         for t in request.inputs:
             if t.region is None:
                 continue
@@ -197,9 +209,30 @@ class Server:
             if expected is not None and r.byte_size != expected:  # before reading what may be a large region
                 raise ProtocolError(f"input {t.name!r} of shape {list(t.shape)} ({t.datatype}) is {expected} bytes; "
                                     f"its shared memory part (shared_memory_byte_size) is {r.byte_size}")
+            self._check_region_size(model, t)
             raw = (await asyncio.to_thread(self.regions.read, r.name, r.offset, r.byte_size)
                    if r.byte_size > OFFLOAD_BYTES else self.regions.read(r.name, r.offset, r.byte_size))
             t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
+
+    def _check_region_size(self, model: ServedModel, t: Tensor) -> None:
+        """Refuse a shared-memory input larger than the model can take before it is read
+        (a sparse region costs the client nothing; a copy of it, the server its memory):
+        at most every axis of the spec's input at its largest; a BYTES input or one the
+        spec does not name (domain-native items), at most what a request body may be."""
+        spec = next((s for s in model.spec.inputs if s.name == t.name), None)
+        size = dt.element_size(t.datatype)
+        if spec is None or size is None:
+            if t.region.byte_size > self.settings.max_request_bytes:
+                raise ProtocolError(f"input {t.name!r}: its shared memory part (shared_memory_byte_size "
+                                    f"{t.region.byte_size}) exceeds the request size limit, "
+                                    f"{self.settings.max_request_bytes} bytes")
+            return
+        batch_max = model.policy.max_batch_size if model.rows_batched else None  # as the model's shape check
+        largest = [d if isinstance(d, int) else batch_max if d == "batch" and batch_max is not None
+                   else model.spec.axes[d].max for d in spec.shape]
+        if t.region.byte_size > size * math.prod(largest):
+            raise ProtocolError(f"input {t.name!r} has shape {list(t.shape)}; model {model.name} takes "
+                                f"{wire_shape(spec.shape)}, at most {largest}")
 
     async def _deliver(self, model: ServedModel, t: Tensor, wanted) -> Tensor:
         """An output as the request asked for it: the top classes, and/or in shared memory."""
