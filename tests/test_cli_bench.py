@@ -173,6 +173,9 @@ def test_options_a_mode_ignores_are_refused(tmp_path, monkeypatch, args, message
 @pytest.mark.parametrize("args, message", [
     (["--min-time", "-1"], "error: --min-time must be a positive number, got -1"),
     (["--concurrency", "4"], "error: --concurrency does nothing without --url"),
+    (["--device", "CPU"], "error: --device: unknown 'CPU'; choose from cpu"),
+    # /proc takes no files, also for root (whom permission bits let write anywhere)
+    (["--report-dir", "/proc/zoo-reports"], "error: --report-dir /proc/zoo-reports: /proc is not writable"),
 ])
 def test_a_usage_error_exits_2_in_one_line_before_anything_runs(tmp_path, args, message):
     """As `zoo bench --help` says: 2 for a usage error (a failed run is 1), as a

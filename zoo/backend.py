@@ -80,7 +80,7 @@ class Backend(abc.ABC):
         `module` is the fp32 reference in eval mode on `device`; `example` is a realistic
         input batch on `device` whose batch size is neither 1 nor the maximum. Further
         files may be written beside `path`. Returns facts to record in the manifest under
-        ``backend_info`` (build time, engine provenance ...), or None.
+        ``backend.info`` (build time, engine provenance ...), or None.
         """
 
     @abc.abstractmethod

@@ -178,6 +178,10 @@ def _check_values(o: SimpleNamespace) -> None:
         bad = next((v for v in values if v < 1), None)
         if bad is not None or (option != "--threads" and not values):
             raise UsageError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
+    if o.url is None and not o.artifact:  # with them, --precision and --device are refused as not used
+        from .bench.matrix import check_names
+
+        check_names(_csv(o.precision), _csv(o.device))
 
 
 def _sweep_server(o: SimpleNamespace) -> None:

@@ -93,18 +93,25 @@ def check_destination(path: Path, option: str, directory: bool = True) -> None:
     """Refuse a destination that cannot be written before the work that fills it (a
     benchmark, a training run), so that none of that work is lost to it after: a file
     where a folder is wanted or the reverse, a file among its parents, a folder this user
-    cannot write. `ZooError` naming `option`."""
-    from .errors import ZooError
+    cannot write (tried: a probe file made and removed, which holds where permission bits
+    do not, as for root or on /proc). `UsageError` naming `option`."""
+    import tempfile
+
+    from .errors import UsageError
 
     path = Path(path)
     if directory and path.exists() and not path.is_dir():
-        raise ZooError(f"{option} {path}: exists and is not a directory")
+        raise UsageError(f"{option} {path}: exists and is not a directory")
     if not directory and path.is_dir():
-        raise ZooError(f"{option} {path}: is a directory; name the file to write, e.g. {path / 'report.json'}")
+        raise UsageError(f"{option} {path}: is a directory; name the file to write, e.g. {path / 'report.json'}")
     folder = path if directory else path.parent
     existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
     if not existing.is_dir():
-        raise ZooError(f"{option} {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ZooError(f"{option} {path}: {existing} is not writable")
+        raise UsageError(f"{option} {path}: {existing} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".zoo-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        raise UsageError(f"{option} {path}: {existing} is not writable") from None
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedError, ZooError, signal_name
+from ..errors import UnsupportedError, UsageError, ZooError, signal_name
 from ..export import DEFAULT_REPOSITORY
 from ..spec import ModelSpec
 from .env import environment
@@ -129,7 +129,7 @@ def check_names(precisions: Sequence[str], devices: Sequence[str]) -> None:
     for option, names, choices in (("--precision", precisions, PRECISIONS), ("--device", devices, known)):
         unknown = [n for n in names if n not in choices]
         if unknown:
-            raise ZooError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
+            raise UsageError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
 
 
 def combinations(specs: Sequence[ModelSpec], backends: Sequence[str], precisions: Sequence[str],
