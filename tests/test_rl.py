@@ -157,3 +157,84 @@ def test_predict_from_observations():
     fn = module_fn(cartpole.build().eval(), cartpole)
     (result,) = zoo.predict(cartpole, fn, ["[0.01, -0.2, 0.03, 0.1]"])
     assert result["action"] == int(np.argmax(result["logits"])) and sum(result["probabilities"]) == pytest.approx(1)
+
+
+# --- your own environment: `Environment.from_gymnasium` and `policy_spec` -------------
+
+def test_environment_from_gymnasium_reads_the_spaces():
+    from zoo_rl import Environment
+
+    acrobot = Environment.from_gymnasium("Acrobot-v1")
+    assert acrobot.obs_dim == 6 and acrobot.discrete and acrobot.num_actions == 3
+    car = Environment.from_gymnasium("MountainCarContinuous-v0")
+    assert not car.discrete and car.obs_dim == 2
+    assert (car.action_dim, car.action_low, car.action_high) == (1, -1.0, 1.0)
+    assert Environment.from_gymnasium("Pendulum-v1") == envs.PENDULUM  # as the built-in model writes it out
+
+
+class _PlaneEnv(gymnasium.Env):
+    """An environment whose action is a 2x2 matrix: no policy head here fits it."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+
+class _SkewedEnv(_PlaneEnv):
+    action_space = gymnasium.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32))
+
+
+@pytest.fixture
+def registered_envs():
+    ids = {"ZooTestPlane-v0": _PlaneEnv, "ZooTestSkewed-v0": _SkewedEnv}
+    for env_id, cls in ids.items():
+        gymnasium.register(env_id, entry_point=cls)
+    yield
+    for env_id in ids:
+        gymnasium.registry.pop(env_id)
+
+
+@pytest.mark.parametrize("env_id, message", [
+    ("Blackjack-v1", "Blackjack-v1: the policy takes a 1-D Box observation, not Tuple(Discrete(32)"),
+    ("FrozenLake-v1", "FrozenLake-v1: the policy takes a 1-D Box observation, not Discrete(16)"),
+    ("ZooTestPlane-v0", "ZooTestPlane-v0: the policy takes a Discrete action (from 0) or a 1-D Box action, "
+                        "not Box(-1.0, 1.0, (2, 2), float32)"),
+    ("ZooTestSkewed-v0", "ZooTestSkewed-v0: the policy takes Box actions with one finite [low, high] for every "
+                         "dimension"),
+    ("ZooTestAbsent-v0", "Gymnasium cannot make environment 'ZooTestAbsent-v0'"),
+])
+def test_an_unsupported_environment_is_refused_by_name(registered_envs, env_id, message):
+    from zoo.errors import ZooError
+    from zoo_rl import Environment
+
+    with pytest.raises(ZooError) as info:
+        Environment.from_gymnasium(env_id)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCarContinuous-v0"])
+def test_a_policy_spec_for_another_environment_passes_the_spec_check(env_id):
+    import zoo_rl
+    from zoo.check import check
+
+    env = zoo_rl.Environment.from_gymnasium(env_id)
+    spec = zoo_rl.policy_spec(f"ppo.{env_id.lower()}", env)
+    # the defaults are the built-in models' of the same kind of action, with no stated target
+    want = zoo.get_model("ppo.cartpole" if env.discrete else "ppo.pendulum")
+    assert spec.recipe.epochs == want.recipe.epochs and spec.recipe.target is None
+    assert spec.trainer.keywords["ppo"] == want.trainer.keywords["ppo"]
+    assert "int8" not in spec.tolerances  # offered only with a stated return_drop
+    assert "int8" in zoo_rl.policy_spec("ppo.x", env, return_drop=10.0).tolerances
+    assert spec.tiny().config == {"hidden": 8} and env_id in spec.tiny().description
+    torch.manual_seed(0)
+    assert check(spec, spec.build().eval()).passed
+
+
+def test_a_policy_for_another_environment_exports_to_onnxruntime(tmp_path):
+    import zoo_rl
+    from zoo.registry import backends
+
+    if not backends()["onnxruntime"].probe("cpu").ok:
+        pytest.skip("onnxruntime cannot run here")
+    spec = zoo_rl.policy_spec("ppo.acrobot", zoo_rl.Environment.from_gymnasium("Acrobot-v1"))
+    art = zoo.export(spec.tiny(), "onnxruntime", repository=tmp_path, random_init=True)
+    assert art.manifest["domain"]["passed"] and art.manifest["domain"]["environment"] == "Acrobot-v1"

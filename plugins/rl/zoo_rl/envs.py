@@ -1,9 +1,10 @@
 """The Gymnasium environments the policies act in.
 
-What an observation and an action are for each environment (written out here, and
-checked against Gymnasium by the tests, so registering the models does not import
-Gymnasium), seeded greedy episodes through any numpy-in/numpy-out callable, and
-realistic observations for tracing and parity.
+What an observation and an action are for each environment (written out here for the
+built-in models, and checked against Gymnasium by the tests, so registering them does
+not import Gymnasium; read from Gymnasium by `Environment.from_gymnasium` for any other),
+seeded greedy episodes through any numpy-in/numpy-out callable, and realistic
+observations for tracing and parity.
 
 Every episode is seeded, so a metric measured twice on the same weights is the same.
 """
@@ -16,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from zoo.errors import UnsupportedError, ZooError
 from zoo.tensors import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
@@ -35,6 +37,37 @@ class Environment:
     action_dim: int = 0  # Box((action_dim,)) between action_low and action_high
     action_low: float = -1.0
     action_high: float = 1.0
+
+    @classmethod
+    def from_gymnasium(cls, env_id: str) -> Environment:
+        """The spaces of `gymnasium.make(env_id)`: a 1-D Box observation, and a Discrete
+        action (starting at 0) or a 1-D Box action with one finite [low, high] for every
+        dimension (what the policy's outputs are). Any other space is refused by name."""
+        import gymnasium
+        from gymnasium import spaces
+
+        try:
+            game = gymnasium.make(env_id)
+        except gymnasium.error.Error as exc:  # unregistered, a missing extra (box2d, mujoco), ...
+            raise ZooError(f"Gymnasium cannot make environment {env_id!r}: {exc}") from None
+        obs, act = game.observation_space, game.action_space
+        game.close()
+        if not (isinstance(obs, spaces.Box) and len(obs.shape) == 1):
+            raise UnsupportedError(f"{env_id}: the policy takes a 1-D Box observation, not {obs}")
+        facts: dict[str, Any] = {"obs_low": tuple(map(float, obs.low)), "obs_high": tuple(map(float, obs.high))}
+        if isinstance(act, spaces.Discrete) and act.start == 0:
+            facts["num_actions"] = int(act.n)
+        elif isinstance(act, spaces.Box) and len(act.shape) == 1:
+            low, high = np.unique(act.low), np.unique(act.high)
+            # the policy clips its action mean to one [low, high]; unbounded actions have no such clip
+            if len(low) != 1 or len(high) != 1 or not np.isfinite([low[0], high[0]]).all():
+                raise UnsupportedError(f"{env_id}: the policy takes Box actions with one finite [low, high] "
+                                       f"for every dimension, not {act}")
+            facts.update(action_dim=int(act.shape[0]), action_low=float(low[0]), action_high=float(high[0]))
+        else:
+            raise UnsupportedError(f"{env_id}: the policy takes a Discrete action (from 0) or a 1-D Box action, "
+                                   f"not {act}")
+        return cls(env_id, **facts)
 
     @property
     def obs_dim(self) -> int:
