@@ -235,3 +235,23 @@ def test_load_from_inside_the_artifact(artifacts, monkeypatch):
         assert zoo.load(here)({"ids": np.array([[1, 2]])})["out"].shape == (1, 3)
     monkeypatch.chdir(path / "1")
     assert Artifact.open("..").name == path.name
+
+
+def test_a_checked_runner_copies_and_keeps_the_runners_attributes():
+    """copy and pickle make the object without __init__ and then look up dunders: the
+    passthrough to the runner used to recurse without end."""
+    import copy
+
+    from zoo.inputs import CheckedRunner
+
+    class Runner:
+        device = "cpu"
+
+        def __call__(self, inputs):
+            return inputs
+
+    checked = CheckedRunner(Runner(), zoo.get_model("resnet8.digits"), "m")
+    copied = copy.copy(checked)
+    assert copied.unchecked is checked.unchecked and copied.device == "cpu"
+    with pytest.raises(AttributeError):
+        checked.no_such_attribute

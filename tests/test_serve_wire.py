@@ -201,6 +201,35 @@ def test_a_refused_pipelined_request_is_answered_after_the_one_before_it(wire, s
     still_serving(wire)
 
 
+def chunked(body: bytes, path: str = INFER) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{len(body):x}\r\n".encode()
+            + body + b"\r\n0\r\n\r\n")
+
+
+GZIP_CHUNKED = b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize("third", [b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n", request(infer_body(id="third"))],
+                         ids=["get", "post"])
+def test_nothing_after_a_refusal_in_the_same_read_is_served(wire, third):
+    """A chunked body's read is parsed whole: a request after a refused one used to be
+    served before the refusal (responses out of order), or, a POST, to wait for a body that
+    would never come and hold the connection past every timeout."""
+    started = time.monotonic()
+    reply = responses(exchange(wire.port, chunked(infer_body(id="first")) + GZIP_CHUNKED + third, timeout=15))
+    assert [s for s, _ in reply] == [200, 501], reply
+    assert json.loads(reply[0][1])["id"] == "first" and time.monotonic() - started < 5
+    still_serving(wire)
+
+
+def test_the_first_refusal_of_a_connection_is_its_answer(wire):
+    """`Transfer-Encoding: gzip` is refused 501, then the parser's own error followed: its
+    400, saying a malformed request, replaced the 501 when a response was owed first."""
+    second = b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc"
+    reply = responses(exchange(wire.port, request(infer_body(id="first"), close=False) + second))
+    assert [s for s, _ in reply] == [200, 501] and "Transfer-Encoding 'gzip'" in error_text(reply[1][1]), reply
+
+
 # ---------------------------------------------------------------- client-controlled values
 
 

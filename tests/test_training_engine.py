@@ -112,6 +112,19 @@ def test_a_run_cut_inside_an_epoch_by_max_steps_resumes_at_its_next_micro_batch(
     assert resumed.metrics["steps"] == straight.metrics["steps"] == 42 and resumed.metrics["cut_in_epoch"] is None
 
 
+def test_a_run_cut_after_its_best_epoch_keeps_the_selection_through_a_resume(tmp_path):
+    """Cut in epoch 2 of 3 where epoch 1 validates best (a high constant learning rate):
+    the cut run ends with epoch 1's weights, as the selection stands, and its model/ must
+    not hold the cut step's weights, which a resumed run would reload as epoch 1's."""
+    hot = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=1.0, schedule="constant"))
+    straight = zoo.train(hot, out=tmp_path / "a", epochs=3, progress=False)
+    assert straight.metrics["best_epoch"] == 1, straight.metrics["val_accuracy_history"]  # the premise
+    cut = zoo.train(hot, out=tmp_path / "b", epochs=3, progress=False, options=TrainOptions(max_steps=26))
+    assert (cut.metrics["cut_in_epoch"], cut.metrics["best_epoch"], cut.metrics["epochs_run"]) == (2, 1, 1)
+    resumed = zoo.train(hot, out=tmp_path / "b", epochs=3, progress=False, options=TrainOptions(resume=True))
+    assert resumed.metrics["best_epoch"] == 1 and resumed.sha256 == straight.sha256
+
+
 def test_a_resume_point_that_does_not_fit_the_optimizer_is_refused_by_name(tmp_path):
     zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
     state = tmp_path / "last" / "training.json"

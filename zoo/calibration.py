@@ -34,16 +34,23 @@ def calibration_batches(spec: ModelSpec, samples: int = DEFAULT_SAMPLES, batch_s
     Drawn without replacement from `spec.dataset.load("train")` (a seeded random subset,
     so every class or topic is likely represented), else made by `spec.sample`.
     `batch_size` defaults to the typical batch of the spec's range and is clipped to it;
-    the last batch may be smaller.
+    the last batch may be smaller (without a dataset, the last of each typical-batch draw).
     """
     if samples < 1:
         raise ZooError(f"calibration needs at least one sample, got {samples}")
     limits = spec.axes["batch"]
     batch = min(max(batch_size or limits.opt, limits.min), limits.max)
     rng = np.random.default_rng(seed)
-    if spec.dataset is None:  # one draw, then batches of it: the same rows whatever the batch size
-        pool = spec.sample(samples, rng)
-        return [_typed(spec, {k: v[i:i + batch] for k, v in pool.items()}) for i in range(0, samples, batch)]
+    if spec.dataset is None:
+        # drawn in typical batches whatever `batch_size` asks (a rollout or a random length per
+        # draw: draws of another size are other data), then cut into `batch`: every backend
+        # calibrates on the same rows, ONNX Runtime (typical batches) and OpenVINO (one by one)
+        typical = min(max(limits.opt, limits.min), limits.max)
+        # (each draw cut on its own: draws may differ in a dynamic axis, and never share a batch)
+        rows = {t.name for t in spec.inputs if t.shape[:1] == ("batch",)}  # side inputs go whole
+        draws = [_typed(spec, spec.sample(min(typical, samples - i), rng)) for i in range(0, samples, typical)]
+        return [{k: v[i:i + batch] if k in rows else v for k, v in d.items()}
+                for n, d in zip(range(0, samples, typical), draws) for i in range(0, min(typical, samples - n), batch)]
     inputs, _ = spec.dataset.load("train")
     available = len(next(iter(inputs.values())))
     chosen = rng.choice(available, size=min(samples, available), replace=False)

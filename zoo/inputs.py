@@ -120,7 +120,9 @@ class CheckedRunner:
     def __call__(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.unchecked(check_inputs(inputs, self._spec, self._model), *args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # only for what the instance lacks: the runner's own attributes
+        if name.startswith("__") or "unchecked" not in self.__dict__:  # copy and pickle, before __init__ ran
+            raise AttributeError(name)
         return getattr(self.unchecked, name)
 
 

@@ -41,6 +41,7 @@ MESSAGE = ("the HTTP request could not be parsed: a malformed request line or he
 MAX_HEAD_BYTES = 64 << 10
 READ_TIMEOUT = 30.0  # seconds from a request's first byte until its body is complete
 MAX_CONNECTIONS = 1024  # open HTTP connections at most; fewer where the open-file limit is low
+LINGER = 2.0  # seconds a refused connection is drained before it is closed
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,15 @@ class JsonErrorProtocol(HttpToolsProtocol):
     # ------------------------------------------------------------ parser callbacks
 
     def on_message_begin(self) -> None:
+        if self._refusal is not None:  # the parser goes on through a read already fed to it: nothing after a
+            return                     # refusal becomes a request (nor a response out of order)
         self._reading = True
         self._deadline = self.loop.time() + self.limits.read_timeout  # the request's time starts at its first byte
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
+        if self._refusal is not None:
+            return
         length = coding = None
         for name, value in self.headers:
             if name == b"content-length":
@@ -173,8 +178,7 @@ class JsonErrorProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()  # starts the next pipelined request, if any
         if self._refusal is not None and not self._owed() and not self.transport.is_closing():
-            self.transport.write(self._refusal)
-            self.transport.close()
+            self._send_refusal()
 
     # ------------------------------------------------------------ read deadline
 
@@ -198,7 +202,11 @@ class JsonErrorProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str, extra: bytes = b"") -> None:
         """Answer `status` with `{"error": message}` and close the connection, once the
-        responses owed to the requests before the refused one are out."""
+        responses owed to the requests before the refused one are out (at most
+        `read_timeout` more: a response that never ends does not hold the connection).
+        The first refusal of a connection is its answer."""
+        if self._refusal is not None:
+            return
         self._deadline = None
         bad = None if self._in_head else self.cycle  # the refused request, when its headers were complete
         if bad is not None:
@@ -216,9 +224,21 @@ class JsonErrorProtocol(HttpToolsProtocol):
         self._refusal = b"".join(head) + body
         if self._owed():
             self.flow.pause_reading()  # sent from on_response_complete
+            self.loop.call_later(self.limits.read_timeout, self.transport.close)
             return
+        self._send_refusal()
+
+    def _send_refusal(self) -> None:
+        """The refusal, then end of file; what the client still sends (the rest of a head
+        over the limit) is read and dropped for LINGER seconds before the close, so that the
+        client reads the answer instead of a reset (closing with unread bytes sends RST)."""
         self.transport.write(self._refusal)
-        self.transport.close()
+        if not self.transport.can_write_eof() or len(self.connections) > self.limits.max_connections:
+            self.transport.close()  # over the cap: its descriptor is wanted back at once
+            return
+        self.flow.resume_reading()
+        self.transport.write_eof()
+        self.loop.call_later(LINGER, self.transport.close)
 
     def _owed(self) -> bool:
         """Whether a request before the refused one still waits for its response."""

@@ -89,7 +89,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
             if opts.max_steps is not None and step >= opts.max_steps:
                 break
 
-    if "partial" not in progress and progress["best_epoch"] is not None and progress["best_epoch"] != epoch:
+    if progress["best_epoch"] is not None and (progress["best_epoch"] != epoch or "partial" in progress):
         module.load_state_dict(run.saved_model().state)  # the selected epoch's weights
     module.eval()
     return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
@@ -257,13 +257,14 @@ def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: 
 
 def _metrics(progress: dict[str, Any], monitor: str, epoch: int, step: int,
              throughput: Throughput) -> dict[str, Any]:
-    """The run's figures. A run cut inside an epoch by --max-steps ends with its last step's
-    weights: `best_epoch` is None, `cut_in_epoch` the epoch it stopped in, and `train_loss`
-    that epoch's mean loss so far."""
+    """The run's figures. A run cut inside an epoch by --max-steps ends with the weights
+    selected among the epochs it completed, as any run (`best_epoch`), or, where it
+    completed none, with its last step's (`best_epoch` None); `cut_in_epoch` is the epoch
+    it stopped in and `train_loss` that epoch's mean loss so far."""
     cut = progress.get("partial")
     return {"train_loss": cut["total"] / cut["seen"] if cut else progress["history"][-1] if progress["history"] else None,
             "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
-            "best_epoch": None if cut else progress["best_epoch"] or epoch, "epochs_run": epoch,
+            "best_epoch": progress["best_epoch"] if cut else progress["best_epoch"] or epoch, "epochs_run": epoch,
             "cut_in_epoch": epoch + 1 if cut else None, "steps": step,
             "stopped_early": progress["stopped_early"],
             "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
