@@ -294,7 +294,7 @@ def test_ppo_uses_the_same_run_directory_and_resume(tmp_path):
         zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False, options=TrainOptions(accumulate=2))
     # options of the supervised loop that PPO has no use for: refused, not ignored
     for option, flag in (({"val_fraction": 0.1}, "--val-fraction"), ({"profile": True}, "--profile"),
-                         ({"channels_last": True}, "--channels-last"), ({"threads": 2}, "--threads")):
+                         ({"channels_last": True}, "--channels-last"), ({"threads": 2}, "--threads other than 1")):
         with pytest.raises(UnsupportedError, match=f"does not take {flag}"):
             zoo.train(spec, out=tmp_path / "b", epochs=1, progress=False, options=TrainOptions(**option))
 

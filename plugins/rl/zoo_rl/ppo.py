@@ -181,7 +181,7 @@ def train(spec: ModelSpec, run: Run, *, env: Environment, ppo: PPOConfig) -> tup
                    "--clip-grad-norm (PPO clips at its own max_grad_norm)": run.options.clip_grad_norm is not None,
                    "--val-fraction (PPO evaluates by episodes)": run.options.val_fraction is not None,
                    "--channels-last": run.options.channels_last is not None, "--profile": run.options.profile,
-                   "--threads (PPO runs on one thread)": run.options.threads is not None}
+                   "--threads other than 1 (PPO runs on one thread)": run.options.threads not in (None, 1)}
     named = [k for k, v in unsupported.items() if v]
     if named:
         raise UnsupportedError(f"{spec.name}: the PPO trainer does not take {', '.join(named)} "
