@@ -95,13 +95,19 @@ def test_saving_over_a_run_directory_or_its_resume_point_is_refused_and_training
     assert ckpt.save(out / "model") == out / "model"
 
 
-def test_a_run_whose_model_folder_holds_other_files_is_refused_before_training(tmp_path, monkeypatch):
+def test_a_run_whose_model_or_last_folder_holds_other_files_is_refused_before_training(tmp_path, monkeypatch):
     (tmp_path / "run" / "model").mkdir(parents=True)
     (tmp_path / "run" / "model" / "notes.txt").write_text("the user's")
     monkeypatch.setattr(importlib.import_module("zoo.train"), "fit", None)  # training would fail: the refusal comes first
     with pytest.raises(CheckpointError, match=r"it holds notes.txt, which saving would delete"):
         zoo.train(zoo.get_model("resnet8.digits").tiny(), out=tmp_path / "run", epochs=1, progress=False)
     assert (tmp_path / "run" / "model" / "notes.txt").read_text() == "the user's"
+    (tmp_path / "run" / "model" / "notes.txt").rename(tmp_path / "run" / "notes.txt")
+    (tmp_path / "run" / "last").mkdir()
+    (tmp_path / "run" / "last" / "data.csv").write_text("the user's")
+    with pytest.raises(CheckpointError, match=r"last holds data.csv, which the run's resume point would replace"):
+        zoo.train(zoo.get_model("resnet8.digits").tiny(), out=tmp_path / "run", epochs=1, progress=False)
+    assert (tmp_path / "run" / "last" / "data.csv").read_text() == "the user's"
 
 
 # -- verify: weights that no longer fit the registered model ----------------------------

@@ -72,7 +72,7 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     return spec.build().eval(), f"random init (seed {seed})"
 
 
-def _at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
+def at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
                           random_init: bool) -> tuple[ModelSpec, Checkpoint | None]:
     """`spec` at the config of the checkpoint `reference_module` will load, and that
     checkpoint, read once here: weights trained at another config (`zoo train -c width=16`)
@@ -113,7 +113,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
     """
     spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
-    declared, checkpoint = _at_checkpoint_config(spec, checkpoint, random_init)
+    declared, checkpoint = at_checkpoint_config(spec, checkpoint, random_init)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)

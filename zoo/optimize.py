@@ -33,7 +33,7 @@ from .backend import Availability
 from .bench import benchmark
 from .checkpoint import Checkpoint
 from .errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, ZooError
-from .export import DEFAULT_REPOSITORY, _at_checkpoint_config
+from .export import DEFAULT_REPOSITORY, at_checkpoint_config
 from .fsutil import atomic_directory, sha256_file
 from .spec import PRECISIONS, ModelSpec
 from .triton import triton_form, write_repository_files
@@ -77,7 +77,7 @@ def optimize(model: str | ModelSpec, device: str = "cpu", objective: str = "late
     """
     # at the checkpoint's config (`zoo train -c image_size=32`): its batch range, and the
     # config.pbtxt of the result, are that model's
-    spec, _ = _at_checkpoint_config(registry.get_model(model), checkpoint, random_init)
+    spec, _ = at_checkpoint_config(registry.get_model(model), checkpoint, random_init)
     _check_options(spec, objective, max_metric_drop, threads, min_time)
     batch = _batch(spec, objective, batch)
     runnable, rejected = _backends(device, backends)

@@ -34,6 +34,7 @@ from .training import distributed
 from .training.loop import fit
 from .training.options import TrainOptions, run_files
 from .training.run import Run
+from .training.state import check_resume_destination
 from .verify import evaluate
 
 log = logging.getLogger("zoo.train")
@@ -70,6 +71,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     out = Path(out) if out is not None else default_path(spec.name)
     check_destination(out, "--out")  # before training, so that no epoch is lost to it
     check_replaceable(run_files(out)["model"])
+    check_resume_destination(run_files(out)["last"])
 
     world = distributed.init(device)
     threads = torch.get_num_threads()

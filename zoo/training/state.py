@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..checkpoint import Checkpoint, load_checkpoint
+from ..checkpoint import META, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError
 from ..fsutil import atomic_directory
 
@@ -44,6 +44,18 @@ class TrainingState:
     scaler: dict[str, Any] | None
     rng: dict[str, torch.Tensor]  # "torch", "cuda", "data": generator states
     run: dict[str, Any]  # history, best metric, patience counter, options: JSON
+
+
+def check_resume_destination(path: Path) -> None:
+    """Refuse `path` (a run's `last/`) unless it is missing, empty or a resume point, which
+    a run replaces: a user's own folder there would be deleted by the first epoch's save."""
+    if not path.exists():
+        return
+    held = sorted(p.name for p in path.iterdir()) if path.is_dir() else None
+    if held is None or held and not set(held) <= {META, WEIGHTS, STATE, TENSORS}:
+        what = "is not a directory" if held is None else f"holds {', '.join(held[:5])}"
+        raise CheckpointError(f"{path} {what}, which the run's resume point would replace: move it, or train "
+                              f"into another --out")
 
 
 def save_state(path: Path, state: TrainingState) -> Path:
