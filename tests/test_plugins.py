@@ -25,7 +25,8 @@ from safetensors.torch import load_file, save_file
 import zoo
 from zoo import hookspecs, registry
 from zoo.errors import PluginError, UnknownModelError, ZooError
-from zoo.tensors import call_module, to_numpy, to_torch
+from zoo.arrays import to_numpy
+from zoo.tensors import call_module, to_torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 HOOKS = sorted(name for name, obj in vars(hookspecs).items() if hasattr(obj, "zoo_spec"))

@@ -26,7 +26,7 @@ from .backend import Availability, Backend, Runner  # noqa: E402
 from .errors import InputError, ZooError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .inline import register, register_backend, unregister  # noqa: E402
-from .registry import LazySpec, get_backend, get_model, list_models  # noqa: E402
+from .registry import LazyBackend, LazySpec, get_backend, get_model, list_models  # noqa: E402
 from .spec import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance  # noqa: E402
 
 #: public name -> (submodule, its name there): imported on first use
@@ -76,8 +76,8 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 __all__ = [
-    "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "LazySpec", "Metric",
-    "ModelSpec", "Recipe", "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend",
+    "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "LazyBackend",
+    "LazySpec", "Metric", "ModelSpec", "Recipe", "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend",
     "get_model", "hookimpl", "generate", "list_models", "load", "load_checkpoint", "predict", "predictor", "register",
     "register_backend", "train", "unregister", "verify",
 ]

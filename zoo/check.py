@@ -36,7 +36,8 @@ import torch
 
 from .errors import PluginError, SpecError, ZooError, first_line
 from .spec import ModelSpec, TensorSpec
-from .tensors import TORCH_DTYPES, as_numpy, call_module, to_torch
+from .arrays import as_numpy
+from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .padding import padding_safe, ragged_axes
 from .verify import RELATIVE_BELOW

@@ -47,10 +47,12 @@ def zoo_register_backends(register: Callable[["Backend"], None]) -> None:
 
     Called once, when the registry is first used. Registering must not import the
     backend's library: a backend that cannot run here is still listed, and its
-    ``probe`` says why.
+    ``probe`` says why. A backend whose module imports its library at its top is
+    registered as a :class:`zoo.LazyBackend` (its name now, its module imported when the
+    backend is first looked up), so a process using another backend never imports it.
 
     :param register: call ``register(backend)`` with one :class:`zoo.Backend` instance
-        per backend. A duplicate name raises :class:`zoo.errors.PluginError`. If this
+        (or :class:`zoo.LazyBackend`) per backend. A duplicate name raises :class:`zoo.errors.PluginError`. If this
         hook raises, or registers something that is not a ``Backend``, none of the
         plugin's backends are registered and a warning names it.
     """

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .arrays import as_numpy
 from .errors import InputError, first_line
 from .serve import datatypes as dt
 from .spec import ModelSpec, TensorSpec
@@ -201,7 +202,5 @@ def _within(value: Any, low: float, high: float) -> bool:
 
 def _numpy(value: Any) -> np.ndarray:
     if _is_tensor(value):
-        from .tensors import as_numpy
-
         return as_numpy(value)
     return value

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .spec import ModelSpec
-from .tensors import as_numpy
+from .arrays import as_numpy
 from .verify import effective_atol
 
 #: positions added to the axis under test (fewer where the axis's range ends sooner)

@@ -16,7 +16,10 @@ A model may be registered as a `LazySpec`: its name now, its spec made on first 
 Looking one model up makes only that one, so a process that exports `resnet8.digits`
 does not pay for reading a transformers config it never uses; `models()` and `zoo list`
 make them all. A lazy spec that fails is left out of `models()` with a warning, and
-looking it up by name raises `PluginError` saying why.
+looking it up by name raises `PluginError` saying why. A backend may be registered as a
+`LazyBackend` the same way: a backend whose module imports its engine (PyTorch, say) is
+imported only by the processes that use it, so serving an ONNX Runtime artifact imports
+no PyTorch; `backends()` and `zoo backends` make them all.
 """
 
 from __future__ import annotations
@@ -52,12 +55,25 @@ class LazySpec:
     name: str
     make: Callable[[], ModelSpec]
 
+@dataclass(frozen=True)
+class LazyBackend:
+    """A backend registered by name whose object is made when it is first looked up.
+
+    For a backend plugin whose module imports a heavy engine at its top:
+    ``register(zoo.LazyBackend("mine", lambda: importlib.import_module("my_backend.impl").MyBackend()))``
+    in `zoo_register_backends`. `make()` takes no arguments and returns a `Backend` named `name`."""
+
+    name: str
+    make: Callable[[], Backend]
+
+
 pm = pluggy.PluginManager("zoo")
 pm.add_hookspecs(hookspecs)
 
 #: every registered model by name: its spec, or the LazySpec not made yet; with its plugin's label
 _models: dict[str, tuple[ModelSpec | LazySpec, str]] | None = None
-_backends: dict[str, Backend] | None = None
+#: every registered backend by name: the backend, or the LazyBackend not made yet; with its plugin's label
+_backends: dict[str, tuple[Backend | LazyBackend, str]] | None = None
 _entry_points_loaded = False
 #: plugin files loaded so far, so benchmark worker processes can load the same ones
 plugin_files: list[str] = []
@@ -317,14 +333,45 @@ def find_model(name: str) -> ModelSpec | None:
     return _made_or_warned(name) if is_registered(name) else None
 
 
-def backends() -> dict[str, Backend]:
+def _registered_backends() -> dict[str, tuple[Backend | LazyBackend, str]]:
+    """Every registered backend's entry by name, lazy ones not made."""
     global _backends
     if _backends is None:
         _load_plugins()
         _check()
-        found = _collect(pm.hook.zoo_register_backends, "backend", Backend)
-        _backends = {name: b for name, (b, _) in sorted(found.items())}
+        _backends = dict(sorted(_collect(pm.hook.zoo_register_backends, "backend", Backend, LazyBackend).items()))
     return _backends
+
+
+def _backend(name: str) -> Backend:
+    """The backend registered as `name`, made now if it was registered lazily."""
+    table = _registered_backends()
+    item, label = table[name]
+    if isinstance(item, Backend):
+        return item
+    try:
+        backend = item.make()
+    except Exception as exc:
+        raise PluginError(f"backend {name!r} of plugin {label} failed to load: {first_line(exc)}") from exc
+    if not isinstance(backend, Backend) or backend.name != name:
+        made = f"backend {backend.name!r}" if isinstance(backend, Backend) else repr(backend)[:100]
+        raise PluginError(f"backend {name!r} of plugin {label}: its LazyBackend made {made}, not a zoo.Backend "
+                          f"named {name!r}")
+    if _backends is table:  # not rebuilt meanwhile
+        table[name] = (backend, label)
+    return backend
+
+
+def backends() -> dict[str, Backend]:
+    """Every registered backend by name, lazy ones made now (any that fails is left out,
+    with a warning)."""
+    found = {}
+    for name, (_, label) in list(_registered_backends().items()):
+        try:
+            found[name] = _backend(name)
+        except PluginError as exc:
+            _warn(label, f"{exc}; it is left out")
+    return found
 
 
 def list_models(pattern: str | None = None) -> list[str]:
@@ -346,10 +393,11 @@ def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
 
 
 def get_backend(name: str) -> Backend:
-    found = backends()
+    """The backend registered as `name` (a lazy one made now; only that one)."""
+    found = _registered_backends()
     if name not in found:
         raise UnknownBackendError(f"unknown backend {name!r}; registered: {', '.join(found) or 'none'}")
-    return found[name]
+    return _backend(name)
 
 
 def plugin_origin(label: str) -> dict[str, str]:

@@ -78,18 +78,6 @@ def _native(value: Any) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
 
 
-def as_numpy(value: Any) -> np.ndarray:
-    """A numpy array from a numpy array or a torch tensor (on any device, bf16 as fp32)."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        return (value.float() if value.is_floating_point() else value).cpu().numpy()
-    return np.asarray(value)
-
-
-def to_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    return {k: as_numpy(v) for k, v in outputs.items()}
-
-
 def call_module(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Run a zoo module: inputs bound by name, outputs flattened by name (`zoo.signature`)."""
     from .signature import call, flatten

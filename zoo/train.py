@@ -29,7 +29,8 @@ from .errors import ZooError
 from .fsutil import check_destination
 from .registry import get_model
 from .spec import ModelSpec
-from .tensors import call_module, to_numpy, to_torch
+from .arrays import to_numpy
+from .tensors import call_module, to_torch
 from .training import distributed
 from .training.loop import fit
 from .training.options import TrainOptions, run_files

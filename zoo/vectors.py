@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import torch
-from safetensors.torch import load_file, save_file
 
+from .arrays import as_numpy
 from .artifact import safe_member
 from .errors import ArtifactError, VerificationError
 from .spec import AxisRange, ModelSpec, TensorSpec
-from .tensors import as_numpy, to_torch
 from .verify import parity
 
 TEST_DATA = "test_data"
@@ -51,7 +49,11 @@ class VectorSet:
 
 def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[VectorSet], dict[str, Any]]:
     """Write the sets under `root`/test_data; them, and the manifest's "test_data" entry."""
+    import torch
+    from safetensors.torch import save_file
+
     from .bench.measure import lengths_of
+
     strings = [t.name for t in spec.inputs + spec.outputs if t.dtype == "string"]
     if strings:
         return [], {"sets": [], "notes": [f"none recorded: tensors {strings} are strings, which safetensors "
@@ -93,6 +95,8 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
 def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
     """Typed inputs (torch, CPU) from the spec's sample at these sizes, and the reference's outputs."""
     from .bench.measure import at_length
+    from .tensors import to_torch
+
     inputs = spec.sample(axes["batch"], np.random.default_rng(SEED))
     for axis, size in axes.items():
         if axis != "batch":
@@ -108,10 +112,21 @@ def _as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
     return array.astype(dtype) if dtype != "bfloat16" and array.dtype != np.dtype(dtype) else array
 
 
-def _stored(tensor: torch.Tensor) -> np.ndarray:
-    """A stored tensor in its own dtype (float16 stays float16); bfloat16, which numpy
-    lacks, as float32."""
-    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+def _load(path: Path) -> dict[str, np.ndarray]:
+    """A set's tensors in their own dtypes (float16 stays float16), without torch; a file
+    holding bfloat16, which numpy lacks, through torch, as float32."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "np") as f:
+        bf16 = any(f.get_slice(k).get_dtype() == "BF16" for k in f.keys())
+    if not bf16:
+        from safetensors.numpy import load_file
+
+        return load_file(str(path))
+    import torch
+    from safetensors.torch import load_file
+
+    return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in load_file(str(path)).items()}
 
 
 def _expected_bytes(spec: ModelSpec, axes: Mapping[str, int]) -> int:
@@ -125,7 +140,7 @@ def _expected_bytes(spec: ModelSpec, axes: Mapping[str, int]) -> int:
     return total
 
 
-def _nbytes(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, np.ndarray]) -> int:
+def _nbytes(inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray]) -> int:
     return sum(t.numel() * t.element_size() for t in inputs.values()) + sum(a.nbytes for a in outputs.values())
 
 
@@ -135,9 +150,9 @@ def read(art) -> list[VectorSet]:
     spec_outputs = [t["name"] for t in art.manifest["signature"]["outputs"]]
     sets = []
     for item in (art.manifest.get("test_data") or {}).get("sets", []):
-        tensors = load_file(str(safe_member(art.path, item["file"], art.name)))
-        inputs = {k.removeprefix("input."): _stored(v) for k, v in tensors.items() if k.startswith("input.")}
-        outputs = {k.removeprefix("output."): _stored(v) for k, v in tensors.items() if k.startswith("output.")}
+        tensors = _load(safe_member(art.path, item["file"], art.name))
+        inputs = {k.removeprefix("input."): v for k, v in tensors.items() if k.startswith("input.")}
+        outputs = {k.removeprefix("output."): v for k, v in tensors.items() if k.startswith("output.")}
         if sorted(inputs) != sorted(spec_inputs) or sorted(outputs) != sorted(spec_outputs):
             raise ArtifactError(f"artifact {art.name}: test vectors {item['file']} hold inputs {sorted(inputs)} "
                                 f"and outputs {sorted(outputs)}, not the signature's; re-export it")

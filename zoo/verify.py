@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec
-from .tensors import as_numpy
+from .arrays import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 

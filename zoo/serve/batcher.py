@@ -44,7 +44,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..tensors import to_numpy
+from ..arrays import to_numpy
 from .errors import BackendFailureError, ModelNotReadyError, QueueFullError, RequestFailedError, engine_reason
 
 log = logging.getLogger("zoo.serve")

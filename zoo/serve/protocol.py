@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..arguments import domain_items
+from ..arrays import as_numpy
 from ..errors import InputError
 from . import datatypes as dt
 from .errors import ProtocolError
@@ -477,8 +478,6 @@ def _request_array(name: str, value: Any, datatype: str | None) -> np.ndarray:
     module does not import it (`zoo.client` imports no deep-learning library)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        from ..tensors import as_numpy
-
         value = as_numpy(value)
     if isinstance(value, np.ndarray) and value.dtype.kind not in "OSU":
         return value

@@ -22,35 +22,37 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-import numpy as np
-import torch
+import sys
 
+import numpy as np
+
+from zoo.arrays import to_numpy
 from zoo.errors import ArtifactError, BackendUnavailableError, ZooError
 from zoo.inputs import check_names
 from zoo.spec import ModelSpec
-from zoo.tensors import to_numpy
 
 if TYPE_CHECKING:
     import onnxruntime
+    import torch
 
 
 class _Type(NamedTuple):
     numpy: Any  # numpy dtype, or None where numpy has none (bfloat16)
-    torch: torch.dtype
+    torch: str  # the torch dtype's name (IO binding only: the numpy path imports no torch)
     onnx: int  # onnx.TensorProto element type, what IO binding takes when numpy has no dtype
 
 
 #: the session's type strings ("tensor(float)") for the tensor types a zoo spec can name.
 _TYPES = {
-    "tensor(float)": _Type(np.float32, torch.float32, 1),
-    "tensor(uint8)": _Type(np.uint8, torch.uint8, 2),
-    "tensor(int8)": _Type(np.int8, torch.int8, 3),
-    "tensor(int32)": _Type(np.int32, torch.int32, 6),
-    "tensor(int64)": _Type(np.int64, torch.int64, 7),
-    "tensor(bool)": _Type(np.bool_, torch.bool, 9),
-    "tensor(float16)": _Type(np.float16, torch.float16, 10),
-    "tensor(double)": _Type(np.float64, torch.float64, 11),
-    "tensor(bfloat16)": _Type(None, torch.bfloat16, 16),
+    "tensor(float)": _Type(np.float32, "float32", 1),
+    "tensor(uint8)": _Type(np.uint8, "uint8", 2),
+    "tensor(int8)": _Type(np.int8, "int8", 3),
+    "tensor(int32)": _Type(np.int32, "int32", 6),
+    "tensor(int64)": _Type(np.int64, "int64", 7),
+    "tensor(bool)": _Type(np.bool_, "bool", 9),
+    "tensor(float16)": _Type(np.float16, "float16", 10),
+    "tensor(double)": _Type(np.float64, "float64", 11),
+    "tensor(bfloat16)": _Type(None, "bfloat16", 16),
 }
 
 
@@ -61,15 +63,21 @@ class OnnxRuntimeRunner:
     to on for CUDA, where it avoids host copies, and off for CPU, where the contract is
     numpy out. `stream` is the torch CUDA stream the session computes on (the one given
     to its provider as `user_compute_stream`); without one the caller's stream is
-    synchronized before each run instead.
+    synchronized before each run instead. PyTorch is imported only for IO binding: a CPU
+    session fed numpy arrays runs without it.
     """
 
     def __init__(self, session: "onnxruntime.InferenceSession", spec: ModelSpec, device: str = "cpu",
                  bind: bool | None = None, stream: "torch.cuda.Stream | None" = None) -> None:
         self.session = session
         self.spec = spec
-        self.device = torch.device(device)
-        self.bind = self.device.type != "cpu" if bind is None else bind
+        self.device_type, _, index = str(device).partition(":")
+        self.device_index = int(index or 0)
+        self.bind = self.device_type != "cpu" if bind is None else bind
+        if self.bind:
+            import torch
+
+            self.device = torch.device(device)
         self.stream = stream  # referenced here for as long as the session runs on it
         self.input_names = tuple(t.name for t in spec.inputs)
         self.output_names = tuple(t.name for t in spec.outputs)
@@ -100,16 +108,19 @@ class OnnxRuntimeRunner:
         want = self._input_types[name].numpy
         if want is None:
             raise ZooError(f"input {name} is bfloat16, which numpy cannot hold; load the model on cuda")
-        if isinstance(value, torch.Tensor):
+        torch = sys.modules.get("torch")  # a torch tensor comes only from a process that imported it
+        if torch is not None and isinstance(value, torch.Tensor):
             value = value.detach().cpu()
             # numpy has no bfloat16; widen first, the cast below narrows to what the session wants.
             value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
         return np.ascontiguousarray(value, dtype=want)
 
     def _run_bound(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        import torch
+
         binding = self.session.io_binding()
-        ort_device = "cuda" if self.device.type == "cuda" else "cpu"
-        index = self.device.index or 0
+        ort_device = "cuda" if self.device_type == "cuda" else "cpu"
+        index = self.device_index
         # ONNX Runtime reads these addresses during run(): keep the tensors referenced until then.
         tensors = {name: self._tensor(name, inputs[name]) for name in self.input_names}
         for name, tensor in tensors.items():
@@ -119,7 +130,7 @@ class OnnxRuntimeRunner:
         for name in self.output_names:
             # No buffer: ONNX Runtime allocates each output on the device at its run-time shape.
             binding.bind_output(name, ort_device, index)
-        if self.device.type == "cuda":
+        if self.device_type == "cuda":
             # The inputs may still be being written on the caller's stream.
             caller = torch.cuda.current_stream(self.device)
             if self.stream is not None:
@@ -129,12 +140,12 @@ class OnnxRuntimeRunner:
             else:  # the session computes on a stream of its own, unknown to torch
                 caller.synchronize()
         self.session.run_with_iobinding(binding)  # returns once its compute stream is done
-        if self.device.type == "cuda" and self.stream is not None:
+        if self.device_type == "cuda" and self.stream is not None:
             # ordered both ways even where a run returned before its stream finished
             # (issue 17, finding 4); after a synchronized run this costs nothing
             torch.cuda.current_stream(self.device).wait_stream(self.stream)
         # get_outputs() is in binding order, which is ours.
-        outputs = {name: to_torch(value, self._output_types[name].torch)
+        outputs = {name: to_torch(value, getattr(torch, self._output_types[name].torch))
                    for name, value in zip(self.output_names, binding.get_outputs(), strict=True)}
         if any(isinstance(v, torch.Tensor) for v in inputs.values()):
             return outputs  # tensors in, tensors out: device outputs stay on the device
@@ -143,14 +154,19 @@ class OnnxRuntimeRunner:
         return to_numpy(outputs)
 
     def _tensor(self, name: str, value: Any) -> torch.Tensor:
+        import torch
+
         if not isinstance(value, torch.Tensor):
             # A numpy input has to reach the device once; that copy is the caller's choice.
             value = torch.from_numpy(np.ascontiguousarray(value))
-        return value.detach().to(device=self.device, dtype=self._input_types[name].torch).contiguous()
+        dtype = getattr(torch, self._input_types[name].torch)
+        return value.detach().to(device=self.device, dtype=dtype).contiguous()
 
 
 def to_torch(value: "onnxruntime.OrtValue", dtype: torch.dtype) -> torch.Tensor:
     """An OrtValue as a torch tensor sharing its memory (DLPack), on the same device."""
+    import torch
+
     if hasattr(value, "__dlpack__"):
         tensor = torch.from_dlpack(value)
     elif hasattr(getattr(value, "_ortvalue", None), "to_dlpack"):

@@ -34,8 +34,22 @@ NOT_INSTALLED = "openvino is not installed (pip install zoo-openvino)"
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # names of openvino.Type members
 
 
+#: the CPU features whose int8 dot products add into int32, as /proc/cpuinfo names them
+VNNI_FLAGS = frozenset({"avx512_vnni", "amx_tile"})
+
+
 def cpu_has_vnni() -> bool:
-    """VNNI (int8 dot products into int32) in AVX-512, or AMX, as PyTorch's CPU probe reads them."""
+    """VNNI (int8 dot products into int32) in AVX-512, or AMX: the features PyTorch's CPU
+    probe reads (`torch.cpu._is_vnni_supported`, `_is_amx_tile_supported`), from the
+    kernel's CPU flags where it lists them, so that registering the backend imports no
+    PyTorch; elsewhere through that probe."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is not None:
+        return bool(VNNI_FLAGS & set(flags))
     import torch
 
     return bool(torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported())

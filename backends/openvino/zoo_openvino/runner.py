@@ -24,7 +24,7 @@ import openvino  # this module is imported by `OpenVinoBackend.load` only
 from zoo.errors import ArtifactError
 from zoo.inputs import check_names
 from zoo.spec import ModelSpec
-from zoo.tensors import as_numpy
+from zoo.arrays import as_numpy
 
 
 class OpenVinoRunner:

@@ -113,7 +113,7 @@ class TensorRTRunner:
             caller.wait_stream(stream)  # the caller's later work, frees included, after the engine
         if any(isinstance(v, torch.Tensor) for v in inputs.values()):
             return outputs  # tensors in, tensors out: device outputs stay on the device
-        from zoo.tensors import to_numpy
+        from zoo.arrays import to_numpy
 
         return to_numpy(outputs)  # arrays in, arrays out, as every runner does
 

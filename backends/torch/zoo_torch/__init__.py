@@ -7,17 +7,31 @@
 - `torch-aoti`: the program compiled ahead of time by AOTInductor into a native package.
 """
 
+import importlib
+
 import zoo
 
-from .aoti import TorchAotiBackend
-from .backend import TorchBackend
-from .compiled import TorchCompileBackend
-
 __all__ = ["TorchAotiBackend", "TorchBackend", "TorchCompileBackend", "zoo_register_backends"]
+#: each backend's class and the module defining it: modules that import torch at their top,
+#: imported when the backend is first looked up (or a name below is first read), so that a
+#: process serving an ONNX Runtime or OpenVINO artifact imports no PyTorch
+CLASSES = {"torch": ("backend", "TorchBackend"), "torch-compile": ("compiled", "TorchCompileBackend"),
+           "torch-aoti": ("aoti", "TorchAotiBackend")}
+
+
+def __getattr__(name: str):
+    for module, cls in CLASSES.values():
+        if cls == name:
+            return getattr(importlib.import_module(f".{module}", __name__), cls)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _make(name: str) -> zoo.Backend:
+    module, cls = CLASSES[name]
+    return getattr(importlib.import_module(f".{module}", __name__), cls)()
 
 
 @zoo.hookimpl
 def zoo_register_backends(register):
-    register(TorchBackend())
-    register(TorchCompileBackend())
-    register(TorchAotiBackend())
+    for name in CLASSES:
+        register(zoo.LazyBackend(name, lambda name=name: _make(name)))

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
@@ -31,7 +31,12 @@ from . import datasets
 from .checks import invariance_check
 from .datasets import MAX_ATOMS, PropertyData
 from .featurize import ATOM_DIM, BOND_DIM, preprocess_smiles
-from .mpnn import DMPNN, READOUTS
+
+if TYPE_CHECKING:
+    import torch
+
+#: the readouts mpnn.DMPNN takes (stated here, so registering the models imports no PyTorch)
+READOUTS = ("mean", "sum")
 
 AXES = {"batch": AxisRange(1, 8, 32), "atoms": AxisRange(1, 16, MAX_ATOMS)}
 #: every feature is a one-hot slot or a flag (featurize.py), so each element lies in [0, 1]
@@ -80,11 +85,13 @@ def property_spec(name: str, data: Callable[[], datasets.PropertyData], *, prop:
     if arch["readout"] not in READOUTS:
         raise zoo.ZooError(f"{name}: readout must be one of {', '.join(READOUTS)}, not {arch['readout']!r}")
 
-    def build() -> DMPNN:
+    def build():
+        from .mpnn import DMPNN  # torch: imported to build the model, not to register it
+
         mean, std = data().target_stats()  # loaded on first use, not when the plugin registers
         return DMPNN(**arch, target_mean=mean, target_std=std)
 
-    def loss(outputs, targets) -> torch.Tensor:
+    def loss(outputs, targets):
         # mean squared error of standardized targets, as Chemprop trains regression
         return (((outputs["prediction"] - targets) / data().target_stats()[1]) ** 2).mean()
 

@@ -10,10 +10,9 @@ every artifact (and `zoo verify`) prove it on real molecules, through the artifa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rdkit import Chem
 
 from zoo.errors import ToleranceError
 from zoo.spec import Tolerance
@@ -21,11 +20,16 @@ from zoo.spec import Tolerance
 from .datasets import PropertyData
 from .featurize import featurize, pad, parse
 
+if TYPE_CHECKING:
+    from rdkit import Chem
+
 Fn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
 
 def permuted(mol: Chem.Mol, rng: np.random.Generator) -> Chem.Mol:
     """The same molecule with its atoms renumbered by a random permutation."""
+    from rdkit import Chem
+
     order = [int(i) for i in rng.permutation(mol.GetNumAtoms())]
     return Chem.RenumberAtoms(mol, order)
 

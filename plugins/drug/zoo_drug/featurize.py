@@ -19,22 +19,25 @@ slot), so their sum is the adjacency matrix: the model needs no separate adjacen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from rdkit import Chem, rdBase
-from rdkit.Chem import rdCIPLabeler
 
 from zoo.errors import InputError
+
+if TYPE_CHECKING:  # RDKit is imported by the first molecule parsed, not by registering the models
+    from rdkit import Chem
 
 #: elements seen in drug-like molecules; anything else sets the "other element" bit.
 ELEMENTS = ("H", "B", "C", "N", "O", "F", "Na", "Si", "P", "S", "Cl", "K", "Se", "Br", "Sn", "I")
 DEGREES = (0, 1, 2, 3, 4, 5)
 CHARGES = (-2, -1, 0, 1, 2)
-HYBRIDIZATIONS = tuple(getattr(Chem.HybridizationType, h) for h in ("S", "SP", "SP2", "SP3", "SP3D", "SP3D2"))
+#: RDKit's HybridizationType and BondType members, by name (str() of the member)
+HYBRIDIZATIONS = ("S", "SP", "SP2", "SP3", "SP3D", "SP3D2")
 HYDROGENS = (0, 1, 2, 3, 4)
 RING_SIZES = (3, 4, 5, 6, 7, 8)
 CIP = ("R", "S")
-BOND_TYPES = (Chem.BondType.SINGLE, Chem.BondType.DOUBLE, Chem.BondType.TRIPLE, Chem.BondType.AROMATIC)
+BOND_TYPES = ("SINGLE", "DOUBLE", "TRIPLE", "AROMATIC")
 #: double-bond stereo by CIP label; stereo without one (unspecified, "any") is "other".
 BOND_CIP = ("Z", "E")
 
@@ -56,21 +59,24 @@ def atom_features(atom: Chem.Atom) -> list[float]:
     cip = atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else None
     ring = [float(atom.IsInRingSize(k)) for k in RING_SIZES]
     return (one_hot(atom.GetSymbol(), ELEMENTS) + one_hot(atom.GetDegree(), DEGREES)
-            + one_hot(atom.GetFormalCharge(), CHARGES) + one_hot(atom.GetHybridization(), HYBRIDIZATIONS)
+            + one_hot(atom.GetFormalCharge(), CHARGES) + one_hot(str(atom.GetHybridization()), HYBRIDIZATIONS)
             + one_hot(atom.GetTotalNumHs(), HYDROGENS) + [float(atom.GetIsAromatic()), float(atom.IsInRing())]
             + ring + [float(cip == c) for c in CIP])
 
 
 def bond_features(bond: Chem.Bond) -> list[float]:
     cip = bond.GetProp("_CIPCode") if bond.HasProp("_CIPCode") else None
-    return (one_hot(bond.GetBondType(), BOND_TYPES)  # exactly one slot set: sums to adjacency
+    return (one_hot(str(bond.GetBondType()), BOND_TYPES)  # exactly one slot set: sums to adjacency
             + [float(bond.GetIsConjugated()), float(bond.IsInRing())]
             + [float(cip == label) for label in BOND_CIP]
-            + [float(cip not in BOND_CIP and bond.GetStereo() != Chem.BondStereo.STEREONONE)])
+            + [float(cip not in BOND_CIP and str(bond.GetStereo()) != "STEREONONE")])
 
 
 def featurize(mol: Chem.Mol) -> tuple[np.ndarray, np.ndarray]:
     """(atom features (n, ATOM_DIM), bond features (n, n, BOND_DIM)) of one molecule."""
+    from rdkit import Chem
+    from rdkit.Chem import rdCIPLabeler
+
     n = mol.GetNumAtoms()
     mol = Chem.Mol(mol)  # a copy: labelling sets properties on the molecule
     rdCIPLabeler.AssignCIPLabels(mol)  # R/S and E/Z by the full CIP rules, independent of atom order
@@ -97,6 +103,8 @@ def pad(graphs: Sequence[tuple[np.ndarray, np.ndarray]], atoms: int | None = Non
 
 def parse(smiles: str, where: str = "") -> Chem.Mol:
     """An RDKit molecule (implicit hydrogens) from SMILES, or InputError saying why not."""
+    from rdkit import Chem, rdBase
+
     where = f" ({where})" if where else ""
     if not smiles.strip():
         raise InputError(f"empty SMILES{where}")

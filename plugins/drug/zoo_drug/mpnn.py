@@ -27,9 +27,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import READOUTS
 from .featurize import ATOM_DIM, BOND_DIM, BOND_TYPE_SLOTS
-
-READOUTS = ("mean", "sum")
 
 
 class DMPNN(nn.Module):

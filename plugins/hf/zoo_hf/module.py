@@ -24,30 +24,9 @@ import torch.nn.functional as F
 
 from zoo.errors import CheckpointError, UnsupportedError
 
-#: task -> the transformers Auto class that builds its model, and that class's public
-#: mapping from config class to model class.
-TASKS = {
-    "feature-extraction": ("AutoModel", "MODEL_MAPPING"),
-    "text-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING"),
-    "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING"),
-    "fill-mask": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING"),
-    "text-generation": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING"),
-}
-POOLINGS = ("mean", "cls", "none")
-#: the only inputs passed on, in this order (BERT's); the spec lists a prefix of them.
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+from .tasks import TASKS
+
 ATTENTION = "sdpa"
-
-
-def check_task(config: Any, task: str) -> None:
-    """That transformers has a `task` model for `config` (without importing its code)."""
-    import transformers
-
-    if task not in TASKS:
-        raise UnsupportedError(f"task {task!r} is not one zoo_hf builds; tasks: {', '.join(TASKS)}")
-    auto, mapping = TASKS[task]
-    if type(config) not in getattr(transformers, mapping):
-        raise UnsupportedError(f"transformers has no {task} model ({auto}) for model type {config.model_type!r}")
 
 
 def build(config: Any, task: str, inputs: tuple[str, ...], pooling: str, normalize: bool) -> "HFModule":

@@ -23,7 +23,7 @@ import numpy as np
 from zoo import AxisRange, ModelSpec, TensorSpec, Tolerance
 from zoo.errors import ToleranceError, UnsupportedError, ZooError
 
-from . import module, text
+from . import tasks, text
 from .source import resolve
 
 #: the longest sequence exported when neither the caller nor the model's folder says
@@ -48,6 +48,18 @@ TOLERANCES = {"fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(5e-3, 2e-2), "bf1
 MIN_COSINE = {"fp32": 0.999, "fp16": 0.999, "bf16": 0.999, "int8": 0.99}
 
 
+def _build(*args: Any):
+    from .module import build  # torch and the model's code: imported to build it, not to describe it
+
+    return build(*args)
+
+
+def _pretrained_state(*args: Any):
+    from .module import pretrained_state
+
+    return pretrained_state(*args)
+
+
 def hf_model(name: str, source: Any, *, task: str = "feature-extraction", pooling: str | None = None,
              normalize: bool | None = None, max_length: int | None = None, config: Mapping[str, int] | None = None,
              tiny: Mapping[str, int] | None = None, revision: str = "main", description: str = "",
@@ -58,7 +70,7 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
       text inputs), a hub id already in the local cache ("org/name" at `revision`), or a
       `transformers.PretrainedConfig` for a randomly initialized model without files.
     task: "feature-extraction", "text-classification", "token-classification",
-      "fill-mask" or "text-generation" (the Auto class each builds: `module.TASKS`).
+      "fill-mask" or "text-generation" (the Auto class each builds: `tasks.TASKS`).
     pooling, normalize: feature extraction only: "mean" over real tokens, "cls" (the
       first token) or "none" (every token's "last_hidden_state"), L2-normalized or not.
       By default what a sentence-transformers folder says (1_Pooling, Normalize), else
@@ -72,7 +84,7 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
       needs a `quantization` method ("dynamic" for transformers).
     """
     directory, base = _load_config(source, revision)
-    module.check_task(base, task)
+    tasks.check_task(base, task)
     folder = _sentence_transformers(directory) if directory is not None else {}
     if task == "feature-extraction":
         if pooling is None and folder.get("other_modules"):
@@ -82,9 +94,9 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
                                    f"the transformer's own pooled output")
         pooling = pooling or folder.get("pooling", "mean")
         normalize = folder.get("normalize", False) if normalize is None else normalize
-        if pooling not in module.POOLINGS:
+        if pooling not in tasks.POOLINGS:
             raise UnsupportedError(f"model {name}: pooling {pooling!r} is not one zoo_hf builds "
-                                   f"({', '.join(module.POOLINGS)}); pass pooling= to choose one")
+                                   f"({', '.join(tasks.POOLINGS)}); pass pooling= to choose one")
     elif pooling is not None or normalize:
         raise ZooError(f"model {name}: pooling and normalize apply to feature-extraction, not {task}")
     hf_config = _configured(base, config or {})
@@ -118,14 +130,14 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         # batch: 1 to 32 covers online and batched serving; seq: any length the model has
         # positions for up to `max_length`, tuned at 128 tokens (a sentence or two)
         axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(1, min(128, seq_max), seq_max)},
-        build=partial(module.build, hf_config, task, names, pooling or "none", bool(normalize)),
+        build=partial(_build, hf_config, task, names, pooling or "none", bool(normalize)),
         sample=sample,
         config=arch,
         tiny_config=tiny,
         variant=partial(_variant, name, source, options),
         tolerances=dict(tolerances or TOLERANCES),
         quantization=quantization,
-        pretrained=partial(module.pretrained_state, str(directory), hf_config, task) if real else None,
+        pretrained=partial(_pretrained_state, str(directory), hf_config, task) if real else None,
         domain_check=partial(embedding_check, codec.examples if codec else partial(_seeded, sample, 16))
         if embedding else None,
         raw_kind="text" if codec else None,
@@ -172,7 +184,7 @@ def _configured(base: Any, overrides: Mapping[str, int]) -> Any:
 
 
 def _input_names(config: Any, task: str) -> tuple[str, ...]:
-    """The inputs, a prefix of `module.INPUTS`: token ids, the attention mask, and token
+    """The inputs, a prefix of `tasks.INPUTS`: token ids, the attention mask, and token
     types where the config has more than one (BERT's sentence pairs; `module.build`
     checks that the forward takes each).
 
@@ -180,7 +192,7 @@ def _input_names(config: Any, task: str) -> tuple[str, ...]:
     change the logits at an item's own positions, and `zoo generate` feeds one input."""
     if task == "text-generation":
         return ("input_ids",)
-    return module.INPUTS if getattr(config, "type_vocab_size", 0) > 1 else module.INPUTS[:2]
+    return tasks.INPUTS if getattr(config, "type_vocab_size", 0) > 1 else tasks.INPUTS[:2]
 
 
 def _inputs(config: Any, names: tuple[str, ...]) -> tuple[TensorSpec, ...]:

@@ -16,8 +16,6 @@ import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
 
 from . import pydoc_text
-from .gpt import GPT
-from .gru import GRULanguageModel
 from .minilm import minilm_spec
 from .text import VOCAB, byte_tokens, detokenize
 
@@ -58,12 +56,26 @@ def _language_model(name: str, description: str, build, config: dict, tiny: dict
     )
 
 
+# The modules are imported when a model is built, and torch with them: registering the
+# models (and serving an artifact that is not a PyTorch program) imports no PyTorch.
+def build_gpt(**config):
+    from .gpt import GPT
+
+    return GPT(**config)
+
+
+def build_gru(**config):
+    from .gru import GRULanguageModel
+
+    return GRULanguageModel(**config)
+
+
 def gpt_spec(width: int = 128, layers: int = 4, heads: int = 4) -> ModelSpec:
     config = {"width": width, "layers": layers, "heads": heads}
     return _language_model(
         "gpt.pydoc",
         f"GPT (nanoGPT-style, {layers} layers x {width}, {heads} heads, context 128) on bytes of Python's docs",
-        partial(GPT, vocab=VOCAB, context=pydoc_text.WINDOW, **config), config,
+        partial(build_gpt, vocab=VOCAB, context=pydoc_text.WINDOW, **config), config,
         {"width": 32, "layers": 2, "heads": 2}, gpt_spec,
         # nanoGPT's AdamW with weight decay 0.1, one-cycle schedule; 380 steps of 64 windows
         # (7.5 min on one core) reach held-out perplexity 4.92 at seed 0. Two epochs stopped
@@ -76,7 +88,7 @@ def gru_spec(embed: int = 64, hidden: int = 256, layers: int = 2) -> ModelSpec:
     return _language_model(
         "gru.pydoc",
         f"GRU language model ({layers} layers x {hidden}, byte embedding {embed}) on bytes of Python's docs",
-        partial(GRULanguageModel, vocab=VOCAB, **config), config,
+        partial(build_gru, vocab=VOCAB, **config), config,
         {"embed": 16, "hidden": 32, "layers": 1}, gru_spec,
         # 380 steps of 64 windows (6 min on one core) reach held-out perplexity 3.49 at seed 0;
         # two epochs stopped at 5.39

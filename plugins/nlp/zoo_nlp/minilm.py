@@ -12,16 +12,17 @@ import json
 import re
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from zoo import AxisRange, ModelSpec, TensorSpec, Tolerance
 from zoo.errors import InputError, ToleranceError, ZooError
 
-from .bert import SentenceEncoder
 from .text import decode_items
+
+if TYPE_CHECKING:
+    import torch
 
 #: sentence-transformers' max_seq_length for this model (sentence_bert_config.json):
 #: longer inputs are truncated to 256 word pieces, [CLS] and [SEP] included.
@@ -108,6 +109,12 @@ def pretrained_weights() -> dict[str, torch.Tensor]:
     return state
 
 
+def sentence_encoder(**config: Any):
+    from .bert import SentenceEncoder  # torch: imported to build the model, not to register it
+
+    return SentenceEncoder(**config)
+
+
 def _rename(name: str) -> str | None:
     for pattern, replacement in _RENAMES:
         new, n = re.subn(f"^{pattern}", replacement, name)
@@ -187,7 +194,7 @@ def minilm_spec(vocab_size: int = 30522, hidden: int = 384, layers: int = 6, hea
         outputs=(TensorSpec("embedding", "float32", ("batch", hidden)),),
         # [CLS] and [SEP] make every item at least 2 pieces long
         axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(2, 32, MAX_TOKENS)},
-        build=partial(SentenceEncoder, **config),
+        build=partial(sentence_encoder, **config),
         sample=sample,
         config=config,
         tiny_config=TINY,

@@ -14,12 +14,14 @@ positions per epoch; validation windows do not overlap, so each byte is scored o
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 from .text import VOCAB
+
+if TYPE_CHECKING:
+    import torch
 
 WINDOW = 128  # context length: windows of 128 bytes predict the 128 bytes shifted by one
 TRAIN_STRIDE = WINDOW // 2
@@ -74,7 +76,9 @@ def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def next_byte_loss(outputs, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the next byte over every position of every window."""
-    return F.cross_entropy(outputs["logits"].reshape(-1, VOCAB), targets.reshape(-1))
+    from torch.nn.functional import cross_entropy
+
+    return cross_entropy(outputs["logits"].reshape(-1, VOCAB), targets.reshape(-1))
 
 
 def perplexity(outputs, targets: np.ndarray, chunk: int = 64) -> float:

@@ -25,15 +25,28 @@ import zoo
 from zoo import AxisRange, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
 
 from . import domain, envs
+from .config import PPOConfig
 from .envs import Environment
-from .policy import ActorCritic
-from .ppo import PPOConfig
-from .ppo import train as train_ppo
 
 #: logits and actions are O(1-10), values O(10-100) (hence the rtol): fp32 backends agree to ~1e-5.
 POLICY_TOLERANCES = {"fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(2e-2, 1e-2), "bf16": Tolerance(1e-1, 5e-2)}
 BATCH = AxisRange(1, 8, 256)  # 1: one controller's step; larger: many environments at once
 COMPARE_BATCH = 64  # the batch the domain check compares recorded observations in (within BATCH)
+
+
+# The policy module and the PPO loop are imported when a model is built or trained, and
+# torch with them: registering the models (and serving an artifact that is not a PyTorch
+# program) imports no PyTorch.
+def actor_critic(*args, **kwargs):
+    from .policy import ActorCritic
+
+    return ActorCritic(*args, **kwargs)
+
+
+def train_ppo(*args, **kwargs):
+    from .ppo import train
+
+    return train(*args, **kwargs)
 
 
 def policy_tolerances(return_drop: float) -> dict[str, Tolerance]:
@@ -82,7 +95,7 @@ def policy_spec(name: str, env: Environment, *, hidden: int = 64, ppo: PPOConfig
         inputs=(TensorSpec("observation", "float32", ("batch", env.obs_dim)),),
         outputs=(head, TensorSpec("value", "float32", ("batch",))),
         axes={"batch": BATCH},
-        build=partial(ActorCritic, env.obs_dim, hidden, num_actions=env.num_actions, action_dim=env.action_dim,
+        build=partial(actor_critic, env.obs_dim, hidden, num_actions=env.num_actions, action_dim=env.action_dim,
                       low=env.action_low, high=env.action_high, reward_scale=config.reward_scale),
         sample=partial(envs.sample, env),
         config={"hidden": hidden},

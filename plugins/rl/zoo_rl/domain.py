@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from zoo.errors import InputError, ToleranceError
-from zoo.tensors import as_numpy
+from zoo.arrays import as_numpy
 
 from .envs import Environment, episode_returns, record_observations
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from zoo.errors import UnsupportedError, ZooError
-from zoo.tensors import as_numpy
+from zoo.arrays import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 

@@ -17,23 +17,36 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-import torch
 
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
 
 from . import digits, images
 from .detection import centernet_shapes
-from .mobilenet import MobileNetV2
-from .resnet import ResNet
+
+
+# The modules are imported when a model is built, and torch with them: registering the
+# models (and serving an artifact that is not a PyTorch program) imports no PyTorch.
+def build_resnet(**kwargs):
+    from .resnet import ResNet
+
+    return ResNet(**kwargs)
+
+
+def build_mobilenet(**kwargs):
+    from .mobilenet import MobileNetV2
+
+    return MobileNetV2(**kwargs)
 
 
 def accuracy(outputs, targets) -> float:
     return float(np.mean(outputs["logits"].argmax(axis=1) == targets))
 
 
-def cross_entropy(outputs, targets) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(outputs["logits"], targets)
+def cross_entropy(outputs, targets):
+    from torch.nn.functional import cross_entropy
+
+    return cross_entropy(outputs["logits"], targets)
 
 
 #: logits of a few units: fp32 backends agree to ~1e-5, bf16 carries 8 mantissa bits.
@@ -68,7 +81,7 @@ def resnet_digits(width: int = 32) -> ModelSpec:
     return ModelSpec(
         name="resnet8.digits",
         description=f"ResNet-{depth} (small stem, width {width}) trained on scikit-learn digits",
-        build=partial(ResNet, depth=depth, num_classes=digits.NUM_CLASSES, in_chans=1, width=width, stem="small"),
+        build=partial(build_resnet, depth=depth, num_classes=digits.NUM_CLASSES, in_chans=1, width=width, stem="small"),
         config={"width": width},
         tiny_config={"width": 8},
         variant=resnet_digits,
@@ -86,7 +99,7 @@ def mobilenet_digits(width_mult: float = 1.0) -> ModelSpec:
     return ModelSpec(
         name="mobilenetv2.digits",
         description=f"MobileNetV2 (width {width_mult}, stride-1 stem, two downsamplings) trained on scikit-learn digits",
-        build=partial(MobileNetV2, num_classes=digits.NUM_CLASSES, in_chans=1, width_mult=width_mult, layout="small"),
+        build=partial(build_mobilenet, num_classes=digits.NUM_CLASSES, in_chans=1, width_mult=width_mult, layout="small"),
         config={"width_mult": width_mult},
         tiny_config={"width_mult": 0.25},
         variant=mobilenet_digits,
@@ -108,6 +121,8 @@ IMAGENET_MAX_BATCH = 256
 def imagenet_sample(image_size: int, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Images as an ImageNet pipeline hands them over: normalized, roughly unit variance,
     spatially smooth (a blurred field, not white noise)."""
+    import torch
+
     coarse = rng.standard_normal((batch, 3, max(image_size // 16, 2), max(image_size // 16, 2)))
     image = torch.nn.functional.interpolate(torch.from_numpy(coarse).float(), size=(image_size, image_size),
                                             mode="bilinear", align_corners=False)
@@ -125,7 +140,7 @@ def resnet_imagenet(depth: int, width: int = 64, image_size: int = 224, num_clas
         inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size)),),
         outputs=(TensorSpec("logits", "float32", ("batch", num_classes)),),
         axes={"batch": AxisRange(1, 8, max_batch)},
-        build=partial(ResNet, depth=depth, num_classes=num_classes, in_chans=3, width=width, stem="imagenet"),
+        build=partial(build_resnet, depth=depth, num_classes=num_classes, in_chans=3, width=width, stem="imagenet"),
         sample=partial(imagenet_sample, image_size),
         config={"width": width, "image_size": image_size, "num_classes": num_classes, "max_batch": max_batch},
         tiny_config={"width": 8, "image_size": 32, "num_classes": 10, "max_batch": 32},
@@ -146,7 +161,7 @@ def mobilenet_imagenet(width_mult: float = 1.0, image_size: int = 224, num_class
         inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size)),),
         outputs=(TensorSpec("logits", "float32", ("batch", num_classes)),),
         axes={"batch": AxisRange(1, 8, max_batch)},
-        build=partial(MobileNetV2, num_classes=num_classes, in_chans=3, width_mult=width_mult, layout="imagenet"),
+        build=partial(build_mobilenet, num_classes=num_classes, in_chans=3, width_mult=width_mult, layout="imagenet"),
         sample=partial(imagenet_sample, image_size),
         config={"width_mult": width_mult, "image_size": image_size, "num_classes": num_classes,
                 "max_batch": max_batch},

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .detection import STRIDE
 from .resnet import BasicBlock
 
-STRIDE = 4  # output resolution is a quarter of the input's, as in the paper
 #: initial heatmap bias: every cell starts at probability 0.1 (the paper's -2.19), so the
 #: focal loss is not swamped by the background in the first steps (RetinaNet's prior).
 HEATMAP_PRIOR = 0.1

@@ -9,13 +9,14 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-import torch
 
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
 
 from . import images, shapes
-from .centernet import STRIDE, CenterNet, centernet_loss
 from .mean_ap import mean_average_precision
+
+#: the heads' output stride: their resolution is a quarter of the input's, as in the paper
+STRIDE = 4
 
 #: a detection is reported by `zoo predict` when its score reaches this.
 SCORE_THRESHOLD = 0.3
@@ -40,8 +41,16 @@ def map50(outputs, targets) -> float:
     return mean_average_precision(outputs["boxes"], outputs["scores"], outputs["classes"], targets, 0.5)[0]
 
 
-def loss(num_classes: int, image_size: int, outputs, targets) -> torch.Tensor:
+def loss(num_classes: int, image_size: int, outputs, targets):
+    from .centernet import centernet_loss  # torch: imported by training, not by registering the model
+
     return centernet_loss(outputs["heads"], targets, num_classes, image_size)
+
+
+def build(*args):
+    from .centernet import CenterNet
+
+    return CenterNet(*args)
 
 
 def load(image_size: int, train_scenes: int, test_scenes: int, split: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -71,7 +80,7 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
                  TensorSpec("classes", "int64", ("batch", max_detections)),
                  TensorSpec("heads", "float32", ("batch", num_classes + 4, cells, cells))),
         axes={"batch": AxisRange(1, 8, 32)},
-        build=partial(CenterNet, num_classes, width, image_size, max_detections),
+        build=partial(build, num_classes, width, image_size, max_detections),
         sample=partial(sample, image_size),
         config={"width": width, "image_size": image_size, "max_detections": max_detections,
                 "train_scenes": train_scenes, "test_scenes": test_scenes},

@@ -7,9 +7,12 @@ and tests on the same images. Pixels are scaled from 0..16 to 0..1.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 NUM_CLASSES = 10
 #: the class names, index i being digit i (the logits' labels)
@@ -44,6 +47,7 @@ def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def augment(batch: dict[str, torch.Tensor], gen: torch.Generator) -> dict[str, torch.Tensor]:
     """Random shifts of up to one pixel: the cheapest augmentation that helps on 8x8 digits."""
+    import torch
     image = batch["image"]
     padded = torch.nn.functional.pad(image, (1, 1, 1, 1))
     dx, dy = torch.randint(0, 3, (2,), generator=gen).tolist()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from zoo.errors import InputError
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 #: the most pixels an input image may have (a 16-megapixel photo is 4,000 x 4,000): every
@@ -26,7 +29,10 @@ MAX_PIXELS = 4096 * 4096
 
 def decode(item: bytes, index: int, mode: str) -> Image.Image:
     """One encoded image as a Pillow image in `mode` ("L" or "RGB"); InputError names the
-    item (`index` counts from 1)."""
+    item (`index` counts from 1). Pillow is imported here, by the first image decoded, not
+    by registering the models."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
         with Image.open(io.BytesIO(item)) as image:
             width, height = image.size
@@ -49,6 +55,8 @@ def decode(item: bytes, index: int, mode: str) -> Image.Image:
 
 def rgb_batch(items: Sequence[bytes], size: int) -> dict[str, np.ndarray]:
     """Images as the detector sees them: RGB, `size` x `size`, float32 in [0, 1], NCHW."""
+    from PIL import Image
+
     arrays = [np.asarray(decode(item, i, "RGB").resize((size, size), Image.Resampling.BILINEAR))
               for i, item in enumerate(items, 1)]
     return {"image": (np.stack(arrays).astype(np.float32) / 255.0).transpose(0, 3, 1, 2).copy()}
@@ -62,6 +70,8 @@ def digit_batch(items: Sequence[bytes], size: int) -> dict[str, np.ndarray]:
     resize averages over boxes (Pillow's BOX filter) as that did. A scan with dark ink on
     light paper (its border brighter than mid-grey) is inverted to match.
     """
+    from PIL import Image
+
     arrays = []
     for i, item in enumerate(items, 1):
         pixels = np.asarray(decode(item, i, "L").resize((size, size), Image.Resampling.BOX), dtype=np.float32) / 255
