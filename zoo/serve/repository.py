@@ -21,6 +21,7 @@ from ..artifact import Artifact, list_artifacts
 from ..errors import ZooError, first_line
 from ..padding import padding_safe, ragged_axes
 from ..triton import rows_batched
+from ..vectors import sampler
 from .batcher import BatchPolicy
 from .errors import ModelNotFoundError, scrub
 from .model import ServedModel
@@ -112,13 +113,17 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
 
 def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:
     """`policy`, with ragged batching only where zero-padding leaves this artifact's
-    outputs unchanged (`zoo.padding`): tried once here, on the model's own sample, with
-    the runner the server will call. Otherwise requests of different lengths are batched
-    only with their own length, as Triton batches them."""
+    outputs unchanged (`zoo.padding`): tried once here, with the runner the server will
+    call, on rows of the artifact's own test vectors at the typical sizes (the model's
+    sample where it stores none: drawing one may load a plugin's dataset and its
+    libraries). Otherwise requests of different lengths are batched only with their own
+    length, as Triton batches them."""
     if not (policy.batching and policy.ragged and ragged_axes(spec)):
         return policy
     try:
-        sample = spec.sample(min(2, spec.axes["batch"].max), np.random.default_rng(0))
+        rows, rng = min(2, spec.axes["batch"].max), np.random.default_rng(0)
+        sets = art.test_vectors()
+        sample = sampler(lambda: sets, spec.inputs, spec.axes)(rows, rng) if sets else spec.sample(rows, rng)
         safe, why = padding_safe(spec, runner, sample, art.precision)
     except Exception as exc:  # noqa: BLE001 - the engine refused padded shapes: not safe, and say why
         safe, why = False, f"the padded sample failed: {type(exc).__name__}: {first_line(exc)}"
