@@ -54,6 +54,14 @@ PLUGINS = {
                        "    register(zoo.LazySpec('linear.lazy', lambda: spec('linear.lazy')))\n"
                        "    register(zoo.LazySpec('linear.misnamed', lambda: spec('linear.other')))\n"
                        "    register(zoo.LazySpec('linear.lazybroken', broken))\n",
+    "lazy_backend.py": "import importlib\n\nimport zoo\n\n\n"
+                       "def renamed():\n    backend = importlib.import_module('zoo_onnxruntime').OnnxRuntimeBackend()\n"
+                       "    backend.name = 'lazy.good'\n    return backend\n\n\n"
+                       "@zoo.hookimpl\ndef zoo_register_backends(register):\n"
+                       "    register(zoo.LazyBackend('lazy.good', renamed))\n"
+                       "    register(zoo.LazyBackend('lazy.broken', lambda: importlib.import_module('fast_engine')))\n"
+                       "    register(zoo.LazyBackend('lazy.misnamed', lambda: importlib.import_module('zoo_onnxruntime')"
+                       ".OnnxRuntimeBackend()))\n",
     "build_fails.py": MODEL + "\n\ndef build():\n    import zoo_no_such_library  # noqa: F401\n\n\n"
                               "@zoo.hookimpl\ndef zoo_register_models(register):\n"
                               "    register(spec('linear.unbuildable', build))\n",
@@ -138,6 +146,32 @@ def test_a_lazy_spec_is_made_when_used_and_one_that_fails_is_named(plugin, tmp_p
     info = zoo_cli("--plugin", path, "info", "linear.lazy", "--json", cwd=tmp_path)
     assert info.returncode == 0 and info.stderr == "", info.stderr
     assert json.loads(info.stdout)["plugin"] == "lazy.py"
+
+
+def test_a_lazy_backend_is_made_when_used_and_one_that_fails_is_named(plugin, tmp_path):
+    path = plugin("lazy_backend.py")
+    listed = zoo_cli("--plugin", path, "backends", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    names = {row["backend"] for row in json.loads(listed.stdout)}
+    assert {"lazy.good", "onnxruntime", "torch"} <= names and not {"lazy.broken", "lazy.misnamed"} & names
+    assert sorted(listed.stderr.splitlines()) == [
+        "warning: backend 'lazy.broken' of plugin lazy_backend.py failed to load: No module named 'fast_engine'; "
+        "it is left out",
+        "warning: backend 'lazy.misnamed' of plugin lazy_backend.py: its LazyBackend made backend 'onnxruntime', "
+        "not a zoo.Backend named 'lazy.misnamed'; it is left out"]
+    # looked up by name: the one that fails says why, and a command on another backend makes neither
+    export = zoo_cli("--plugin", path, "export", "resnet8.digits", "-b", "lazy.broken", "--random-init",
+                     "-r", str(tmp_path / "exports"), cwd=tmp_path)
+    assert export.returncode != 0 and "backend 'lazy.broken' of plugin lazy_backend.py failed to load: " \
+        "No module named 'fast_engine'" in export.stderr, export.stderr
+    script = ("import sys, zoo\nzoo.registry.load_plugin_file(sys.argv[1])\n"
+              "assert zoo.get_backend('lazy.good').name == 'lazy.good'\n"
+              "print(sorted(n for n, (item, _) in zoo.registry._registered_backends().items() "
+              "if isinstance(item, zoo.LazyBackend)))\n")
+    done = subprocess.run([sys.executable, "-c", script, path], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.split("\n")[0] == "['lazy.broken', 'lazy.misnamed', 'torch', 'torch-aoti', 'torch-compile']"
 
 
 def test_a_process_that_uses_no_transformers_model_does_not_import_transformers(tmp_path):
