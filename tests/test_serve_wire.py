@@ -164,6 +164,19 @@ def test_stalled_requests_get_408_and_a_silent_connection_is_closed(wire):
     assert httpx.get(f"{wire.url}/v2/health/live").status_code == 200
 
 
+def test_a_grpc_connection_that_never_finishes_its_handshake_is_closed(wire):
+    """gRPC's own default waits 120 s for a connection's HTTP/2 preface; the server takes
+    the HTTP front end's read timeout (1 s here), so silent connections do not pile up."""
+    host, port = wire.grpc_url.split(":")
+    with socket.create_connection((host, int(port)), timeout=15) as silent:
+        start = time.monotonic()
+        read_to_close(silent)  # the server's SETTINGS frame, then the close; or the 15 s timeout
+        waited = time.monotonic() - start
+    assert waited < 10, f"the connection was still open after {waited:.0f} s"
+    with grpc.insecure_channel(wire.grpc_url) as channel:  # a client that speaks HTTP/2 is served as before
+        assert pbg.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
+
+
 def test_connections_over_the_cap_are_refused_with_503_at_once(wire):
     held, refused = [], b""
     try:

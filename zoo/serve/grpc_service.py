@@ -422,8 +422,14 @@ def _handlers(service: Service) -> dict[str, grpc.RpcMethodHandler]:
 
 async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     """The gRPC front end, listening on `host:port`; ZooError when it cannot."""
+    from .http import Limits
+
+    # a connection that has not finished HTTP/2's handshake within the HTTP front end's read
+    # timeout is closed (gRPC's default waits 120 s), so silent connections do not pile up
+    handshake_ms = int(Limits.from_environment().read_timeout * 1000)
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
                                       ("grpc.max_send_message_length", -1),
+                                      ("grpc.server_handshake_timeout_ms", handshake_ms),
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     service = Service(zoo)
     handlers = _handlers(service)
