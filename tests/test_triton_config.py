@@ -186,3 +186,82 @@ def test_per_sample_scalars_are_reshaped():
     value = config.output[0]
     assert list(value.dims) == [1]
     assert value.HasField("reshape") and list(value.reshape.shape) == []
+
+
+def test_artifact_files_get_the_mode_the_umask_gives(tmp_path):
+    """safetensors' `save_file` makes its files 0600 (weights.safetensors, test_data/*): a
+    Triton or `zoo serve` running as another user could not read the artifact. The staged
+    directory is committed with every file at 0o666 and every directory at 0o777 less the
+    umask, as `open` and `mkdir` make them (0o027 here: group-readable, not world)."""
+    import os
+    import stat
+
+    from zoo.fsutil import atomic_directory
+
+    old = os.umask(0o027)
+    try:
+        art = zoo.export(POOLER, "torch", repository=tmp_path / "exports", random_init=True)
+        with atomic_directory(tmp_path / "staged") as staged:  # an executable file keeps its execute bits
+            (staged / "run.sh").write_text("#!/bin/sh\n")
+            os.chmod(staged / "run.sh", 0o700)
+            (staged / "private").write_text("")
+            os.chmod(staged / "private", 0o600)
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(art.path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in art.path.rglob("*")}
+    assert {"weights.safetensors", "test_data", "1/model.pt2", "zoo.json"} <= set(modes)
+    assert any(name.startswith("test_data/") and name.endswith(".safetensors") for name in modes)
+    assert {name: oct(mode) for name, mode in modes.items()
+            if mode != (0o750 if (art.path / name).is_dir() else 0o640)} == {}
+    assert stat.S_IMODE(art.path.stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "staged" / "run.sh").stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "staged" / "private").stat().st_mode) == 0o640
+
+
+def test_config_departures_name_what_triton_would_serve_wrongly():
+    """What `zoo.triton_backend` refuses to initialize with (tests/test_triton_server.py loads such
+    configurations in a real Triton): the exported configuration agrees; a changed data type,
+    dims, reshape, a missing or extra tensor, or a larger `max_batch_size` are each named."""
+    import copy
+
+    from zoo.triton import batched, tensor_config
+    from zoo.triton_backend import config_departures
+
+    spec = zoo.ModelSpec(
+        name="scorer.test", domain="nlp", task="text-classification",
+        inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, VOCAB - 1)),),
+        outputs=(zoo.TensorSpec("hidden", "float32", ("batch", "seq", WIDTH)),
+                 zoo.TensorSpec("score", "float32", ("batch",))),
+        build=Pooler, sample=sample_tokens, axes={"batch": zoo.AxisRange(1, 4, 16), "seq": zoo.AxisRange(2, 8, 16)})
+    assert batched(spec)
+    exported = {"max_batch_size": 16, "input": [tensor_config(t, True) for t in spec.inputs],
+                "output": [tensor_config(t, True) for t in spec.outputs]}
+    assert config_departures(exported, spec) == []
+    smaller = {**exported, "max_batch_size": 4}
+    assert config_departures(smaller, spec) == []  # smaller batches: Triton never sends more
+    # as Triton's JSON gives it: int64 fields as strings in some versions
+    assert config_departures({**exported, "input": [{**exported["input"][0], "dims": ["-1"]}]}, spec) == []
+
+    def changed(edit) -> list[str]:
+        config = copy.deepcopy(exported)
+        edit(config)
+        return config_departures(config, spec)
+
+    assert changed(lambda c: c["output"][0].update(data_type="TYPE_INT32")) == [
+        "output 'hidden' has data_type TYPE_INT32; the artifact's is TYPE_FP32 (float32)"]
+    assert changed(lambda c: c.update(max_batch_size=64)) == [
+        "max_batch_size is 64; the artifact takes batches of 1 to 16"]
+    assert changed(lambda c: c["input"][0].update(dims=[-1, 4])) == [
+        "input 'tokens' has dims [-1, 4]; the artifact's are [-1] (shape ['batch', 'seq'], after the batch axis)"]
+    assert changed(lambda c: c["output"][1].pop("reshape")) == ["output 'score' has reshape none; the artifact's is []"]
+    assert changed(lambda c: c["output"].pop()) == [
+        "outputs are ['hidden']; the artifact's are ['hidden', 'score'] (missing ['score'], unexpected [])"]
+    # unbatched, the batch axis in the dims: Triton runs each request whole, as the runner takes it
+    whole = {"max_batch_size": 0, "input": [tensor_config(t, False) for t in spec.inputs],
+             "output": [tensor_config(t, False) for t in spec.outputs]}
+    assert config_departures(whole, spec) == []
+    assert changed(lambda c: c.update(max_batch_size=0)) == [
+        "input 'tokens' has dims [-1]; the artifact's are [-1, -1] (shape ['batch', 'seq'])",
+        "output 'hidden' has dims [-1, 8]; the artifact's are [-1, -1, 8] (shape ['batch', 'seq', 8])",
+        "output 'score' has dims [1]; the artifact's are [-1] (shape ['batch'])",
+        "output 'score' has reshape []; the artifact's is none"]

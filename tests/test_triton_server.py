@@ -11,15 +11,23 @@ One repository holds an artifact of every backend that runs on the CPU here:
 - the native form (`onnxruntime_onnx`, `openvino`), whose backend libraries this Triton
   build lacks: those models must fail for that reason alone, never for their configuration.
 
-Every READY model answers over tritonclient HTTP and gRPC exactly what the artifact's own
-runner answers in this process, alone and when Triton's dynamic batcher merges requests.
+Every READY model answers over tritonclient HTTP and gRPC the same values, bit for bit, as
+the artifact's own runner in this process, alone and when Triton's dynamic batcher merges
+requests (a per-row scalar output comes back as [batch, 1], Triton's shape for
+config.pbtxt's `dims: [1]` with `reshape: []`). A request the spec refuses fails alone,
+as INVALID_ARGUMENT, even when merged with others; a configuration given at load time that
+departs from the spec leaves the model UNAVAILABLE; tools/tritonserver.py stops the server
+when it is terminated; `zoo predict --url` says that Triton does not advertise
+domain-native inputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +37,7 @@ import torch
 
 import zoo
 from zoo import registry
+from zoo.triton import batched
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from tritonserver import Tritonserver, unavailable_reason  # noqa: E402
@@ -43,16 +52,18 @@ VOCAB, WIDTH, CLASSES = 32, 8, 3
 
 
 class Pooler(torch.nn.Module):
-    """Token embeddings (batch, seq, width) and mean-pooled logits (batch, classes)."""
+    """Token embeddings (batch, seq, width), mean-pooled logits (batch, classes) and a score
+    per row (batch,): a per-row scalar, which Triton answers as [batch, 1]."""
 
     def __init__(self) -> None:
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
         self.head = torch.nn.Linear(WIDTH, CLASSES)
 
-    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.embed(tokens)
-        return self.head(hidden.mean(dim=1)), hidden
+        logits = self.head(hidden.mean(dim=1))
+        return logits, hidden, logits.amax(dim=1)
 
 
 class Calibrated(torch.nn.Module):
@@ -66,9 +77,10 @@ class Calibrated(torch.nn.Module):
 
 POOLER = zoo.ModelSpec(
     name="pooler.triton", domain="nlp", task="text-classification",
-    inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq")),),
+    inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, VOCAB - 1)),),
     outputs=(zoo.TensorSpec("logits", "float32", ("batch", CLASSES)),
-             zoo.TensorSpec("hidden", "float32", ("batch", "seq", WIDTH))),
+             zoo.TensorSpec("hidden", "float32", ("batch", "seq", WIDTH)),
+             zoo.TensorSpec("score", "float32", ("batch",))),
     build=Pooler,
     sample=lambda batch, rng: {"tokens": rng.integers(0, VOCAB, (batch, int(rng.integers(2, 17))), dtype=np.int64)},
     axes={"batch": zoo.AxisRange(1, 4, 16), "seq": zoo.AxisRange(2, 8, 16)})
@@ -113,8 +125,10 @@ def repository(tmp_path_factory) -> tuple[Path, dict[str, zoo.Artifact]]:
 
 @pytest.fixture(scope="module")
 def triton(repository, tmp_path_factory):
+    """Every model of the repository loaded at start, with model control explicit, so that
+    a test can load one again with a configuration given at load time."""
     root, _ = repository
-    server = Tritonserver(root, log=tmp_path_factory.mktemp("triton") / "tritonserver.log")
+    server = Tritonserver(root, models=["*"], log=tmp_path_factory.mktemp("triton") / "tritonserver.log")
     with server:
         yield server
 
@@ -188,6 +202,15 @@ def infer(client_module, client, name: str, inputs: dict[str, np.ndarray]) -> di
     return outputs(client.infer(name, tensors(client_module, inputs)), names)
 
 
+def served_shape(art: zoo.Artifact, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape Triton answers for output `name` where the runner answers `shape`: the same,
+    but for a per-row scalar (spec shape ("batch",)) of a batched model, which config.pbtxt
+    gives as dims [1] with `reshape: { shape: [ ] }`, and Triton answers as [batch, 1]."""
+    spec = art.spec()
+    t = next(t for t in spec.outputs if t.name == name)
+    return (*shape, 1) if t.shape == ("batch",) and batched(spec) else shape
+
+
 def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repository):
     _, arts = repository
     http = tritonclient_http.InferenceServerClient(triton.http_url)
@@ -203,8 +226,10 @@ def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repos
                 for module, client in ((tritonclient_http, http), (tritonclient_grpc, grpc)):
                     got = infer(module, client, name, inputs)
                     assert sorted(got) == sorted(expected), name
-                    for key in expected:
-                        np.testing.assert_array_equal(got[key], expected[key], err_msg=f"{name} {key}")
+                    for key in expected:  # the same values bit for bit; a per-row scalar as [batch, 1]
+                        assert got[key].shape == served_shape(arts[name], key, expected[key].shape), (name, key)
+                        np.testing.assert_array_equal(got[key].reshape(expected[key].shape), expected[key],
+                                                      err_msg=f"{name} {key}")
     finally:
         grpc.close()
         http.close()
@@ -266,7 +291,10 @@ def test_dynamic_batching_merges_requests_and_answers_each_its_own_rows(triton, 
             sent += len(inputs)
             for x, got in zip(inputs, answers):
                 for key, value in runner(x).items():
-                    np.testing.assert_allclose(got[key], value, rtol=tolerance.rtol, atol=tolerance.atol)
+                    value = np.asarray(value)
+                    assert got[key].shape == served_shape(art, key, value.shape), key
+                    np.testing.assert_allclose(got[key].reshape(value.shape), value, rtol=tolerance.rtol,
+                                               atol=tolerance.atol)
             after = _counts(http, model)
             if after[1] - before[1] < sent:
                 break
@@ -346,3 +374,211 @@ def test_a_port_another_server_answers_on_is_not_taken_for_triton(tmp_path):
         other.shutdown()
     assert server.proc.poll() is not None  # stopped, not left running
     assert str(refused.value).count("\n") >= 1  # with its log's tail
+
+
+BAD_TOKEN = 300  # outside the pooler's vocabulary, 0 to VOCAB - 1
+
+
+def _input_error(art: zoo.Artifact, inputs: dict[str, np.ndarray]) -> str:
+    """The message zoo serve answers (400) for `inputs`: `check_arrays` on that request alone."""
+    from zoo.errors import InputError
+    from zoo.inputs import check_arrays
+
+    with pytest.raises(InputError) as refused:
+        check_arrays(inputs, art.spec(), art.name, art.spec().axes["batch"].max)
+    return str(refused.value)
+
+
+def test_a_bad_request_fails_alone_when_the_batcher_merges_it(triton, repository):
+    """Rounds of 16 concurrent gRPC requests of 2 rows released together, one of which holds
+    a token outside the vocabulary: that one alone fails, as INVALID_ARGUMENT, with zoo serve's
+    message (its index within its own 2 rows, not the merged batch's); every other request,
+    merged with it or not, answers its own rows."""
+    from tritonclient.utils import InferenceServerException
+
+    _, arts = repository
+    model = f"{POOLER.name}.torch.fp32"
+    art = arts[model]
+    runner = zoo.load(art.path)
+    names = [o.name for o in art.spec().outputs]
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    grpc = tritonclient_grpc.InferenceServerClient(triton.grpc_url)
+    sent = 0
+    try:
+        before = _counts(http, model)
+        for round_ in range(3):
+            inputs = [{"tokens": np.tile(request(art, 2, 100 + 16 * round_ + i)["tokens"], 8)[:, :8]}
+                      for i in range(16)]
+            bad = 5 + round_
+            inputs[bad]["tokens"][1, 3] = BAD_TOKEN
+            barrier = threading.Barrier(len(inputs))
+
+            def call(x):
+                prepared = tensors(tritonclient_grpc, x)
+                barrier.wait()
+                try:
+                    return outputs(grpc.infer(model, prepared), names)
+                except InferenceServerException as exc:
+                    return exc
+
+            with ThreadPoolExecutor(len(inputs)) as pool:
+                answers = list(pool.map(call, inputs))
+            sent += len(inputs)
+            failed = {i: f"{a.status()} {a.message()}" for i, a in enumerate(answers)
+                      if isinstance(a, InferenceServerException)}
+            assert failed == {bad: f"StatusCode.INVALID_ARGUMENT {_input_error(art, inputs[bad])}"}, failed
+            assert f"value {BAD_TOKEN} at index [1, 3]" in failed[bad]
+            for i, (x, got) in enumerate(zip(inputs, answers)):
+                if i != bad:
+                    for key, value in runner(x).items():
+                        np.testing.assert_array_equal(got[key].reshape(np.shape(value)), value)
+        after = _counts(http, model)
+    finally:
+        grpc.close()
+        http.close()
+    executions = after[1] - before[1]
+    assert executions < sent - 3, f"Triton's batcher merged nothing: {executions} executions for {sent} requests"
+
+
+def test_input_errors_are_invalid_argument_as_in_zoo_serve(triton, repository):
+    """A request the artifact's spec refuses (a token outside the vocabulary, a sequence
+    longer than the exported range, which Triton's dims [-1] let through) is the caller's
+    error: HTTP 400 and gRPC INVALID_ARGUMENT with zoo serve's message, not 500 / INTERNAL."""
+    from tritonclient.utils import InferenceServerException
+
+    _, arts = repository
+    model = f"{POOLER.name}.torch.fp32"
+    art = arts[model]
+    out_of_vocabulary = request(art, 3, 11)
+    out_of_vocabulary["tokens"][2, 1] = BAD_TOKEN
+    too_long = {"tokens": np.zeros((1, art.spec().axes["seq"].max + 1), np.int64)}
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    grpc = tritonclient_grpc.InferenceServerClient(triton.grpc_url)
+    try:
+        for inputs in (out_of_vocabulary, too_long):
+            message = _input_error(art, inputs)
+            for module, client, status in ((tritonclient_http, http, "400"),
+                                           (tritonclient_grpc, grpc, "StatusCode.INVALID_ARGUMENT")):
+                with pytest.raises(InferenceServerException) as refused:
+                    client.infer(model, tensors(module, inputs))
+                assert (refused.value.status(), refused.value.message()) == (status, message)
+    finally:
+        grpc.close()
+        http.close()
+
+
+def test_a_load_time_configuration_that_departs_from_the_spec_is_refused(triton, repository):
+    """Model control `load_model(name, config=...)` with an output's data type changed, or a
+    `max_batch_size` above the artifact's batch axis: the model does not load (no READY model
+    answering zeros, or failing every large batch), and its reason names the difference.
+    Loaded again without the override, it is READY."""
+    import copy
+    import json
+
+    from tritonclient.utils import InferenceServerException
+
+    _, arts = repository
+    model = f"{POOLER.name}.openvino.fp32"
+    if model not in arts:
+        model = f"{POOLER.name}.onnxruntime.fp32"
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    config = http.get_model_config(model)
+
+    def int32_output(c):
+        next(o for o in c["output"] if o["name"] == "hidden")["data_type"] = "TYPE_INT32"
+
+    def larger_batches(c):
+        c["max_batch_size"] = 64
+
+    cases = [(int32_output, "output 'hidden' has data_type TYPE_INT32; the artifact's is TYPE_FP32"),
+             (larger_batches, "max_batch_size is 64; the artifact takes batches of 1 to 16")]
+    try:
+        http.unload_model(model)  # a failed load would leave a loaded model serving as it was
+        for change, reason in cases:
+            bad = copy.deepcopy(config)
+            change(bad)
+            with pytest.raises(InferenceServerException, match="does not match the artifact's spec"):
+                http.load_model(model, config=json.dumps(bad))
+            entry = triton.index()[model]
+            assert entry["state"] == "UNAVAILABLE" and reason in entry.get("reason", ""), entry
+    finally:
+        try:
+            http.load_model(model)
+            assert triton.index()[model]["state"] == "READY"
+        finally:
+            http.close()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_the_script_stops_tritonserver_when_it_is_terminated(tmp_path, sig):
+    """`python tools/tritonserver.py REPOSITORY` started tritonserver in a session of its own:
+    a SIGTERM (a supervisor, a container stop) or SIGHUP (the terminal closed) to the script
+    must stop it, as Ctrl-C does, not leave it (and its stubs) running."""
+    import os
+    import signal
+    import subprocess
+
+    from tritonserver import _children, free_port
+
+    (tmp_path / "models").mkdir()
+    script = Path(__file__).resolve().parents[1] / "tools" / "tritonserver.py"
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "models"), "--http-port", str(free_port()),
+                             "--grpc-port", str(free_port()), "--log", str(tmp_path / "triton.log")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started: list[int] = []
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Triton serving"):
+                break
+        started = _children(proc.pid)
+        assert started, "".join(lines)
+        proc.send_signal(getattr(signal, sig))
+        code = proc.wait(60)
+        time.sleep(0.5)
+        left = [pid for pid in started if _running(pid)]
+        assert not left, f"tritonserver still running after {sig} to the script: {left}"
+        assert code == 0  # as after Ctrl-C
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started:  # tritonserver leads its own process group: the group holds its stubs
+            if _running(pid):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_predict_url_says_triton_does_not_advertise_domain_native_inputs(triton, tmp_path):
+    """`zoo predict --url` needs the model metadata's `zoo` block, which only zoo serve sends:
+    against Triton it says so (not that the model "takes tensors inputs"), and its help does
+    not offer Triton."""
+    import subprocess
+
+    import typer
+
+    from zoo.cli import app
+
+    predict = typer.main.get_command(app).commands["predict"]
+    url_help = next(p.help for p in predict.params if p.name == "url")
+    assert "(or Triton)" not in url_help and "Triton does not" in url_help
+    image = tmp_path / "seven.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n")
+    result = subprocess.run([sys.executable, "-m", "zoo", "predict", f"{RESNET}.torch.fp32", "--url",
+                             f"http://{triton.http_url}", "--image", str(image)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.strip() == (
+        f"error: server http://{triton.http_url} does not advertise domain-native inputs for model "
+        f"{RESNET}.torch.fp32: zoo serve advertises them in its model metadata, Triton and other servers do "
+        f"not; send the model's tensors instead (zoo.client.Client.infer, tritonclient)"), result.stderr

@@ -165,7 +165,8 @@ def _children(pid: int) -> list[int]:
 
 
 def main() -> None:
-    """`python tools/tritonserver.py REPOSITORY`: serve it until Ctrl-C (docs/deploy.md)."""
+    """`python tools/tritonserver.py REPOSITORY`: serve it until Ctrl-C, SIGTERM or SIGHUP, then stop
+    tritonserver and its Python stubs (docs/deploy.md)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -181,21 +182,37 @@ def main() -> None:
         fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
         os.close(fd)
         ns.log = Path(name)
+    # tritonserver runs in its own session (start_new_session): neither Ctrl-C nor a signal to
+    # this process reaches it or its Python stubs. SIGTERM (a supervisor, `kill`, a container
+    # stop) and SIGHUP (the terminal closed) end this process as Ctrl-C does, through the
+    # `finally` that stops the server, as do they while it is still starting.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    server = None
     try:
-        server = Tritonserver(ns.repository.resolve(), log=ns.log, http_port=ns.http_port,
-                              grpc_port=ns.grpc_port).wait_live()
-    except RuntimeError as exc:
-        sys.exit(f"error: {exc}")
-    try:
+        try:
+            server = Tritonserver(ns.repository.resolve(), log=ns.log, http_port=ns.http_port,
+                                  grpc_port=ns.grpc_port)
+            server.wait_live()
+        except RuntimeError as exc:
+            sys.exit(f"error: {exc}")
         for name, entry in sorted(server.index().items()):
             print(f"{name}: {entry.get('state')} {entry.get('reason', '')}".rstrip(), flush=True)
         print(f"Triton serving {ns.repository} on http://{server.http_url} and grpc {server.grpc_url}; Ctrl-C stops",
               flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while server.proc.poll() is None:
-                time.sleep(1)
+        while server.proc.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
     finally:
-        server.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        if server is not None:
+            server.stop()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -375,8 +375,10 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
             image: List[str] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
-            url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` (or Triton) server at "
-                                              "this URL instead; MODEL is the served model's name."),
+            url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` server at this URL "
+                                              "instead; MODEL is the served model's name. Only zoo serve "
+                                              "advertises domain-native inputs (in its model metadata); Triton "
+                                              "does not, so send it tensors (zoo.client, tritonclient)."),
             device: Optional[str] = DEVICE, as_json: bool = JSON):
     """Run MODEL on domain-native inputs and print domain outputs (labels, embeddings, properties)."""
     from .errors import InputError
@@ -393,6 +395,8 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
 
         client = Client(url)
         kind, binary = client.raw_kind(model), client.raw_binary(model)
+        if kind is None:  # a tensors-only model, or a server that does not say (Triton)
+            raise InputError(client.no_domain_native(model))
         name, source = model, f"server {url}"
         fn = lambda raw: client.predict(model, raw)  # noqa: E731
     else:

@@ -81,6 +81,15 @@ class Client:
         native = (self.metadata(model).get("zoo") or {}).get("domain_native")
         return native["kind"] if native else None
 
+    def no_domain_native(self, model: str) -> str:
+        """Why `model` on this server takes no domain-native items: it takes tensors (zoo serve
+        says so), or the server does not advertise them (its metadata has no `zoo` block, as Triton's)."""
+        if "zoo" in self.metadata(model):
+            return f"model {model} on {self.url} takes no domain-native inputs (it takes tensors)"
+        return (f"server {self.url} does not advertise domain-native inputs for model {model}: zoo serve "
+                f"advertises them in its model metadata, Triton and other servers do not; send the model's "
+                f"tensors instead (zoo.client.Client.infer, tritonclient)")
+
     def raw_binary(self, model: str) -> bool:
         """Whether the model's domain-native items are binary (read from files), not text."""
         native = (self.metadata(model).get("zoo") or {}).get("domain_native") or {}
@@ -107,7 +116,7 @@ class Client:
         A lone str or bytes is one item: its result comes back as a list of one."""
         kind = self.raw_kind(model)
         if kind is None:
-            raise ZooError(f"model {model} on {self.url} takes no domain-native inputs (it takes tensors)")
+            raise ZooError(self.no_domain_native(model))
         raw = domain_items(items)
         if not raw:
             raise InputError(f"give at least one {kind} input")

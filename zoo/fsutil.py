@@ -28,13 +28,21 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     the new one renamed in, and the old one deleted, so at every instant `final` is
     either the old complete directory or the new complete one (or, for an instant
     between the two renames, absent; never half-written).
+
+    Before the rename every file and directory inside gets the mode a newly created one
+    gets here (0o666 or 0o777 less the umask, as `open` and `mkdir` make them): libraries
+    that write private files (safetensors' `save_file` makes them 0600) would otherwise
+    leave an artifact that a server running as another user (Triton, `zoo serve`) cannot
+    read. Executable files keep their execute bits (as the umask allows).
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
+        modes = _new_file_modes(tmp)
         yield tmp
+        _normalize_modes(tmp, *modes)
         _fsync_tree(tmp)
         old = None
         if final.exists():
@@ -47,6 +55,45 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _new_file_modes(directory: Path) -> tuple[int, int]:
+    """(file mode, directory mode) that `open(..., 0o666)` and `mkdir(0o777)` give in
+    `directory` (just made by `mkdir`): the umask applied, read back from a probe file rather
+    than by setting the process's umask, which other threads share."""
+    import stat
+
+    directory_mode = stat.S_IMODE(os.stat(directory).st_mode)
+    probe = directory / f".mode-probe-{uuid.uuid4().hex[:8]}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        file_mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+    return file_mode, directory_mode
+
+
+def _normalize_modes(root: Path, file_mode: int, directory_mode: int) -> None:
+    """Give every file under `root` `file_mode` (with `directory_mode`'s execute bits where it
+    had one) and every directory `directory_mode`; symbolic links are left as they are."""
+    import stat
+
+    executable = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    for dirpath, dirnames, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                mode = (file_mode | (directory_mode & executable)) if st.st_mode & executable else file_mode
+                if stat.S_IMODE(st.st_mode) != mode:
+                    os.chmod(path, mode)
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and stat.S_IMODE(os.lstat(path).st_mode) != directory_mode:
+                os.chmod(path, directory_mode)
+    if stat.S_IMODE(os.stat(root).st_mode) != directory_mode:
+        os.chmod(root, directory_mode)
 
 
 def _fsync_tree(root: Path) -> None:
