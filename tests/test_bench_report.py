@@ -137,6 +137,43 @@ def test_the_threshold_grows_with_the_measured_noise():
     assert result["unchanged"][0]["threshold"] == pytest.approx(3 * np.hypot(0.1, 0.1))
 
 
+def test_a_change_within_a_noise_too_large_to_judge_is_too_noisy_not_unchanged():
+    """The exploratory pass's case: a baseline whose block medians moved by 5743 % made the
+    threshold 3 x 57.4, so torch batch 8 going from 1.36 ms to 9.15 ms (6.7x) passed as
+    "unchanged", exit 0. Such a row is "too noisy": listed, counted, failing with strict."""
+    from rich.console import Console
+
+    base, cur = build_report(seed=1), build_report(seed=2)
+    slow = key("resnet8.digits", "torch", "fp32", 8)
+    for report, p50, row_noise in ((base, 1.36, 57.4), (cur, 9.15, 0.02)):
+        row = next(r for r in report["results"] if r["status"] == "ok" and row_key(r) == slow)
+        row.update(p50_ms=p50, noise=row_noise)
+    result = compare(base, cur)
+    assert keys(result["too_noisy"]) == {slow} and slow not in keys(result["unchanged"])
+    entry, = result["too_noisy"]
+    assert entry["ratio"] == pytest.approx(9.15 / 1.36) and entry["reasons"] == ["too noisy: 3 x noise 5740% > 100%"]
+    assert not result["regressions"] and not failed(result) and failed(result, strict=True)
+    console = Console(file=io.StringIO(), width=250)
+    print_comparison(result, console)
+    text = console.file.getvalue()
+    assert f"too noisy: 1, unchanged: {len(base['results']) - 1}," in text
+    assert "--strict fails the gate on them" in text
+
+    # the bound is on sigmas x noise: 3 x hypot(0.25, 0.25) = 106 % is over it, 3 x hypot(0.1, 0.1) = 42 % is not
+    for row_noise, verdict in ((0.25, "too_noisy"), (0.1, "unchanged")):
+        for report in (base, cur):
+            next(r for r in report["results"] if r["status"] == "ok" and row_key(r) == slow)["noise"] = row_noise
+        for report, p50 in ((base, 1.36), (cur, 1.36 * 1.3)):
+            next(r for r in report["results"] if r["status"] == "ok" and row_key(r) == slow)["p50_ms"] = p50
+        assert slow in keys(compare(base, cur)[verdict]), (row_noise, verdict)
+    # however noisy: a change within the floor is unchanged, and one beyond the threshold is still a regression
+    for report, p50 in ((base, 1.36), (cur, 1.36 * 1.03)):
+        next(r for r in report["results"] if r["status"] == "ok" and row_key(r) == slow).update(p50_ms=p50, noise=0.5)
+    assert slow in keys(compare(base, cur)["unchanged"])
+    next(r for r in cur["results"] if r["status"] == "ok" and row_key(r) == slow)["p50_ms"] = 1.36 * 4
+    assert keys(compare(base, cur)["regressions"]) == {slow}
+
+
 def test_a_row_that_fails_now_is_a_regression_and_one_that_works_now_an_improvement():
     base, cur = build_report(seed=1), build_report(seed=2)
     cur["results"] = [r for r in cur["results"] if (r["backend"], r["precision"]) != ("onnxruntime", "int8")]
@@ -319,6 +356,19 @@ def test_small_and_odd_reports_still_write(tmp_path):
     out = write_report(none_ok, tmp_path / "none")
     assert set(out) == {"json", "csv", "markdown"}
     assert "tensorrt" in to_csv(none_ok)
+
+
+def test_the_throughput_plot_orders_lengths_as_numbers():
+    """seq=8 before seq=16 before seq=64 (sorted as text, seq=16 and seq=64 came before seq=8)."""
+    from zoo.bench.plots import throughput
+
+    report = build_report(seed=1)
+    rng = np.random.default_rng(0)
+    report["results"] = [measured_row("minilm-l6.all-v2", "onnxruntime", "fp32", None, 4.0, {"seq": n}, None, batch,
+                                      rng) for batch in (1, 8) for n in (64, 8, 16)]
+    ax = throughput(report).axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == [f"batch {b}\nseq={n}" for b in (1, 8) for n in (8, 16, 64)]
 
 
 def test_every_backend_library_version_is_compared(tmp_path):

@@ -178,7 +178,7 @@ def test_missing_checkpoint_points_to_zoo_train(fails, zoo_cli):
 
 
 @pytest.mark.parametrize("sizes, says", [
-    ("1,x", "comma-separated list of ints, got '1,x'"),
+    ("1,x", "--batch-sizes: expected whole numbers separated by commas, got '1,x'"),
     ("65", "batch sizes [65] are outside resnet8.digits's exported range 1..64"),
 ])
 def test_bench_bad_batch_sizes(fails, sizes, says):

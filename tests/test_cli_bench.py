@@ -107,8 +107,8 @@ def _baseline(tmp_path, **row) -> str:
 @pytest.mark.parametrize("args, message", [
     (["--device", "CPU"], "--device: unknown 'CPU'; choose from cpu"),
     (["--precision", "fp32,fp23"], "--precision: unknown 'fp23'; choose from fp32"),
-    (["--sigmas", "-1"], "--sigmas must be a non-negative number, got -1"),
-    (["--min-change", "-0.05"], "--min-change must be a non-negative number, got -0.05"),
+    (["--sigmas", "-1", "--compare", "base.json"], "--sigmas must be a non-negative number, got -1"),
+    (["--min-change", "-0.05", "--compare", "base.json"], "--min-change must be a non-negative number, got -0.05"),
     (["--min-time", "-1"], "--min-time must be a positive number, got -1"),
     (["--min-time", "0"], "--min-time must be a positive number, got 0"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
@@ -176,6 +176,11 @@ def test_options_a_mode_ignores_are_refused(tmp_path, monkeypatch, args, message
     (["--device", "CPU"], "error: --device: unknown 'CPU'; choose from cpu"),
     # /proc takes no files, also for root (whom permission bits let write anywhere)
     (["--report-dir", "/proc/zoo-reports"], "error: --report-dir /proc/zoo-reports: /proc is not writable"),
+    # found by an exploratory pass: each ran (a failed row, an export) or exited 1
+    (["--backends", "nosuch"], "error: --backends: unknown 'nosuch'; choose from "),
+    (["--batch-sizes", "100000"], "error: --batch-sizes: batch sizes [100000] are outside resnet8.digits's exported"),
+    (["--scenario", "server"], "error: --scenario server needs --target-qps N, or --find-qps"),
+    (["--sigmas", "2"], "error: --sigmas does nothing without --compare"),
 ])
 def test_a_usage_error_exits_2_in_one_line_before_anything_runs(tmp_path, args, message):
     """As `zoo bench --help` says: 2 for a usage error (a failed run is 1), as a
@@ -185,3 +190,136 @@ def test_a_usage_error_exits_2_in_one_line_before_anything_runs(tmp_path, args, 
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, message", [
+    # defect 3 of the exploratory pass: options silently ignored
+    (["--sigmas", "2"], "--sigmas does nothing without --compare: it sets the regression gate's threshold"),
+    (["--min-change", "0.1"], "--min-change does nothing without --compare"),
+    (["--scenario", "offline", "--target-qps", "5"], "--target-qps does nothing without the server scenario"),
+    (["--scenario", "singlestream,offline", "--latency-bound-ms", "5"],
+     "--latency-bound-ms does nothing without the server scenario"),
+    (["--scenario", "server", "--find-qps", "--target-qps", "5"],
+     "--target-qps does nothing with --find-qps: the search sets the QPS itself"),
+    # defect 4: usage errors that exited 1, some after the run started
+    (["--backends", "onnxruntime,nosuch"], "--backends: unknown 'nosuch'; choose from "),
+    (["--scenario", "multistream"], "--scenario: unknown 'multistream'; choose from singlestream, offline, server"),
+    (["--scenario", "server"], "--scenario server needs --target-qps N, or --find-qps"),
+    (["--batch-sizes", "100000"], "--batch-sizes: batch sizes [100000] are outside resnet8.digits's exported range"),
+    (["--scenario", "offline", "--batch-sizes", "100000"], "--batch-sizes: batch sizes [100000] are outside"),
+    (["--lengths", "8"], "--lengths 8: resnet8.digits has no sequence or atom axis"),
+    (["--batch-sizes", "a"], "--batch-sizes: expected whole numbers separated by commas, got 'a'"),
+    (["--lengths", "8,x"], "--lengths: expected whole numbers separated by commas, got '8,x'"),
+    (["--url", "http://127.0.0.1:9", "--concurrency", "1,two"], "--concurrency: expected whole numbers"),
+    (["--url", "ftp://127.0.0.1:9"], "--url must be http://HOST:PORT or grpc://HOST:PORT"),
+    (["--url", "grpc://127.0.0.1:9"], "give --metrics-url http://HOST:PORT"),
+    (["--url", "ftp://127.0.0.1:9", "--scenario", "offline"], "--url must be http://HOST:PORT with --scenario"),
+    # defect 5: LoadGen against a gRPC port failed after starting
+    (["--url", "grpc://127.0.0.1:9", "--scenario", "singlestream"],
+     "--url grpc://127.0.0.1:9: --scenario drives the server with LoadGen over HTTP"),
+    # defect 7: an empty --report-dir wrote into the working directory
+    (["--backends", "nosuch", "--report-dir", ""], "--report-dir is empty"),
+])
+def test_usage_errors_exit_2_before_anything_runs(tmp_path, monkeypatch, args, message):
+    """Each a `UsageError` (`zoo.cli.main` exits with its exit_code, 2) naming the option,
+    raised before any export, measurement, load or report."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+    from zoo.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["bench", "resnet8.digits", *args])
+    assert isinstance(result.exception, UsageError), (result.exception, result.output)
+    assert result.exception.exit_code == 2 and message in str(result.exception), str(result.exception)
+    assert not any(tmp_path.iterdir())
+
+
+def test_lengths_outside_the_models_axis_are_a_usage_error(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+    from zoo.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["bench", "minilm-l6.all-v2", "--backends", "onnxruntime", "--lengths", "100000"])
+    assert isinstance(result.exception, UsageError) and result.exception.exit_code == 2, result.exception
+    assert "--lengths: seq lengths [100000] are outside minilm-l6.all-v2's exported range" in str(result.exception)
+    assert not any(tmp_path.iterdir())
+
+
+def test_no_model_and_no_artifact_is_not_called_both_and_help_names_every_exit_1():
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    neither = CliRunner().invoke(app, ["bench"])
+    assert str(neither.exception) == ("name MODEL(s) to export and measure, or --artifact to measure existing "
+                                      "artifacts"), neither.exception
+    text = " ".join(CliRunner().invoke(app, ["bench", "--help"], terminal_width=200).output.split())
+    assert "compared nothing" in text and "too noisy" in text
+
+
+def test_two_artifacts_alike_are_refused_with_compare_and_told_apart_without(zoo_cli, tmp_path):
+    """`--artifact a/X --artifact b/X --compare B` measured both, then failed "the current
+    report measures (...) twice" and wrote no report. Now refused before measuring (exit 2);
+    without --compare both are measured, each row naming its artifact's path."""
+    import shutil
+
+    import zoo
+
+    art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path / "a",
+                     random_init=True)
+    shutil.copytree(art.path, tmp_path / "b" / art.name)
+    args = ["bench", "--artifact", f"a/{art.name}", "--artifact", f"b/{art.name}", "--batch-sizes", "1",
+            "--min-time", "0.05"]
+    refused = zoo_cli(*args, "--compare", _baseline(tmp_path), "--report-dir", "r")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.startswith(f"error: --artifact a/{art.name} and b/{art.name} are both resnet8.digits "
+                                      "onnxruntime fp32 cpu: --compare pairs rows by"), refused.stderr
+    assert not (tmp_path / "r").exists()
+    both = zoo_cli(*args, "--report-dir", "r", "--json")
+    assert both.returncode == 0, both.stderr[-3000:]
+    rows = json.loads(both.stdout)["results"]
+    assert [(r["status"], r["artifact_path"]) for r in rows] == [("ok", f"a/{art.name}"), ("ok", f"b/{art.name}")]
+
+
+def test_the_report_is_written_before_a_comparison_that_cannot_pair_rows(tmp_path):
+    """The gate's own error (here: a report that measures one row twice) comes after the
+    report is written, so the measurements are kept."""
+    from zoo.cli_bench import _report
+    from zoo.errors import ZooError
+
+    row = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "fp32", "device": "cpu", "batch": 1,
+           "lengths": {}, "status": "ok", "p50_ms": 0.1, "p90_ms": 0.1, "p99_ms": 0.1, "throughput": 1e4,
+           "noise": 0.01}
+    report = {"models": ["resnet8.digits"], "environment": {"cpu": "x"}, "results": [row, dict(row)]}
+    with pytest.raises(ZooError, match="--compare base.json: the current report measures .* twice"):
+        _report(report, tmp_path / "r", {"environment": {}, "results": [row]}, None, as_json=True, sigmas=3.0,
+                min_change=0.05, strict=False, compare_path="base.json")
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["results"] == [row, row]
+
+
+def test_strict_fails_the_gate_on_a_row_too_noisy_to_judge(tmp_path, monkeypatch):
+    """A slowdown inside a threshold a 2x change would pass is not "unchanged": counted as
+    too noisy, exit 0 without --strict (with a note) and 1 with it."""
+    from typer.testing import CliRunner
+
+    import zoo.bench
+    from zoo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    now = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "fp32", "device": "cpu", "batch": 1,
+           "lengths": {}, "status": "ok", "p50_ms": 0.67, "p90_ms": 0.7, "p99_ms": 0.8, "throughput": 1500.0,
+           "noise": 0.02}
+    # no measurement: the run's report is made here, the gate and its exit code are what is tested
+    monkeypatch.setattr(zoo.bench, "benchmark", lambda *a, **k: {"models": ["resnet8.digits"], "options": {},
+                                                                   "environment": {"cpu": "x"}, "results": [now]})
+    _baseline(tmp_path, p50_ms=0.1, noise=57.4)
+    args = ["bench", "resnet8.digits", "--backends", "onnxruntime", "--batch-sizes", "1", "--compare", "base.json"]
+    lenient = CliRunner().invoke(app, [*args, "--report-dir", "a"], terminal_width=250)
+    assert lenient.exit_code == 0, (lenient.exception, lenient.output)
+    assert "too noisy: 1, unchanged: 0" in lenient.output and "--strict fails the gate on them" in lenient.output
+    strict = CliRunner().invoke(app, [*args, "--report-dir", "b", "--strict"], terminal_width=250)
+    assert strict.exit_code == 1 and "too noisy: 1" in strict.output, (strict.exception, strict.output)
+    assert (tmp_path / "b" / "report.json").is_file()

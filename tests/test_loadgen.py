@@ -233,3 +233,24 @@ def test_bad_targets_are_refused(tmp_path):
         run_scenario(42, SPEC, "singlestream", output_dir=tmp_path)
     with pytest.raises(ZooError, match="max_runs"):
         find_peak_qps(lambda inputs: inputs, SPEC, 10, output_dir=tmp_path, max_runs=0)
+
+
+def test_scenarios_against_a_server_take_the_served_name(loadgen_server, tmp_path, monkeypatch):
+    """`zoo bench NAME --url URL --scenario ...` looked NAME up in the registry, so the served
+    artifact's name (which the concurrency sweep takes) was "unknown model"; the name is now
+    the server's to resolve, as the sweep's is."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    name = "resnet8.digits.onnxruntime.fp32"
+    result = CliRunner().invoke(app, ["bench", name, "--url", loadgen_server.url, "--scenario", "singlestream",
+                                      "--min-time", "0.5", "--report-dir", "r", "--json"])
+    assert result.exit_code == 0, (result.exception, result.output[-3000:])
+    report = json.loads(result.stdout)
+    run, = report["loadgen"]
+    assert run["valid"] and run["model"] == name and report["models"] == [name], run
+    assert (tmp_path / "r" / "report.json").is_file()

@@ -74,14 +74,17 @@ _MIN_TIME = typer.Option(None, help="Seconds of timed runs per point (default 1;
 _REPORT_DIR = typer.Option(None, help="Write JSON, CSV, markdown and PNG plots here "
                            "(default reports/bench-TIME).")
 _COMPARE = typer.Option(None, "--compare", help="A baseline report.json: exit 1 on a "
-                        "regression beyond the noise measured in both runs.")
+                        "regression beyond the noise measured in both runs, or when no row pairs "
+                        "with the baseline's; rows too noisy to judge are listed (and fail with --strict).")
 _SCENARIO = typer.Option(None, help="MLPerf LoadGen scenario(s): singlestream,offline,"
-                         "server; in process per combination, or against --url.")
+                         "server; in process per combination, or against an http:// --url "
+                         "(grpc:// is for the concurrency sweep only).")
 _FIND_QPS = typer.Option(False, "--find-qps", help="Server scenario: search the highest QPS "
-                         "meeting --latency-bound-ms.")
+                         "meeting --latency-bound-ms (instead of --target-qps).")
 _URL = typer.Option(None, help="Load-test a running server at this URL instead "
                     "(requests/s and latency per concurrency): http://HOST:PORT, or "
-                    "grpc://HOST:PORT (its gRPC port; needs --metrics-url).")
+                    "grpc://HOST:PORT (its gRPC port; needs --metrics-url; the concurrency "
+                    "sweep only: --scenario needs http://).")
 _METRICS_URL = typer.Option(None, help="With --url: the server's HTTP address "
                             "(http://HOST:PORT) for /metrics and the model's zoo metadata; "
                             "required with a grpc:// URL (default: --url).")
@@ -95,8 +98,8 @@ _RAY = typer.Option(None, "--ray", help="Run each combination as a Ray task: `lo
                     "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
                     "(docs/benchmarks.md).")
 _STRICT = typer.Option(False, "--strict", help="Exit 1 also when verification refused a "
-                       "combination (status refused); a failed one (crash, exporter error, "
-                       "time-out) always does.")
+                       "combination (status refused), or when --compare found a row too noisy "
+                       "to judge; a failed one (crash, exporter error, time-out) always does.")
 
 
 @app.command()
@@ -112,7 +115,7 @@ def bench(ctx: typer.Context,
           random_init: bool = typer.Option(False, help="Benchmark untrained weights."),
           threads: Optional[int] = None, min_time: Optional[float] = _MIN_TIME,
           timeout: float = typer.Option(1800.0, help="Seconds each process of a combination may take."),
-          report_dir: Optional[Path] = _REPORT_DIR, compare: Optional[Path] = _COMPARE,
+          report_dir: Optional[str] = _REPORT_DIR, compare: Optional[Path] = _COMPARE,
           sigmas: float = typer.Option(3.0, help="With --compare: noise multiples a change must exceed."),
           min_change: float = typer.Option(0.05, help="With --compare: smallest relative change flagged."),
           scenario: Optional[str] = _SCENARIO,
@@ -133,12 +136,16 @@ def bench(ctx: typer.Context,
 
     Exit status: 0 when every combination was measured, unsupported, or refused by verification
     (each listed with its reason); 1 when one failed (a crash, an exporter's error, a time-out), when
-    --compare finds a regression, or with --strict when one was refused; 2 for a usage error."""
+    --compare finds a regression or compared nothing (no row pairs with the baseline's), or with
+    --strict when one was refused or a compared row was too noisy to judge; 2 for a usage error,
+    before anything runs."""
     from .bench.report import load_report
 
     o = SimpleNamespace(**ctx.params)
-    _refuse_ignored(ctx, url, scenario, bool(artifact))
-    if (models is None) == (not artifact):
+    _refuse_ignored(ctx, url, scenario, bool(artifact), find_qps)
+    if models is None and not artifact:
+        raise UsageError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts")
+    if models is not None and artifact:
         raise UsageError("name MODEL(s) to export and measure, or --artifact to measure existing artifacts, not both")
     _check_values(o)
     if ray is not None and (url is not None or scenario is not None):
@@ -151,7 +158,8 @@ def bench(ctx: typer.Context,
     if url is not None and scenario is None:
         return _sweep_server(o)
     baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
-    directory = report_dir or Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    directory = (Path(report_dir) if report_dir is not None
+                 else Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
     check_destination(directory, "--report-dir")
     report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
@@ -163,6 +171,8 @@ def _check_values(o: SimpleNamespace) -> None:
     the run, it would cost the whole run, and some (a zero --min-time) would give empty rows."""
     if o.models is not None and not _csv(o.models):
         raise UsageError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
+    if o.report_dir is not None and not o.report_dir.strip():
+        raise UsageError("--report-dir is empty: name a directory (`--report-dir .` for this one)")
     for option, value in (("--min-time", o.min_time), ("--timeout", o.timeout), ("--target-qps", o.target_qps),
                           ("--latency-bound-ms", o.latency_bound_ms)):
         if value is not None and not 0 < value < math.inf:
@@ -171,17 +181,79 @@ def _check_values(o: SimpleNamespace) -> None:
         if not 0 <= value < math.inf:
             raise UsageError(f"{option} must be a non-negative number, got {value:g}")
     counts = {"--threads": [] if o.threads is None else [o.threads],
-              "--batch-sizes": _csv(o.batch_sizes, int) if o.batch_sizes is not None else [1],
-              "--lengths": _csv(o.lengths, int) if o.lengths is not None else [1],
-              "--concurrency": _csv(o.concurrency, int) if o.url is not None and o.scenario is None else [1]}
+              "--batch-sizes": _ints("--batch-sizes", o.batch_sizes) if o.batch_sizes is not None else [1],
+              "--lengths": _ints("--lengths", o.lengths) if o.lengths is not None else [1],
+              "--concurrency": (_ints("--concurrency", o.concurrency) if o.url is not None and o.scenario is None
+                                else [1])}
     for option, values in counts.items():
         bad = next((v for v in values if v < 1), None)
         if bad is not None or (option != "--threads" and not values):
             raise UsageError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
-    if o.url is None and not o.artifact:  # with them, --precision and --device are refused as not used
+    if o.url is not None:
+        _check_url(o)
+    if o.scenario is not None:
+        _check_scenarios(o)
+    if o.url is None and not o.artifact:  # with them, --precision, --device and --backends are refused as not used
         from .bench.matrix import check_names
 
-        check_names(_csv(o.precision), _csv(o.device))
+        check_names(_csv(o.precision), _csv(o.device), _csv(o.backends_))
+
+
+def _ints(option: str, text: str) -> list[int]:
+    """A comma-separated list of whole numbers, or a usage error naming the option."""
+    try:
+        return [int(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{option}: expected whole numbers separated by commas, got {text!r}") from None
+
+
+def _check_url(o: SimpleNamespace) -> None:
+    """`--url` (and `--metrics-url`) as the mode given them can use: the concurrency sweep
+    takes http:// or grpc:// (this one with --metrics-url); LoadGen drives a server over
+    HTTP only. Checked here, so a bad address is a usage error before any load is sent."""
+    from urllib.parse import urlsplit
+
+    if o.scenario is None:
+        from .serve.perf import target
+
+        try:
+            target(o.url, o.metrics_url)
+        except ZooError as exc:
+            raise UsageError(str(exc)) from None
+        return
+    parts = urlsplit(o.url if "://" in o.url else f"http://{o.url}")
+    if parts.scheme == "grpc":
+        raise UsageError(f"--url {o.url}: --scenario drives the server with LoadGen over HTTP; give its "
+                         "http://HOST:PORT (grpc:// is for the concurrency sweep, without --scenario)")
+    try:
+        parts.port
+    except ValueError:
+        raise UsageError(f"--url {o.url!r} has an invalid port") from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise UsageError(f"--url must be http://HOST:PORT with --scenario, got {o.url!r}")
+
+
+def _check_scenarios(o: SimpleNamespace) -> None:
+    """Scenario names LoadGen has, the server scenario's rate, and the one batch size, before
+    any export: each found later cost the exports before it."""
+    from .bench.loadgen import SCENARIOS
+
+    names = _csv(o.scenario)
+    if not names:
+        raise UsageError(f"--scenario {o.scenario!r} names no scenario; choose from {', '.join(SCENARIOS)}")
+    unknown = [n for n in names if _scenario_key(n) not in SCENARIOS]
+    if unknown:
+        raise UsageError(f"--scenario: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(SCENARIOS)}")
+    if "server" in map(_scenario_key, names) and o.target_qps is None and not o.find_qps:
+        raise UsageError("--scenario server needs --target-qps N, or --find-qps to search for the highest QPS that "
+                         "meets --latency-bound-ms")
+    if o.batch_sizes is not None and len(_ints("--batch-sizes", o.batch_sizes)) != 1:
+        raise UsageError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+
+
+def _scenario_key(name: str) -> str:
+    """How LoadGen's scenario names are matched (`zoo.bench.loadgen.scenario_name`): single-stream is singlestream."""
+    return name.strip().lower().replace("-", "").replace("_", "")
 
 
 def _sweep_server(o: SimpleNamespace) -> None:
@@ -204,6 +276,11 @@ def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
     sizes = _csv(o.batch_sizes or "8", int)
     if len(sizes) != 1:
         raise UsageError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+    if o.url is None:  # a bad model name or batch before the progress bar (against a server, the server's)
+        from .bench.matrix import checked_models
+
+        checked_models(_csv(o.models), _csv(o.backends_), sizes, _csv(o.precision), _csv(o.device),
+                       checkpoint=o.checkpoint)
     with _progress() as progress:
         progress.add_task("MLPerf LoadGen", total=None)
         return loadgen(_csv(o.models), _csv(o.backends_), _csv(o.precision), _csv(o.device), sizes[0],
@@ -222,19 +299,25 @@ def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
                                _csv(o.batch_sizes or "1,8,32", int),
                                lengths=_csv(o.lengths, int) if o.lengths else None, threads=o.threads,
                                min_time=1.0 if o.min_time is None else o.min_time, timeout=o.timeout,
-                               on_result=lambda row: err.print(_row_line(row), highlight=False))
+                               on_result=lambda row: err.print(_row_line(row), highlight=False),
+                               distinct=o.compare is not None)
 
 
 def _matrix(o: SimpleNamespace) -> dict[str, Any]:
     """The combination matrix: each exported (or reused) and measured in its own processes."""
     from .bench import benchmark
+    from .bench.matrix import checked_models
 
+    sizes, lengths = _csv(o.batch_sizes or "1,8,32", int), _csv(o.lengths, int) if o.lengths else None
+    # every usage error (a model's range, --lengths without its axis) before the progress bar
+    specs = checked_models(_csv(o.models), _csv(o.backends_), sizes, _csv(o.precision), _csv(o.device), lengths,
+                           o.checkpoint)
     with _progress() as progress:
         task = progress.add_task("benchmarking", total=None)
         return benchmark(
-            _csv(o.models), _csv(o.backends_), _csv(o.batch_sizes or "1,8,32", int), _csv(o.precision),
+            specs, _csv(o.backends_), sizes, _csv(o.precision),
             _csv(o.device), o.repository, checkpoint=o.checkpoint, random_init=o.random_init, threads=o.threads,
-            min_time=1.0 if o.min_time is None else o.min_time, lengths=_csv(o.lengths, int) if o.lengths else None,
+            min_time=1.0 if o.min_time is None else o.min_time, lengths=lengths,
             timeout=o.timeout, ray=o.ray, on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
             on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
                                                                        description=label))
@@ -258,7 +341,12 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
     from .bench.compare import compared, failed, print_comparison
     from .bench.report import write_report
 
-    result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change) if baseline else None
+    result, unpaired = None, None
+    if baseline:
+        try:
+            result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change)
+        except ZooError as exc:  # raised after the report is written: the measurements are kept
+            unpaired = exc
     if as_json:
         _emit_json({**report, "comparison": result} if result else report)
     else:
@@ -274,10 +362,12 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
     _write_json(output, report)
     if not as_json:
         out.print(f"report: {directory} ({', '.join(p.name for p in written.values())})", highlight=False)
+    if unpaired is not None:
+        raise ZooError(f"--compare {compare_path}: {unpaired}")
     if result and not compared(result):
         raise ZooError(f"--compare {compare_path}: no row of the baseline matches one of this run (model, backend, "
                        "precision, device, batch, lengths), so nothing was compared")
-    if result and failed(result):
+    if result and failed(result, strict=strict):
         raise typer.Exit(1)
     failing = ("failed", "refused") if strict else ("failed",)
     if any(r["status"] in failing for r in report["results"]) or any(
@@ -296,11 +386,16 @@ _NOT_WITH_SERVER_SCENARIO = ("backends_", "precision", "device", "threads", "che
 _NOT_WITH_ARTIFACT = ("backends_", "precision", "device", "checkpoint", "random_init", "ray", "url")
 _ONLY_WITH_URL = ("concurrency", "model_name", "json_data")
 _ONLY_WITH_SCENARIO = ("target_qps", "find_qps", "latency_bound_ms")
+_ONLY_WITH_COMPARE = ("sigmas", "min_change")
 
 
-def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool) -> None:
+def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool,
+                    find_qps: bool = False) -> None:
     given = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+    server = scenario is not None and "server" in map(_scenario_key, _csv(scenario))
     for mode, active, names, why in (
+            ("without --compare", ctx.params.get("compare") is None, _ONLY_WITH_COMPARE,
+             "it sets the regression gate's threshold"),
             ("with --scenario", scenario is not None, _NOT_WITH_SCENARIO,
              "LoadGen runs each combination at its own sizes"),
             ("with --url", url is not None and scenario is None, _NOT_WITH_URL, "it measures the server as it runs"),
@@ -309,7 +404,10 @@ def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[s
             ("with --artifact", artifacts and scenario is None, _NOT_WITH_ARTIFACT,
              "an artifact is measured as it is, and nothing is exported"),
             ("without --url", url is None, _ONLY_WITH_URL, "it sets the load on a running server"),
-            ("without --scenario", scenario is None, _ONLY_WITH_SCENARIO, "it sets LoadGen's server scenario")):
+            ("without --scenario", scenario is None, _ONLY_WITH_SCENARIO, "it sets LoadGen's server scenario"),
+            ("without the server scenario", scenario is not None and not server, _ONLY_WITH_SCENARIO,
+             "it sets LoadGen's server scenario (--scenario server)"),
+            ("with --find-qps", find_qps, ("target_qps",), "the search sets the QPS itself")):
         unused = [p.opts[0] for p in given if active and p.name in names]
         if unused:
             raise UsageError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "

@@ -9,6 +9,13 @@ quadrature. Changes are judged on the ratio's log scale, so "2x slower" and "2x 
 are equally far from "unchanged": a row is an improvement when baseline / current
 exceeds 1 + threshold, just as it is a regression when current / baseline does.
 
+The noise bound has a limit: where `sigmas` x noise exceeds `max_threshold` (100 %: the
+gate could not tell a 2x slowdown from noise, as after a burst of another process in one
+block of calls), a row that moved by more than the floor but within that threshold is
+"too noisy" to judge, not "unchanged": it is listed and counted, and fails the gate with
+`--strict`. A change beyond even that threshold is still a regression or an improvement,
+and a change within the floor is unchanged, however noisy the runs were.
+
 A row that was "ok" in the baseline and is not now is a regression. The task metric of
 an artifact is computed on a fixed split, so it should not move at all between runs of
 the same code; a metric worse than the baseline's by more than `metric_tolerance`
@@ -31,27 +38,34 @@ KEY_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths")
 #: environment fields that make two runs' timings incomparable when they differ, besides
 #: the versions of every backend's libraries (`libraries` in the environment)
 ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "torch")
+#: the largest noise threshold (`sigmas` x noise) the gate judges a row by: above it a
+#: 2x slowdown would pass as noise, so the row is "too noisy" instead of "unchanged"
+MAX_THRESHOLD = 1.0
+#: verdicts of paired rows, in the order they are printed
+VERDICTS = ("regressions", "improvements", "too_noisy", "unchanged")
 
 
 def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], sigmas: float = 3.0, min_change: float = 0.05,
-            metric_tolerance: float = 0.01) -> dict[str, Any]:
+            metric_tolerance: float = 0.01, max_threshold: float = MAX_THRESHOLD) -> dict[str, Any]:
     """Pair the rows of two reports by `row_key` and sort each pair into regressions,
-    improvements or unchanged; rows in one report only go to "missing" or "new".
+    improvements, too_noisy (moved beyond the floor, but the runs' noise times `sigmas`
+    exceeds `max_threshold`, so the gate cannot judge it) or unchanged; rows in one
+    report only go to "missing" or "new".
 
     Every entry has the key fields, both statuses, both p50s, ratio (current / baseline
     p50), threshold, the measured noises and `reasons` ("slower", "failed now: ...",
-    "metric", "faster", "ok now"). `threshold` in the result records the gate's settings;
+    "metric", "faster", "ok now", "too noisy: ..."). `threshold` in the result records the gate's settings;
     `environment` names what differs between the two machines (numbers from different
     machines or thread counts are not comparable, and the reader should know).
     """
-    if sigmas < 0 or min_change < 0 or metric_tolerance < 0:
-        raise ZooError("sigmas, min_change and metric_tolerance must not be negative")
-    result: dict[str, Any] = {"regressions": [], "improvements": [], "unchanged": [], "missing": [], "new": [],
+    if sigmas < 0 or min_change < 0 or metric_tolerance < 0 or not max_threshold > 0:
+        raise ZooError("sigmas, min_change and metric_tolerance must not be negative, max_threshold must be positive")
+    result: dict[str, Any] = {**{k: [] for k in VERDICTS}, "missing": [], "new": [],
                               "threshold": {"sigmas": sigmas, "min_change": min_change,
-                                            "metric_tolerance": metric_tolerance}}
+                                            "metric_tolerance": metric_tolerance, "max_threshold": max_threshold}}
     pairs, missing, new = _pair(baseline["results"], current["results"])
     for base, cur in pairs:
-        entry = _judge(base, cur, sigmas, min_change, metric_tolerance)
+        entry = _judge(base, cur, sigmas, min_change, metric_tolerance, max_threshold)
         verdict = entry.pop("verdict")
         result[verdict].append(entry)
     result["missing"] = [_identity(r) | {"baseline_status": r.get("status")} for r in missing]
@@ -100,7 +114,7 @@ def _identity(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _judge(base: Mapping[str, Any], cur: Mapping[str, Any], sigmas: float, min_change: float,
-           metric_tolerance: float) -> dict[str, Any]:
+           metric_tolerance: float, max_threshold: float = MAX_THRESHOLD) -> dict[str, Any]:
     ok_base, ok_cur = base.get("status") == "ok", cur.get("status") == "ok"
     entry = _identity(base if base.get("batch") is not None else cur) | {
         "baseline_status": base.get("status"), "current_status": cur.get("status"),
@@ -131,6 +145,10 @@ def _judge(base: Mapping[str, Any], cur: Mapping[str, Any], sigmas: float, min_c
     elif 1 / ratio > 1 + threshold:
         entry["reasons"].append("faster")
         entry["verdict"] = "improvements"
+    elif sigmas * noise > max_threshold and max(ratio, 1 / ratio) > 1 + min_change:
+        # moved beyond the floor, within a threshold so wide that a 2x slowdown would pass
+        entry["reasons"].append(f"too noisy: {sigmas:g} x noise {noise:.0%} > {max_threshold:.0%}")
+        entry["verdict"] = "too_noisy"
     else:
         entry["verdict"] = "unchanged"
     return entry
@@ -150,12 +168,13 @@ def _metric_change(base: Mapping[str, Any], cur: Mapping[str, Any]) -> float | N
 def compared(result: Mapping[str, Any]) -> int:
     """How many baseline rows were paired with a current row: none means the two runs
     measured different matrices, and a gate that compared nothing has passed nothing."""
-    return sum(len(result[k]) for k in ("regressions", "improvements", "unchanged"))
+    return sum(len(result.get(k, ())) for k in VERDICTS)
 
 
-def failed(result: Mapping[str, Any]) -> bool:
-    """Whether the gate fails: any regression, or nothing compared (the CLI exits non-zero)."""
-    return bool(result["regressions"]) or not compared(result)
+def failed(result: Mapping[str, Any], strict: bool = False) -> bool:
+    """Whether the gate fails: any regression, or nothing compared (the CLI exits non-zero);
+    with `strict`, also any row too noisy to judge."""
+    return bool(result["regressions"]) or not compared(result) or (strict and bool(result.get("too_noisy")))
 
 
 def print_comparison(result: Mapping[str, Any], console) -> None:
@@ -163,16 +182,18 @@ def print_comparison(result: Mapping[str, Any], console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    counts = {k: len(result[k]) for k in ("regressions", "improvements", "unchanged", "missing", "new")}
+    kinds = ("regressions", "improvements", "too_noisy", "unchanged", "missing", "new")
+    counts = {k: len(result.get(k, ())) for k in kinds}
     t = result["threshold"]
     table = Table("verdict", "model", "backend", "precision", "device", "batch", "lengths", "baseline p50 ms",
                   "current p50 ms", "ratio", "threshold", "why",
                   title=f"against the baseline (change > max({t['min_change']:.0%}, {t['sigmas']:g} x noise))")
-    styles = {"regressions": "red", "improvements": "green", "missing": "yellow", "new": "cyan"}
+    styles = {"regressions": "red", "improvements": "green", "too_noisy": "magenta", "missing": "yellow",
+              "new": "cyan"}
     for kind, style in styles.items():
-        for e in result[kind]:
+        for e in result.get(kind, ()):
             threshold = "" if e.get("threshold") is None else f"±{e['threshold']:.1%}"
-            cells = [kind.rstrip("s"), e["model"], e["backend"], e["precision"], e["device"], e.get("batch"),
+            cells = [_verdict(kind), e["model"], e["backend"], e["precision"], e["device"], e.get("batch"),
                      _lengths(e.get("lengths")), _ms(e.get("baseline_p50_ms")), _ms(e.get("current_p50_ms")),
                      "" if e.get("ratio") is None else f"{e['ratio']:.2f}x", threshold, "; ".join(e.get("reasons", []))]
             table.add_row(*(f"[{style}]{escape(str(cells[0]))}[/]",
@@ -181,7 +202,17 @@ def print_comparison(result: Mapping[str, Any], console) -> None:
         console.print(table)
     for key, (base, cur) in result.get("environment", {}).items():
         console.print(f"[yellow]note:[/] {escape(key)} differs: baseline {escape(str(base))}, now {escape(str(cur))}")
-    console.print(", ".join(f"{k}: {n}" for k, n in counts.items()))
+    if counts["too_noisy"]:
+        bound = t.get("max_threshold", MAX_THRESHOLD)
+        console.print(f"[magenta]note:[/] {counts['too_noisy']} row(s) moved by more than {t['min_change']:.0%} "
+                      f"but were too noisy to judge ({t['sigmas']:g} x noise over {bound:.0%}: a "
+                      f"{1 + bound:g}x slowdown would pass as noise); they are not counted as unchanged. Rerun on "
+                      "an idle machine, or with a longer --min-time; --strict fails the gate on them.")
+    console.print(", ".join(f"{k.replace('_', ' ')}: {n}" for k, n in counts.items()))
+
+
+def _verdict(kind: str) -> str:
+    return "too noisy" if kind == "too_noisy" else kind.rstrip("s")
 
 
 def _ms(value: float | None) -> str:

@@ -118,18 +118,33 @@ def _models(model) -> list[ModelSpec]:
     return specs
 
 
-def check_names(precisions: Sequence[str], devices: Sequence[str]) -> None:
-    """Refuse a precision or device no backend knows of (a typo such as `fp23` or `CPU`)
-    before anything runs: otherwise every combination would be an "unsupported" hole and
-    the run would look like a measured one."""
-    from ..registry import backends
+def check_names(precisions: Sequence[str], devices: Sequence[str], backends: Sequence[str] | None = None) -> None:
+    """Refuse a precision or device no backend knows of (a typo such as `fp23` or `CPU`), and
+    with `backends` a backend name nothing registered, before anything runs: otherwise every
+    combination would be an "unsupported" or "failed" hole and the run would look like a
+    measured one. (A registered backend that cannot run here is a row with its reason.)"""
+    from ..errors import UnknownBackendError
+    from ..registry import backends as registered
+    from ..registry import get_backend
     from ..spec import PRECISIONS
 
-    known = sorted({d for be in backends().values() for d in be.devices})
+    made = registered()
+    known = sorted({d for be in made.values() for d in be.devices})
     for option, names, choices in (("--precision", precisions, PRECISIONS), ("--device", devices, known)):
         unknown = [n for n in names if n not in choices]
         if unknown:
             raise UsageError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
+    unknown = []
+    for name in backends or ():
+        try:
+            get_backend(name)
+        except UnknownBackendError:
+            unknown.append(name)
+        except ZooError:  # registered, but its plugin is broken: that combination's row says so
+            pass
+    if unknown:
+        raise UsageError(f"--backends: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(made)} "
+                         "(`zoo backends` says which run here)")
 
 
 def combinations(specs: Sequence[ModelSpec], backends: Sequence[str], precisions: Sequence[str],
@@ -149,18 +164,22 @@ def _hole(spec: ModelSpec, backend: str, precision: str, device: str, batch_size
     return _out_of_range(spec, batch_sizes, lengths)
 
 
-def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> ZooError | None:
-    """Batch sizes or lengths outside the ranges the model is exported for; None if all fit."""
+def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> UsageError | None:
+    """Batch sizes or lengths outside the ranges the model is exported for; None if all fit.
+    A usage error where it is raised (one model: no run can use the value); in a matrix of
+    several models it is that model's hole."""
     limit = spec.axes["batch"]
     bad = [b for b in batch_sizes if not limit.min <= b <= limit.max]
     if bad:
-        return ZooError(f"batch sizes {bad} are outside {spec.name}'s exported range {limit.min}..{limit.max}")
+        return UsageError(f"--batch-sizes: batch sizes {bad} are outside {spec.name}'s exported range "
+                          f"{limit.min}..{limit.max}")
     axis = length_axis(spec)
     if lengths and axis is not None:
         r = spec.axes[axis]
         bad = [n for n in lengths if not r.min <= n <= r.max]
         if bad:
-            return ZooError(f"{axis} lengths {bad} are outside {spec.name}'s exported range {r.min}..{r.max}")
+            return UsageError(f"--lengths: {axis} lengths {bad} are outside {spec.name}'s exported range "
+                              f"{r.min}..{r.max}")
     return None
 
 
@@ -183,6 +202,28 @@ def job_for(spec: ModelSpec, backend: str, precision: str, device: str, reposito
             "plugin_files": list(plugin_files), "threads": threads}
 
 
+def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], precisions: Sequence[str],
+                   devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None) -> list[ModelSpec]:
+    """The specs of a run's models, after every check that needs no process: names, the
+    lengths axis, and with one model its batch and length ranges (usage errors, before
+    anything is exported; with several models a range is one model's hole in the matrix).
+    The CLI calls it before its progress bar; `benchmark` and `loadgen` call it again."""
+    specs = _models(model)
+    if not specs or not backends or not batch_sizes or not precisions or not devices:
+        raise ZooError("name at least one model, backend, precision, device and batch size to benchmark")
+    check_names(precisions, devices)
+    if checkpoint is not None and len(specs) > 1:
+        raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
+    if lengths and not any(length_axis(s) for s in specs):
+        raise UsageError(f"--lengths {','.join(map(str, lengths))}: {', '.join(s.name for s in specs)} "
+                         f"{'has' if len(specs) == 1 else 'have'} no sequence or atom axis to measure at; leave it out")
+    if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
+        error = _out_of_range(specs[0], batch_sizes, lengths)
+        if error is not None:
+            raise error
+    return specs
+
+
 def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequence[str] = ("torch", "onnxruntime"),
               batch_sizes: Sequence[int] = (1, 8, 32), precision: str | Sequence[str] = "fp32",
               device: str | Sequence[str] = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
@@ -203,21 +244,9 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     tasks (`zoo.bench.ray_sweep`): "local" starts a Ray instance on this machine, "auto"
     or an address joins a running cluster; the rows are the same as a local run's.
     """
-    specs = _models(model)
     precisions = [precision] if isinstance(precision, str) else list(precision)
     devices = [device] if isinstance(device, str) else list(device)
-    if not specs or not backends or not batch_sizes or not precisions or not devices:
-        raise ZooError("name at least one model, backend, precision, device and batch size to benchmark")
-    check_names(precisions, devices)
-    if checkpoint is not None and len(specs) > 1:
-        raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
-    if lengths and not any(length_axis(s) for s in specs):
-        raise ZooError(f"--lengths {','.join(map(str, lengths))}: {', '.join(s.name for s in specs)} "
-                       f"{'has' if len(specs) == 1 else 'have'} no sequence or atom axis to measure at; leave it out")
-    if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
-        error = _out_of_range(specs[0], batch_sizes, lengths)
-        if error is not None:
-            raise error
+    specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint)
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     planned = []  # (base row, job) per combination; job None with the row where the combination is a hole
@@ -259,15 +288,31 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     return report
 
 
+def _refuse_alike(arts) -> None:
+    """Two artifacts a report's rows could not tell apart (model, backend, precision, device)."""
+    seen: dict[tuple, Any] = {}
+    for art in arts:
+        key = (art.model, art.backend, art.precision, art.device)
+        if key in seen:
+            raise UsageError(f"--artifact {seen[key].path} and {art.path} are both {' '.join(map(str, key))}: "
+                             "--compare pairs rows by model, backend, precision and device, so their rows could not "
+                             "be told apart; compare one of them at a time")
+        seen[key] = art
+
+
 def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] = (1, 8, 32),
                         lengths: Sequence[int] | None = None, threads: int | None = None, warmup: int = 10,
                         min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
                         timeout: float | None = 1800.0,
-                        on_result: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+                        on_result: Callable[[dict[str, Any]], Any] | None = None,
+                        distinct: bool = False) -> dict[str, Any]:
     """Measure artifacts as they are (`zoo bench --artifact`): no export, and no plugin,
     since an artifact describes its model itself. Each is opened here first (a missing or
     modified one is an error before anything runs), then measured in its own process, as
-    a combination of the matrix is; the report has the same rows."""
+    a combination of the matrix is; the report has the same rows, each with the
+    `artifact_path` it measured. `distinct` (for `--compare`, which pairs rows by model,
+    backend, precision and device) refuses two artifacts alike in all four before any is
+    measured, since their rows could not be told apart."""
     from ..artifact import Artifact
     from ..registry import plugin_files
 
@@ -278,18 +323,21 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
         unique.setdefault(p.resolve(), p)
     arts = [Artifact.open(p) for p in unique.values()]
     if lengths and not any(length_axis(a.spec()) for a in arts):
-        raise ZooError(f"--lengths {','.join(map(str, lengths))}: no artifact here has a sequence or atom axis "
-                       "to measure at; leave it out")
+        raise UsageError(f"--lengths {','.join(map(str, lengths))}: no artifact here has a sequence or atom axis "
+                         "to measure at; leave it out")
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     rows: list[dict[str, Any]] = []
+    for art in arts:  # every artifact's ranges before the first is measured
+        error = _out_of_range(art.spec(), batch_sizes, lengths)
+        if error is not None:
+            raise UsageError(f"artifact {art.name}: {error}")
+    if distinct:
+        _refuse_alike(arts)
     for art in arts:
         spec = art.spec()
-        error = _out_of_range(spec, batch_sizes, lengths)
-        if error is not None:
-            raise ZooError(f"artifact {art.name}: {error}")
         base = {"model": art.model, "backend": art.backend, "precision": art.precision,
-                "quantization": art.manifest.get("quantization"), "device": art.device}
+                "quantization": art.manifest.get("quantization"), "device": art.device, "artifact_path": str(art.path)}
         job = {"path": str(art.path), "plugin_files": list(plugin_files), "batch_sizes": list(batch_sizes),
                "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}
         try:

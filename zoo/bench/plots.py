@@ -40,6 +40,11 @@ def _lengths(row: Row) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted((row.get("lengths") or {}).items()))
 
 
+def _point(row: Row) -> tuple:
+    """Where a row sits on a batch axis, in numeric order: batch, then its lengths as numbers (seq=8 before seq=64)."""
+    return row["batch"], tuple(sorted((row.get("lengths") or {}).items()))
+
+
 def _series(rows: list[Row], with_lengths: bool = True) -> dict[str, list[Row]]:
     """Rows grouped into labelled series; the device is named only when the report has more than one."""
     devices = {r["device"] for r in rows}
@@ -100,14 +105,15 @@ def throughput(report: Mapping[str, Any]) -> Figure | None:
         return None
     fig, axes = _grid(len(models))
     for ax, (model, rows) in zip(axes, models.items()):
-        groups = sorted({(r["batch"], _lengths(r)) for r in rows})
+        groups = sorted({_point(r) for r in rows})
         series = _series(rows, with_lengths=False)
         width = 0.8 / len(series)
         for i, (label, srows) in enumerate(series.items()):
-            at = {(r["batch"], _lengths(r)): r["throughput"] for r in srows}
+            at = {_point(r): r["throughput"] for r in srows}
             xs = [g + (i - (len(series) - 1) / 2) * width for g, key in enumerate(groups) if key in at]
             ax.bar(xs, [at[key] for key in groups if key in at], width, label=label)
-        ax.set_xticks(range(len(groups)), [f"batch {b}" + (f"\n{ls}" if ls else "") for b, ls in groups])
+        ax.set_xticks(range(len(groups)), [f"batch {b}" + (f"\n{_lengths({'lengths': dict(ls)})}" if ls else "")
+                                           for b, ls in groups])
         _log_if_wide(ax, "y", [r["throughput"] for r in rows], 30)
         ax.set(title=model, ylabel="samples/s (at p50)")
         ax.grid(True, axis="y", alpha=0.3)

@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedError, ZooError
+from ..errors import UnsupportedError, UsageError
+from ..spec import ModelSpec
 from .env import environment
 from .loadgen import find_peak_qps, run_scenario, scenario_name
-from .matrix import _Failed, _hole, _in_own_process, _models, check_names, combinations, int8_method, job_for
+from .matrix import _Failed, _hole, _in_own_process, checked_models, combinations, int8_method, job_for
 from .measure import export_job
 
 
@@ -56,13 +57,17 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
             url: str | None = None, model_name: str | None = None, timeout: float | None = 1800.0,
             on_result: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Every scenario on every combination (or on the server at `url`); a report whose
-    "loadgen" list holds one result per scenario and combination, each with "valid"."""
+    "loadgen" list holds one result per scenario and combination, each with "valid".
+
+    Against a server (`url`), `model` is the name as given (a registered model or the
+    served artifact's name, as `--url` without scenarios takes it): the server's metadata
+    says which model and config it serves, so nothing is looked up here."""
     names = [scenario_name(n).lower() for n in scenarios]
     if not names:
-        raise ZooError("name at least one scenario: singlestream, offline or server")
+        raise UsageError("name at least one scenario: singlestream, offline or server")
     if "server" in names and target_qps is None and not find_qps:
-        raise ZooError("the server scenario needs --target-qps N, or --find-qps to search for the highest QPS "
-                       "that meets --latency-bound-ms")
+        raise UsageError("the server scenario needs --target-qps N, or --find-qps to search for the highest QPS "
+                         "that meets --latency-bound-ms")
     settings = {"batch": batch, "duration_s": duration_s, "target_qps": target_qps, "find_qps": find_qps,
                 "latency_bound_ms": latency_bound_ms}
     output_dir = Path(output_dir)
@@ -74,38 +79,36 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
             if on_result:
                 on_result(results[-1])
 
-    specs = _models(model)
-    if not specs:
-        raise ZooError("name at least one model to run the LoadGen scenarios on")
-    if url is None:
-        check_names(precisions, devices)
     if url is not None:
-        if len(specs) != 1:
-            raise ZooError("--url load-tests one model; name one")
-        served = model_name or specs[0].name
-        label = {"model": specs[0].name, "backend": "server", "precision": "", "device": url}
-        add(_scenarios(url, None, names, settings, output_dir / "server", model=served), label)
-    else:
-        for spec, backend, prec, dev in combinations(specs, backends, precisions, devices):
-            label = {"model": spec.name, "backend": backend, "precision": prec,
-                     "quantization": int8_method(spec, prec), "device": dev}
-            hole = _hole(spec, backend, prec, dev, [batch], None)
-            if hole is not None:
-                status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"
-                add([{"scenario": n, "status": status, "valid": False, "reasons": [str(hole)]} for n in names], label)
-                continue
-            job = {**job_for(spec, backend, prec, dev, repository, checkpoint, random_init, threads),
-                   "scenarios": names, "settings": settings,
-                   "output_dir": str(output_dir / f"{spec.name}.{backend}.{prec}.{dev}")}
-            try:
-                facts = _in_own_process(export_job, job, timeout)
-                add(_in_own_process(loadgen_job, {**job, "path": facts["path"]}, timeout), label)
-            except _Failed as exc:
-                add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
-                    label)
+        given = [model] if isinstance(model, (str, ModelSpec)) else list(model)
+        given = [m.name if isinstance(m, ModelSpec) else m for m in given]
+        if len(given) != 1 or any(c in given[0] for c in "*?[") or given[0] == "all":
+            raise UsageError("--url load-tests one model; name one (a model or the served artifact's name)")
+        label = {"model": given[0], "backend": "server", "precision": "", "device": url}
+        add(_scenarios(url, None, names, settings, output_dir / "server", model=model_name or given[0]), label)
+        return {"models": given, "environment": environment(threads),
+                # against a server, the server decides the backend, precision and device: none is recorded
+                "options": {"batch": batch, "scenarios": names, **settings, "url": url},
+                "results": [], "loadgen": results}
+    specs = checked_models(model, backends, [batch], precisions, devices, checkpoint=checkpoint)
+    for spec, backend, prec, dev in combinations(specs, backends, precisions, devices):
+        label = {"model": spec.name, "backend": backend, "precision": prec,
+                 "quantization": int8_method(spec, prec), "device": dev}
+        hole = _hole(spec, backend, prec, dev, [batch], None)
+        if hole is not None:
+            status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"
+            add([{"scenario": n, "status": status, "valid": False, "reasons": [str(hole)]} for n in names], label)
+            continue
+        job = {**job_for(spec, backend, prec, dev, repository, checkpoint, random_init, threads),
+               "scenarios": names, "settings": settings,
+               "output_dir": str(output_dir / f"{spec.name}.{backend}.{prec}.{dev}")}
+        try:
+            facts = _in_own_process(export_job, job, timeout)
+            add(_in_own_process(loadgen_job, {**job, "path": facts["path"]}, timeout), label)
+        except _Failed as exc:
+            add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
+                label)
     return {"models": [s.name for s in specs], "environment": environment(threads),
-            # against a server, the server decides the backend, precision and device: none is recorded
-            "options": {**({} if url is not None else {"backends": list(backends), "precisions": list(precisions),
-                                                       "devices": list(devices)}),
+            "options": {"backends": list(backends), "precisions": list(precisions), "devices": list(devices),
                         "batch": batch, "scenarios": names, **settings, "url": url},
             "results": [], "loadgen": results}
