@@ -294,18 +294,25 @@ def _spec(name: str) -> ModelSpec:
     item, label = table[name]
     if isinstance(item, ModelSpec):
         return item
-    try:
-        spec = item.make()
-    except Exception as exc:
-        raise PluginError(f"model {name!r} of plugin {label} failed to make its spec: {first_line(exc)}") from exc
-    if not isinstance(spec, ModelSpec) or spec.name != name:
-        made = f"spec {spec.name!r}" if isinstance(spec, ModelSpec) else repr(spec)[:100]
-        raise PluginError(f"model {name!r} of plugin {label}: its LazySpec made {made}, not a zoo.ModelSpec "
-                          f"named {name!r}")
-    spec = _labelled(spec, label)
+    spec = _labelled(_made(item, label, "model", ModelSpec, "failed to make its spec"), label)
     if _models is table:  # not rebuilt meanwhile (make() may register plugins)
         table[name] = (spec, label)
     return spec
+
+
+def _made(lazy: LazySpec | LazyBackend, label: str, kind: str, cls: type, failing: str) -> Any:
+    """What `lazy.make()` makes, checked to be a `cls` named as registered; PluginError
+    naming the plugin, and what it made or why it failed, otherwise."""
+    name = lazy.name
+    try:
+        made = lazy.make()
+    except Exception as exc:
+        raise PluginError(f"{kind} {name!r} of plugin {label} {failing}: {first_line(exc)}") from exc
+    if not isinstance(made, cls) or made.name != name:
+        what = f"{'spec' if cls is ModelSpec else kind} {made.name!r}" if isinstance(made, cls) else repr(made)[:100]
+        raise PluginError(f"{kind} {name!r} of plugin {label}: its {type(lazy).__name__} made {what}, not a "
+                          f"zoo.{cls.__name__} named {name!r}")
+    return made
 
 
 def models() -> dict[str, ModelSpec]:
@@ -349,14 +356,7 @@ def _backend(name: str) -> Backend:
     item, label = table[name]
     if isinstance(item, Backend):
         return item
-    try:
-        backend = item.make()
-    except Exception as exc:
-        raise PluginError(f"backend {name!r} of plugin {label} failed to load: {first_line(exc)}") from exc
-    if not isinstance(backend, Backend) or backend.name != name:
-        made = f"backend {backend.name!r}" if isinstance(backend, Backend) else repr(backend)[:100]
-        raise PluginError(f"backend {name!r} of plugin {label}: its LazyBackend made {made}, not a zoo.Backend "
-                          f"named {name!r}")
+    backend = _made(item, label, "backend", Backend, "failed to load")
     if _backends is table:  # not rebuilt meanwhile
         table[name] = (backend, label)
     return backend
