@@ -200,3 +200,48 @@ def test_a_checkpoint_trained_at_another_config_exports_as_that_config(tmp_path)
     art = zoo.export("resnet8.digits", "onnxruntime", repository=tmp_path / "exports", checkpoint=path)
     assert art.manifest["model"]["config"]["width"] == 4 and "width 4" in art.manifest["model"]["description"]
     assert zoo.verify(art.path)["parity"]["passed"]
+
+
+class _Embedder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 3)
+
+    def forward(self, ids):
+        return self.table(ids).mean(dim=1)
+
+
+@pytest.mark.parametrize("output", ["linear", "relu", "embedding"])
+def test_an_output_may_have_the_name_of_an_op_inside_the_model(output, tmp_path, monkeypatch):
+    """The dynamo exporter names internal values after their ops ("linear", "relu",
+    "embedding"); a user's output of the same name made the ONNX graph invalid (a name
+    assigned twice). The spec's names win: the export verifies and its graph is valid."""
+    import onnx
+
+    monkeypatch.setenv("ZOO_ONNX_CACHE_DIR", str(tmp_path / "cache"))  # a fresh translation, then a hit
+    monkeypatch.delenv("ZOO_ONNX_CACHE", raising=False)
+    if output == "embedding":
+        inputs = (zoo.TensorSpec("ids", "int64", ("batch", 4), value_range=(0, 9)),)
+        build, sample = _Embedder, lambda n, rng: {"ids": rng.integers(0, 10, (n, 4))}
+    else:
+        inputs = (zoo.TensorSpec("x", "float32", ("batch", 4)),)
+        build = lambda: torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(),  # noqa: E731
+                                            torch.nn.Linear(16, 3), torch.nn.ReLU())
+        sample = lambda n, rng: {"x": rng.standard_normal((n, 4)).astype(np.float32)}  # noqa: E731
+    spec = zoo.ModelSpec(name=f"user-mlp.{output}", domain="tabular", task="classification", inputs=inputs,
+                         outputs=(zoo.TensorSpec(output, "float32", ("batch", 3)),), build=build, sample=sample)
+    zoo.register(spec)
+    try:
+        for again in (False, True):
+            art = zoo.export(spec.name, "onnxruntime", repository=tmp_path / f"repo{again}", random_init=True)
+            assert art.manifest["backend"]["info"]["onnx_cache"] == ("hit" if again else "miss")
+            model_file, = art.path.rglob("*.onnx")
+            onnx.checker.check_model(str(model_file))
+            graph = onnx.load(str(model_file)).graph
+            assert [o.name for o in graph.output] == [output]
+            produced = [name for node in graph.node for name in node.output]
+            assert len(produced) == len(set(produced)) and produced.count(output) == 1
+            x = spec.sample(5, np.random.default_rng(1))
+            assert zoo.load(art.path)(x)[output].shape == (5, 3)
+    finally:
+        zoo.unregister(spec.name)

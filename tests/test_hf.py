@@ -325,3 +325,108 @@ def test_random_init_from_a_config_and_inline_registration(bert_config):
         zoo_hf.hf_model("x.y", BertConfig(**bert_config), task="fill-mask", pooling="mean")
     with pytest.raises(ZooError, match="cannot be changed here"):
         zoo_hf.hf_model("x.y", BertConfig(**bert_config), config={"vocab_size": 10})
+
+
+# -- what zoo_hf refuses, and how -------------------------------------------------------------
+
+def test_encoder_decoder_models_are_refused_but_a_saved_t5_encoder_is_built_as_one(tmp_path, minilm_dir):
+    """docs/hf.md: encoder-decoder models are not supported, and are refused when the spec
+    is made (not deep in transformers at the first forward). A T5EncoderModel checkpoint
+    says is_encoder_decoder False, yet AutoModel maps its config to the whole T5Model
+    (partly random, asking for decoder inputs): it is built as the T5EncoderModel it is."""
+    from transformers import BartConfig, T5Config, T5EncoderModel
+
+    t5 = dict(vocab_size=30522, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
+    with pytest.raises(UnsupportedError, match=r"'t5' is an encoder-decoder model .* not export \(its encoder saved "
+                                               r"as T5EncoderModel is, for feature-extraction\): see docs/hf.md"):
+        zoo_hf.hf_model("x.t5", T5Config(**t5))
+    bart = BartConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                      decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
+    with pytest.raises(UnsupportedError, match=r"'bart' is an encoder-decoder model .*docs/hf.md"):
+        zoo_hf.hf_model("x.bart", bart, task="text-classification")
+
+    torch.manual_seed(0)
+    reference = T5EncoderModel(T5Config(**t5)).eval()
+    folder = _save(tmp_path, minilm_dir, reference, "t5-encoder")
+    spec = zoo_hf.hf_model("t5.encoder", folder)
+    assert [t.name for t in spec.inputs] == ["input_ids", "attention_mask"] and spec.pretrained is not None
+    module, results = _predictions(spec, ["Hello world", "A somewhat longer sentence to embed."])
+    assert type(module.model).__name__ == "T5EncoderModel" and len(results[1]["embedding"]) == 32
+    inputs = spec.preprocess([b"Hello world", b"A somewhat longer sentence to embed."])
+    with torch.no_grad():  # the checkpoint's encoder, mean-pooled over real tokens
+        hidden = reference(**{k: torch.from_numpy(v) for k, v in inputs.items()}).last_hidden_state
+        mask = torch.from_numpy(inputs["attention_mask"]).unsqueeze(-1).float()
+        want = (hidden * mask).sum(1) / mask.sum(1)
+    np.testing.assert_allclose(module_fn(module, spec)(inputs)["sentence_embedding"], want.numpy(), atol=1e-6)
+    with pytest.raises(UnsupportedError, match="'t5' is an encoder-decoder model"):  # a head would need the decoder
+        zoo_hf.hf_model("t5.classifier", folder, task="text-classification")
+
+
+def test_text_generation_needs_a_causal_model(bert_config):
+    """BertLMHeadModel attends both ways unless its config says is_decoder=True: right
+    padding would then change the logits at a prompt's own positions (docs/hf.md)."""
+    from transformers import BertConfig
+
+    with pytest.raises(UnsupportedError, match=r"text-generation needs a causal model, and a 'bert' model is a "
+                                               r"bidirectional encoder unless its config says is_decoder=True"):
+        zoo_hf.hf_model("bert.bidirectional", BertConfig(**bert_config), task="text-generation")
+    spec = zoo_hf.hf_model("bert.decoder", BertConfig(**bert_config, is_decoder=True), task="text-generation")
+    torch.manual_seed(0)
+    fn = module_fn(spec.build().eval(), spec)
+    prompt = fn({"input_ids": np.array([[5, 6, 7]])})["logits"]
+    padded = fn({"input_ids": np.array([[5, 6, 7, 0, 0]])})["logits"]
+    np.testing.assert_allclose(padded[:, :3], prompt, atol=1e-5)
+
+
+def test_weights_that_do_not_fit_are_one_line_without_transformers_report(tmp_path, capfd, bert_config):
+    """Missing or mismatched weights: zoo's one-line CheckpointError, not transformers'
+    coloured LOAD REPORT table on stderr (nor its RuntimeError for a mismatch); the
+    verbosity of transformers' logging is as it was."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+    from transformers.utils import logging as hf_logging
+
+    small = {**bert_config, "vocab_size": 100}
+    torch.manual_seed(0)
+    three = tmp_path / "three-labels"
+    BertForSequenceClassification(BertConfig(**small, num_labels=3)).save_pretrained(three)
+    config = json.loads((three / "config.json").read_text())
+    config.update(id2label={"0": "no", "1": "yes"}, label2id={"no": 0, "yes": 1})  # weights for 3, config says 2
+    (three / "config.json").write_text(json.dumps(config))
+    base = tmp_path / "base"
+    BertModel(BertConfig(**small)).save_pretrained(base)
+    verbosity = hf_logging.get_verbosity()
+    capfd.readouterr()
+    with pytest.raises(CheckpointError, match=r"weights of another shape than its config.json implies for 2 tensors "
+                                              r"of BertForSequenceClassification, e.g. classifier.bias"):
+        zoo_hf.hf_model("three.labels", three, task="text-classification").pretrained()
+    with pytest.raises(CheckpointError, match=r"has no weights for 2 tensors .* partly random"):
+        zoo_hf.hf_model("base.classifier", base, task="text-classification").pretrained()
+    err = capfd.readouterr().err
+    assert "LOAD REPORT" not in err and "\x1b[" not in err and "MISSING" not in err, err
+    assert hf_logging.get_verbosity() == verbosity
+
+
+def test_a_token_beyond_the_model_s_vocabulary_is_an_input_error(tmp_path, minilm_dir, bert_config, caplog):
+    """A tokenizer with an added token the embeddings were not resized for: hf_model warns,
+    and a text with that token is an InputError naming it, in PyTorch as through an
+    artifact (whose input check refuses the id), not an index error inside the model."""
+    import logging
+
+    from tokenizers import Tokenizer
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    folder = _save(tmp_path, minilm_dir, BertModel(BertConfig(**bert_config)), "added-token")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.add_tokens(["<newtok>"])  # id 30522, one past the model's 30522 embeddings
+    tokenizer.save(str(folder / "tokenizer.json"))
+    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
+        spec = zoo_hf.hf_model("added.token", folder)
+    assert "its tokenizer has 30523 tokens (ids up to 30522) but the model's vocabulary only 30522" in caplog.text
+    module = spec.build()
+    module.load_state_dict(spec.pretrained(), strict=True)
+    fn = module_fn(module.eval(), spec)
+    with pytest.raises(InputError, match=r"item 2: token '<newtok>' has id 30522, beyond the model's vocabulary "
+                                         r"\(ids 0 to 30521\)"):
+        zoo.predict(spec, fn, ["fine", "a <newtok> here"])
+    assert len(zoo.predict(spec, fn, ["fine", "also fine"])) == 2

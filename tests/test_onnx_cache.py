@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import zoo
-from zoo_onnx import cache
+from zoo.errors import ExportError
+from zoo_onnx import cache, export
 from zoo_onnx.export import export_onnx
 
 
@@ -168,3 +169,20 @@ def test_a_program_the_key_cannot_describe_is_exported_uncached(exports, monkeyp
     assert (info["exporter"], info["onnx_cache"]) == ("dynamo", "off")
     assert len(exports.translated) == 1 and onnx.load(str(path)).graph.output[0].name == "y"
     assert not cache.cache_dir().exists()
+
+
+def test_an_invalid_graph_is_an_export_error_and_never_cached(exports, monkeypatch):
+    """An output named as a value inside ("linear": the first Linear's) is renamed apart
+    before the file is written; were a graph still invalid (here: that renaming skipped),
+    the export fails with the checker's reason, and neither the file nor an entry stays."""
+    linear = dataclasses.replace(SPEC, outputs=(zoo.TensorSpec("linear", "float32", ("batch", 3)),))
+    info, path = exports(_module(), linear)
+    assert info["onnx_cache"] == "miss" and onnx.load(str(path)).graph.output[0].name == "linear"
+    onnx.checker.check_model(str(path))
+    cache.clear()
+    monkeypatch.setattr(export, "_unique_names", lambda model: None)
+    with pytest.raises(ExportError, match=r"could not export mlp.cache-test to ONNX: the graph written is not valid "
+                                          r"ONNX \(.*'linear' has been used as output names multiple times"):
+        exports(_module(), linear)
+    assert not list(cache.cache_dir().glob("*.onnx"))
+    assert sorted(p.name for p in path.parent.glob("*.onnx")) == [path.name]  # the failed one's file is gone

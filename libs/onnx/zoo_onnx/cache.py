@@ -42,7 +42,7 @@ import torch
 log = logging.getLogger(__name__)
 
 #: changes when what goes into a key changes, so older entries are never read as newer ones
-_FORMAT = "zoo-onnx-cache-1"
+_FORMAT = "zoo-onnx-cache-2"  # 2: graphs whose internal names clash with the spec's are renamed
 _DEFAULT_MB = 2048
 _LIBRARIES = ("torch", "onnxscript", "onnx")
 #: FX names the code it generates `<eval_with_key>.N` with a per-process counter; a stack

@@ -50,6 +50,11 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     keeping float32 inputs and outputs, so the signature does not change, and numerically
     sensitive ops in float32 (`zoo_onnx.fp16`).
 
+    The spec's input and output names are the graph's whatever they are: an internal value
+    the exporter named the same ("linear", "relu", "embedding": it names values after their
+    ops) is renamed apart (`_unique_names`). A graph ONNX's checker still refuses is an
+    `ExportError` with the checker's reason; its file is removed and never cached.
+
     The dynamo exporter's files are kept in the ONNX cache (`zoo_onnx.cache`), keyed by
     the captured program: a module exported before, by any backend or process, is copied
     from there byte for byte instead of being translated again.
@@ -79,6 +84,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                "output_names": [t.name for t in spec.outputs],
                # keyed by the wrapper's one (variadic) parameter
                "dynamic_shapes": {"inputs": dynamic_shapes(spec)}}
+    to_store = None  # the cache key of a graph this call translated, stored once it checks
     try:
         with _quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
@@ -89,11 +95,13 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
             else:
                 # the captured program when there is one (the capture the exporter would
                 # make itself), else the module: the exporter then tries its other ways
-                torch.onnx.export(wrapped if program is None else program, args if program is None else (),
-                                  str(path), dynamo=True, verbose=False, external_data=external, **options)
+                onnx_program = torch.onnx.export(wrapped if program is None else program,
+                                                 args if program is None else (), dynamo=True, verbose=False,
+                                                 **options)
+                _unique_names(onnx_program.model)
+                onnx_program.save(str(path), external_data=external)
                 info = {"exporter": "dynamo", "onnx_cache": "off" if key is None else "miss"}
-                if key is not None:
-                    cache.store(key, path)
+                to_store = key
     except Exception as dynamo_exc:  # any capture failure: the TorchScript exporter may still cope
         _remove(path)
         cause = _zoo_cause(dynamo_exc)
@@ -113,14 +121,58 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                            f"{_summary(ts_exc)}") from ts_exc
         _refuse_traced_branches(spec, path, seen, dynamo_exc)
         info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
+    _check(spec, path)  # before the cache keeps it: an invalid graph is never stored
+    if to_store is not None:
+        cache.store(to_store, path)
     if precision == "fp16":
         from .fp16 import convert_fp16
 
         info["fp16"] = convert_fp16(path, external)
-    # check_model reads a path (not a loaded proto) so that external data is checked too.
-    onnx.checker.check_model(str(path))
+        _check(spec, path)
     info["opset"] = _opset(path)
     return info
+
+
+def _unique_names(model: Any) -> None:
+    """Give every internal value of the exported graph (`onnx_ir` model) a name that no
+    graph input or output has.
+
+    The dynamo exporter names values after their ops ("linear", "relu", "embedding") and
+    then renames the graph's inputs and outputs to the spec's names, without looking at
+    the values already so named: an output called "linear" of a model with a Linear layer
+    inside would be written twice, which ONNX (single static assignment) forbids. The
+    spec's names win; an internal value that holds one of them gets a fresh one (values
+    are objects in the IR, so every use of it follows; an initializer's entry too)."""
+    from onnxscript import ir  # onnx_ir, or ONNX Script's own IR before that was split out
+
+    graph = model.graph
+    own = {id(v) for v in (*graph.inputs, *graph.outputs)}
+    reserved = {v.name for v in (*graph.inputs, *graph.outputs) if v.name}
+    values = list(graph.initializers.values())
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        values.extend(node.outputs)
+    clashing = [v for v in values if v.name in reserved and id(v) not in own]
+    if not clashing:
+        return
+    taken = reserved | {v.name for v in values if v.name}
+    for value in clashing:
+        n = 1
+        while f"{value.name}_{n}" in taken:
+            n += 1
+        value.name = fresh = f"{value.name}_{n}"
+        taken.add(fresh)
+
+
+def _check(spec: ModelSpec, path: Path) -> None:
+    """ONNX's checker on the written file (a path, not a loaded proto, so that external
+    data is checked too): an invalid graph is an `ExportError` and is removed."""
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        _remove(path)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise ExportError(f"could not export {spec.name} to ONNX: the graph written is not valid ONNX "
+                          f"({lines[0].rstrip('.') if lines else type(exc).__name__}), so it is not kept") from None
 
 
 def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc: BaseException) -> None:

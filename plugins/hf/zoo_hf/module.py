@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from zoo.errors import CheckpointError, UnsupportedError
 
-from .tasks import TASKS
+from .tasks import model_class
 
 ATTENTION = "sdpa"
 
@@ -35,10 +35,10 @@ def build(config: Any, task: str, inputs: tuple[str, ...], pooling: str, normali
     The spec's inputs were chosen from the config alone, since importing a model's code
     costs seconds in every process that lists models; here its forward is at hand and
     must take each of them."""
-    import transformers
-
-    auto = getattr(transformers, TASKS[task][0])
-    model = auto.from_config(copy.deepcopy(config), dtype=torch.float32, attn_implementation=ATTENTION)
+    cls = _model_class(config, task)
+    # the Auto classes' from_config calls the model class's own _from_config
+    make = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config
+    model = make(copy.deepcopy(config), dtype=torch.float32, attn_implementation=ATTENTION)
     takes = inspect.signature(model.forward).parameters
     missing = [name for name in inputs if name not in takes]
     if missing:
@@ -52,33 +52,53 @@ def pretrained_state(directory: str, config: Any, task: str) -> dict[str, torch.
     """The directory's safetensors weights as a state dict of `HFModule`, loaded by
     transformers itself (its renames of old checkpoints, shards, tied weights), offline.
 
-    A head the checkpoint has no weights for would be random: that is refused."""
-    import transformers
-
-    auto = getattr(transformers, TASKS[task][0])
-    with _no_progress_bar():
-        model, info = auto.from_pretrained(directory, config=copy.deepcopy(config), local_files_only=True,
-                                           use_safetensors=True, dtype=torch.float32, attn_implementation=ATTENTION,
-                                           output_loading_info=True)
-    if info["missing_keys"] or info["mismatched_keys"]:
-        missing = sorted(info["missing_keys"]) + sorted(str(k[0] if isinstance(k, tuple) else k)
-                                                        for k in info["mismatched_keys"])
-        raise CheckpointError(f"{directory} has no weights (or weights of another shape) for {len(missing)} tensors of "
-                              f"{type(model).__name__}, e.g. {', '.join(missing[:4])}: the {task} model would be "
-                              f"partly random. Register it with a task its checkpoint was trained for")
+    A head the checkpoint has no weights for, or has weights of another shape for, would
+    be random: that is refused, in one line (transformers' own report is not shown)."""
+    cls = _model_class(config, task)
+    with _quiet_loading():
+        # mismatched shapes come back in the loading info (refused below), not as transformers' RuntimeError
+        model, info = cls.from_pretrained(directory, config=copy.deepcopy(config), local_files_only=True,
+                                          use_safetensors=True, dtype=torch.float32, attn_implementation=ATTENTION,
+                                          output_loading_info=True, ignore_mismatched_sizes=True)
+    mismatched = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info["mismatched_keys"])
+    if mismatched:
+        raise CheckpointError(f"{directory} has weights of another shape than its config.json implies for "
+                              f"{len(mismatched)} tensors of {type(model).__name__}, e.g. {', '.join(mismatched[:4])}: "
+                              f"the {task} model would be partly random. Make the config match the weights (its "
+                              f"labels, vocab_size, sizes)")
+    if info["missing_keys"]:
+        missing = sorted(info["missing_keys"])
+        raise CheckpointError(f"{directory} has no weights for {len(missing)} tensors of {type(model).__name__}, "
+                              f"e.g. {', '.join(missing[:4])}: the {task} model would be partly random. Register it "
+                              f"with a task its checkpoint was trained for")
     return {f"model.{k}": v for k, v in model.state_dict().items()}
 
 
+def _model_class(config: Any, task: str) -> type:
+    """The transformers class that builds `task` for `config`: the task's Auto class, or
+    the encoder-only class the checkpoint names (`tasks.model_class`: T5EncoderModel,
+    whose config the Auto classes map to the whole encoder-decoder T5Model)."""
+    import transformers
+
+    return getattr(transformers, model_class(config, task))
+
+
 @contextlib.contextmanager
-def _no_progress_bar() -> Iterator[None]:
-    """transformers draws a "Loading weights" bar on stderr, noise in `zoo` commands' output."""
+def _quiet_loading() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr and logs a multi-line, coloured
+    LOAD REPORT table for missing or mismatched weights: noise in `zoo` commands' output,
+    where the one-line CheckpointError says what is wrong. Both are off while loading and
+    restored afterwards."""
     from transformers.utils import logging
 
     enabled = logging.is_progress_bar_enabled()
+    verbosity = logging.get_verbosity()
     logging.disable_progress_bar()
+    logging.set_verbosity_error()
     try:
         yield
     finally:
+        logging.set_verbosity(verbosity)
         if enabled:
             logging.enable_progress_bar()
 
@@ -88,9 +108,7 @@ class HFModule(torch.nn.Module):
 
     Outputs: "sentence_embedding" [batch, hidden] (feature extraction, mean or [CLS] pooled,
     L2-normalized if `normalize`), "last_hidden_state" [batch, seq, hidden] (pooling
-    "none"), otherwise the head's "logits". Not "embedding": torch.onnx's dynamo exporter
-    names the value of a model's first `aten.embedding` so, and an output of the same
-    name makes the ONNX graph invalid; sentence-transformers' own name is this one."""
+    "none"), otherwise the head's "logits" (sentence-transformers' names)."""
 
     def __init__(self, model: torch.nn.Module, task: str, pooling: str = "none", normalize: bool = False) -> None:
         super().__init__()

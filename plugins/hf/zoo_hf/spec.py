@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -25,6 +26,10 @@ from zoo.errors import ToleranceError, UnsupportedError, ZooError
 
 from . import tasks, text
 from .source import resolve
+
+log = logging.getLogger(__name__)
+#: (model, tokenizer file) pairs whose tokenizer was found larger than the model's vocabulary
+_WARNED: set[tuple[str, str]] = set()
 
 #: the longest sequence exported when neither the caller nor the model's folder says
 #: (sentence-transformers' max_seq_length): BERT's 512, where attention's quadratic cost
@@ -108,8 +113,11 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     output, postprocess = _outputs(task, pooling, hf_config)
     pad_id = _pad_id(hf_config)
     tokenizer = directory / "tokenizer.json" if directory is not None else None
-    codec = (text.TextCodec(tokenizer, names, seq_max, pad_id, keep_last=task == "text-generation")
+    codec = (text.TextCodec(tokenizer, names, seq_max, pad_id, keep_last=task == "text-generation",
+                            vocab_size=hf_config.vocab_size)
              if tokenizer is not None and tokenizer.is_file() else None)
+    if codec is not None:
+        _warn_larger_tokenizer(name, codec, hf_config.vocab_size)
     sample = codec.sample if codec else partial(text.random_sample, names=names, vocab_size=hf_config.vocab_size,
                                                 type_vocab_size=getattr(hf_config, "type_vocab_size", 0),
                                                 length=min(16, seq_max), pad_id=pad_id)
@@ -145,6 +153,21 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         postprocess=postprocess if codec else None,
         detokenize=codec.detokenize if codec and task == "text-generation" else None,
     )
+
+
+def _warn_larger_tokenizer(name: str, codec: text.TextCodec, vocab_size: int) -> None:
+    """A tokenizer that knows more tokens than the model has embeddings (tokens added to it,
+    the embeddings not resized) is logged once: texts with those tokens are refused."""
+    try:
+        size = codec.size()  # loads the tokenizer, which the codec then keeps
+    except Exception as exc:  # a broken tokenizer.json: said when a text is first tokenized
+        log.debug("model %s: could not read %s: %s", name, codec.path, exc)
+        return
+    if size > vocab_size and (name, str(codec.path)) not in _WARNED:  # once, not per variant of the spec
+        _WARNED.add((name, str(codec.path)))
+        log.warning("model %s: its tokenizer has %d tokens (ids up to %d) but the model's vocabulary only %d "
+                    "(tokens added, embeddings not resized?): texts with the extra tokens are refused",
+                    name, size, size - 1, vocab_size)
 
 
 def _variant(name: str, source: Any, options: Mapping[str, Any], **config: int) -> ModelSpec:

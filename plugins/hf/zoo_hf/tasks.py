@@ -23,12 +23,68 @@ POOLINGS = ("mean", "cls", "none")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+#: encoder-only classes of encoder-decoder families, built for feature-extraction where a
+#: checkpoint's config names one in `architectures` (what `save_pretrained` of such a model
+#: writes): the Auto classes would build the whole encoder-decoder model for its config.
+ENCODER_ONLY = ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel")
+#: families whose causal-LM classes are causal only with `is_decoder=True` in the config
+#: (bidirectional encoders otherwise), besides those with a masked-LM class
+#: (`MODEL_FOR_MASKED_LM_MAPPING`: BERT, RoBERTa, ELECTRA ... every one of them so).
+DECODER_BY_CONFIG = ("bert-generation",)
+
+
+def model_class(config: Any, task: str) -> str:
+    """The name of the transformers class that builds `task` for `config`: the task's Auto
+    class, or for feature-extraction the encoder-only class a checkpoint names."""
+    if task == "feature-extraction":
+        for name in getattr(config, "architectures", None) or ():
+            if name in ENCODER_ONLY:
+                return name
+    return TASKS[task][0]
+
+
 def check_task(config: Any, task: str) -> None:
-    """That transformers has a `task` model for `config` (without importing its code)."""
+    """That transformers has a `task` model for `config` that zoo_hf can export (without
+    importing its code): not an encoder-decoder model, and a causal one for
+    text-generation."""
     import transformers
 
     if task not in TASKS:
         raise UnsupportedError(f"task {task!r} is not one zoo_hf builds; tasks: {', '.join(TASKS)}")
     auto, mapping = TASKS[task]
+    name = model_class(config, task)
+    if name != auto:  # an encoder-only class the checkpoint names
+        if not hasattr(transformers, name):
+            raise UnsupportedError(f"this transformers has no {name}, which the config's architectures name")
+        return
+    # a T5EncoderModel's own config says is_encoder_decoder False, yet the Auto classes map
+    # its type to the whole T5Model: the config class's default says what the family is
+    if getattr(config, "is_encoder_decoder", False) or getattr(type(config), "is_encoder_decoder", False) is True:
+        own = [e for e in ENCODER_ONLY if e.lower() == f"{config.model_type.replace('-', '')}encodermodel"]
+        encoder = f" (its encoder saved as {own[0]} is, for feature-extraction)" if own else ""
+        raise UnsupportedError(f"{config.model_type!r} is an encoder-decoder model (two input streams, generation "
+                               f"with a cache), which zoo_hf does not export{encoder}: see docs/hf.md, Not supported")
     if type(config) not in getattr(transformers, mapping):
         raise UnsupportedError(f"transformers has no {task} model ({auto}) for model type {config.model_type!r}")
+    if task == "text-generation":
+        _check_causal(config)
+
+
+def _check_causal(config: Any) -> None:
+    """A text-generation model must be causal: right padding may then not change the logits
+    at a prompt's own positions (docs/hf.md). GPT-2-like families are causal by nature;
+    encoder families' causal-LM classes (BertLMHeadModel ...) attend both ways unless the
+    config says `is_decoder=True`, and XLM has its own `causal` switch."""
+    import transformers
+
+    causal = getattr(config, "causal", None)
+    if isinstance(causal, bool) and config.model_type == "xlm":
+        if not causal:
+            raise UnsupportedError("text-generation needs a causal model, and this xlm config has causal=False "
+                                   "(bidirectional): set causal=True in its config")
+        return
+    encoder = type(config) in transformers.MODEL_FOR_MASKED_LM_MAPPING or config.model_type in DECODER_BY_CONFIG
+    if encoder and not getattr(config, "is_decoder", False):
+        raise UnsupportedError(f"text-generation needs a causal model, and a {config.model_type!r} model is a "
+                               f"bidirectional encoder unless its config says is_decoder=True: set is_decoder=True "
+                               f"(config.json or the config object) for a {config.model_type} decoder")

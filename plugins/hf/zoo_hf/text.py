@@ -54,11 +54,20 @@ def decode_items(items: Sequence[bytes]) -> list[str]:
 class TextCodec:
     """A directory's tokenizer.json for a spec's inputs (`names`), truncating at
     `max_length` tokens: from the end for classifiers and encoders, from the start for
-    causal language models (`keep_last`), whose next token follows the prompt's end."""
+    causal language models (`keep_last`), whose next token follows the prompt's end.
 
-    def __init__(self, path: Path, names: Sequence[str], max_length: int, pad_id: int | None, keep_last: bool):
+    `vocab_size`: the model's vocabulary (input_ids' value range is 0 to vocab_size - 1);
+    a text with a token beyond it (a tokenizer with added tokens the model's embeddings
+    were not resized for) is an InputError naming the token, as an artifact refuses it."""
+
+    def __init__(self, path: Path, names: Sequence[str], max_length: int, pad_id: int | None, keep_last: bool,
+                 vocab_size: int | None = None):
         self.path, self.names, self.max_length = Path(path), tuple(names), max_length
-        self.pad_id, self.keep_last = pad_id, keep_last
+        self.pad_id, self.keep_last, self.vocab_size = pad_id, keep_last, vocab_size
+
+    def size(self) -> int:
+        """The tokenizer's vocabulary: its highest token id (added tokens included) plus one."""
+        return max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
     def __getstate__(self) -> dict[str, Any]:  # a spec travels to benchmark workers; the tokenizer reloads there
         return {k: v for k, v in self.__dict__.items() if k != "tokenizer"}
@@ -81,6 +90,12 @@ class TextCodec:
         for i, e in enumerate(encodings):
             if not sum(e.attention_mask):
                 raise InputError(f"item {i + 1} has no tokens: give at least one character of text")
+            if self.vocab_size is not None:
+                beyond = next((j for j, t in enumerate(e.ids) if t >= self.vocab_size), None)
+                if beyond is not None:
+                    raise InputError(f"item {i + 1}: token {e.tokens[beyond]!r} has id {e.ids[beyond]}, beyond the "
+                                     f"model's vocabulary (ids 0 to {self.vocab_size - 1}): the tokenizer has tokens "
+                                     f"(added ones) the model's embeddings were not resized for")
         fields = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
         return {name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64) for name in self.names}
 
