@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -135,6 +136,109 @@ def test_python_form_artifacts_need_an_image_with_zoo(tmp_path):
     assert refused["message"].startswith("artifacts resnet8.digits.torch.fp32 are served by Triton's Python backend")
     assert "--image" in refused["message"]
     assert built["ok"][0]["spec"]["predictor"]["model"]["image"] == "registry.example/zoo-triton:0.1"
+
+
+# The memory figures docs/deploy.md ("Memory") gives, measured by tools/triton_memory.py: the
+# expectations below are spelled out from them, not read from zoo.deploy.
+SERVER_MIB = 48  # tritonserver itself
+LIGHT_STUB_MIB, LIGHT_LIBRARIES_MIB = 80, 72  # a CPU ONNX Runtime / OpenVINO stub; its libraries, once
+TORCH_STUB_MIB, TORCH_LIBRARIES_MIB = 248, 104  # a torch / torch-aoti stub; its libraries, once
+FILES_FACTOR, HEADROOM, ROUND_MIB, NATIVE_FLOOR = 3, 1.25, 64, "2Gi"
+IMAGE = "registry.example/zoo-triton:0.1"
+
+
+def files_mib(art: zoo.Artifact) -> float:
+    return sum((art.path / rel).stat().st_size for rel in art.manifest["files"]) / 2 ** 20
+
+
+def quantity(mib: float) -> str:
+    """`mib` with the headroom, rounded up to ROUND_MIB, as the manifest writes it."""
+    rounded = math.ceil(mib * HEADROOM / ROUND_MIB) * ROUND_MIB
+    return f"{rounded // 1024}Gi" if rounded % 1024 == 0 else f"{rounded}Mi"
+
+
+@pytest.fixture(scope="module")
+def python_forms(tmp_path_factory):
+    """Three repositories: one CPU ONNX Runtime python-form artifact; a second such; then a torch one."""
+    staging = tmp_path_factory.mktemp("python-forms")
+    arts = [zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=staging, random_init=True,
+                       triton="python"),
+            zoo.export(zoo.get_model("ppo.cartpole").tiny(), "onnxruntime", repository=staging, random_init=True,
+                       triton="python"),
+            zoo.export(zoo.get_model("resnet8.digits").tiny(), "torch", repository=staging, random_init=True)]
+    assert [a.manifest["triton"]["form"] for a in arts] == ["python"] * 3
+    repos = []
+    for n in (1, 2, 3):
+        root = tmp_path_factory.mktemp(f"stubs-{n}")
+        for art in arts[:n]:
+            shutil.copytree(art.path, root / art.name)
+        repos.append(root)
+    return repos, arts
+
+
+def test_default_memory_grows_with_python_form_stubs(python_forms):
+    (one, two, three), (ort, ort2, torch_art) = python_forms
+    results = run(*(call("kserve_manifest", root, "gs://m/zoo", image=IMAGE) for root in (one, two, three)))
+    limits = [r["ok"][0]["spec"]["predictor"]["model"]["resources"]["limits"] for r in results]
+    requests = [r["ok"][0]["spec"]["predictor"]["model"]["resources"]["requests"] for r in results]
+    assert requests == limits and all(r["ok"][1] == [] for r in results)
+    # the server, the ONNX Runtime family's libraries and one stub, three times its files
+    first = SERVER_MIB + LIGHT_LIBRARIES_MIB + LIGHT_STUB_MIB + FILES_FACTOR * files_mib(ort)
+    # a second stub of the same family: its own memory and files, the libraries already counted
+    second = first + LIGHT_STUB_MIB + FILES_FACTOR * files_mib(ort2)
+    # a torch stub: torch's libraries once, and a stub that imports PyTorch
+    third = second + TORCH_LIBRARIES_MIB + TORCH_STUB_MIB + FILES_FACTOR * files_mib(torch_art)
+    assert [lim["memory"] for lim in limits] == [quantity(first), quantity(second), quantity(third)]
+    assert quantity(first) != quantity(second) != quantity(third)
+
+
+def test_the_estimate_counts_each_stub_and_keeps_the_floor_for_native_forms():
+    from zoo.deploy import RepositoryFacts, default_memory, memory_estimate
+
+    def facts(*memory):
+        return RepositoryFacts(tuple(m[0] for m in memory), (), tuple(m[0] for m in memory if m[1]), (), memory)
+
+    tiny = int(2.5 * 2 ** 20)
+    # ten tiny torch artifacts, each in a stub that imports PyTorch: an exploratory pass measured
+    # 2.33 GiB PSS for ten python-form models where the manifest said 2Gi
+    ten = facts(*((f"m{i}", "torch", tiny) for i in range(10)))
+    expected = SERVER_MIB + TORCH_LIBRARIES_MIB + 10 * (TORCH_STUB_MIB + FILES_FACTOR * 2.5)
+    assert default_memory(ten) == quantity(expected)
+    assert memory_estimate(ten) * 2 ** 20 > 2.33 * 2 ** 30
+    # a native form's memory is not measured here (Triton's native backends are not in this
+    # build): the former 2Gi stays the floor, which the estimate exceeds with enough stubs
+    native = facts(("n", None, tiny), ("p", "onnxruntime/openvino", tiny))
+    assert default_memory(native) == NATIVE_FLOOR
+    assert memory_estimate(native) == math.ceil((SERVER_MIB + LIGHT_LIBRARIES_MIB + LIGHT_STUB_MIB
+                                                 + 2 * FILES_FACTOR * 2.5) * HEADROOM / ROUND_MIB) * ROUND_MIB
+    assert default_memory(facts(("n", None, tiny), *ten.memory)) == quantity(expected + FILES_FACTOR * 2.5)
+
+
+def test_an_explicit_memory_is_kept_and_one_below_the_estimate_warns(python_forms, tmp_path):
+    (_, _, three), (ort, ort2, torch_art) = python_forms
+    estimate = quantity(SERVER_MIB + LIGHT_LIBRARIES_MIB + 2 * LIGHT_STUB_MIB + TORCH_LIBRARIES_MIB + TORCH_STUB_MIB
+                        + FILES_FACTOR * (files_mib(ort) + files_mib(ort2) + files_mib(torch_art)))
+    large, exact, small = run(call("kserve_manifest", three, "gs://m/zoo", image=IMAGE, memory="3Gi"),
+                              call("kserve_manifest", three, "gs://m/zoo", image=IMAGE, memory=estimate),
+                              call("kserve_manifest", three, "gs://m/zoo", image=IMAGE, memory="256Mi"))
+    for result, value in ((large, "3Gi"), (exact, estimate), (small, "256Mi")):
+        resources = result["ok"][0]["spec"]["predictor"]["model"]["resources"]
+        assert resources["limits"]["memory"] == resources["requests"]["memory"] == value
+    assert large["ok"][1] == [] and exact["ok"][1] == []
+    assert small["ok"][1] == [f"--memory 256Mi is below the {estimate} estimated for this repository (Triton, 3 "
+                              f"Python stub processes, one per python-form artifact, and the models' files: "
+                              f"docs/deploy.md, \"Memory\"): the pod may be OOM-killed; leave --memory out to "
+                              f"write the estimate"]
+    # the command writes the value given and prints the warning
+    out = tmp_path / "isvc.yaml"
+    result = cli(str(three), "--storage-uri", "gs://m/zoo", "--image", IMAGE, "--memory", "0.25Gi", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(out.read_text())["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == "0.25Gi"
+    assert f"--memory 0.25Gi is below the {estimate} estimated" in " ".join(result.stderr.split())
+    # without --memory the command writes the estimate, and has nothing to warn about
+    result = cli(str(three), "--storage-uri", "gs://m/zoo", "--image", IMAGE, "--out", str(out))
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+    assert yaml.safe_load(out.read_text())["spec"]["predictor"]["model"]["resources"]["limits"]["memory"] == estimate
 
 
 def test_refusals_name_the_cause(repository, tmp_path):

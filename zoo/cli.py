@@ -577,7 +577,9 @@ def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The m
                                                     "any artifact was exported for CUDA, else 0)."),
                   protocol: str = typer.Option("v2", help="v2 (HTTP) or grpc-v2 (gRPC on Triton's port 9000)."),
                   cpu: str = typer.Option("1", help="CPU request and limit (a Kubernetes quantity)."),
-                  memory: str = typer.Option("2Gi", help="Memory request and limit (a Kubernetes quantity)."),
+                  memory: Optional[str] = typer.Option(None, help="Memory request and limit (a Kubernetes "
+                                                       "quantity; default: estimated from the repository, "
+                                                       "docs/deploy.md \"Memory\")."),
                   image: Optional[str] = typer.Option(None, help="A Triton image with zoo installed: needed when "
                                                       "the repository holds python-form artifacts (docs/deploy.md)."),
                   runtime: Optional[str] = typer.Option(None, help="A KServe ServingRuntime by name (default: "

@@ -18,7 +18,10 @@ Python-form artifacts (`zoo export --triton python`; the default for `torch`,
 `torch-compile` and `torch-aoti`) run zoo's runner inside Triton's Python backend, so the
 Triton image must have zoo and the artifacts' backend plugins installed: NVIDIA's stock
 image has not. Such a repository needs `--image` (docs/deploy.md builds one); without
-it the command says which artifacts need it and refuses.
+it the command says which artifacts need it and refuses. Each such artifact also runs in a
+Triton Python stub process of its own, which imports zoo, its backend's engine and for a
+PyTorch artifact PyTorch: the default memory is estimated from the repository
+(`memory_estimate`, measured with `tools/triton_memory.py`), not a fixed figure.
 
 The kserve SDK is imported only when a manifest is built. It registers KServe's
 `inference.*` protobuf messages under the same names as Triton's (tritonclient.grpc, which
@@ -28,12 +31,13 @@ manifests in a process that does not serve.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifact import Artifact, list_artifacts
+from .artifact import Artifact, list_artifacts, safe_member
 from .errors import ArtifactError, UnsupportedError, ZooError
 
 PROTOCOLS = ("v2", "grpc-v2")
@@ -58,6 +62,51 @@ IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{TAG.patt
                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
 IMAGE_MAX = 255  # the name part's limit; a longer reference is refused as a whole
 
+# --- memory: what Triton holds for the repository (docs/deploy.md, "Memory") ---
+# Measured with `tools/triton_memory.py --rounds 3` (tritonserver 2.51 CPU from `make triton`,
+# Python 3.11, torch 2.13 CPU, onnxruntime 1.32, 2026-11-27): random-init exports (2-4 MiB of
+# files each, and minilm-l6.all-v2's 173 MiB) served by a real tritonserver, read from /proc
+# 5 s after every model loaded; the largest of 3 rounds, rounded up to 8 MiB. Each
+# python-form artifact runs in a Triton Python stub of its own (fork+exec, so nothing is
+# shared copy-on-write): its anonymous memory (peak RSS less the libraries it maps) is its
+# own, while the libraries (RSS less anonymous memory) are page cache mapped once per
+# container whatever the number of stubs that map them.
+#: tritonserver itself, idle, with only the Python backend loaded: RSS 41.1 MiB
+SERVER_MIB = 48
+#: per stub family: (each stub's own memory for a model of 2-4 MiB of files, the family's
+#: libraries, counted once)
+STUB_MIB = {
+    # resnet8.digits torch 246.9 MiB (libraries 97.6), torch-aoti 241.1 (95.3); also every
+    # artifact this project has not measured: tensorrt, any CUDA artifact (its stub imports
+    # torch for CUDA tensors), a third-party backend
+    "torch": (248, 104),
+    # resnet8.digits torch-compile: 429.0 MiB (peak 584.5 less libraries 155.5); Inductor
+    # compiles the program in the stub when it loads
+    "torch-compile": (432, 160),
+    # a CPU ONNX Runtime or OpenVINO artifact, whose stub imports no PyTorch: mpnn.freesolv
+    # onnxruntime 72.3 MiB, resnet8.digits onnxruntime 37.1, openvino 41.9; libraries 41.5 (ORT),
+    # 69.6 (OpenVINO)
+    "onnxruntime/openvino": (80, 72),
+}
+#: backends whose CPU stub imports no PyTorch
+LIGHT_BACKENDS = ("onnxruntime", "openvino")
+#: memory per MiB of an artifact's files (its manifest's list): weights read in plus the
+#: engine's working memory at load (the stored test vectors run before READY). minilm-l6.all-v2
+#: (172.6 MiB of files, 86 MiB of weights) added 2.99x its files through ONNX Runtime (588.5
+#: MiB, 516 over mpnn.freesolv's stub) and 2.41x at its load peak through torch (662.7 MiB)
+FILES_FACTOR = 3
+#: over the sum, for what requests add (activations of larger batches, shared-memory regions
+#: for request tensors), which the idle measurement does not hold
+HEADROOM = 1.25
+#: the estimate is rounded up to a multiple of this, written in Mi (Gi when whole)
+ROUND_MIB = 64
+#: the default when any artifact is in a native form: Triton's native backends (onnxruntime,
+#: OpenVINO, TensorRT) are not in this project's Triton build, so their memory is not measured;
+#: the former fixed default stays the floor
+NATIVE_FLOOR_MIB = 2048
+_UNITS = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+          "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
 
 @dataclass(frozen=True)
 class RepositoryFacts:
@@ -67,6 +116,8 @@ class RepositoryFacts:
     cuda: tuple[str, ...]  # artifacts exported for a CUDA device
     python_form: tuple[str, ...]  # artifacts Triton serves through zoo's runner
     other_dirs: tuple[str, ...]  # directories Triton would try to load that are not artifacts
+    #: (artifact, its stub family in STUB_MIB or None for a native form, its files' bytes)
+    memory: tuple[tuple[str, str | None, int], ...] = ()
 
 
 def read_repository(repository: Path) -> RepositoryFacts:
@@ -76,7 +127,7 @@ def read_repository(repository: Path) -> RepositoryFacts:
     paths = list_artifacts(repository)
     if not paths:
         raise ArtifactError(f"{repository} holds no artifacts: export some with `zoo export` first")
-    cuda, python_form, names = [], [], []
+    cuda, python_form, names, memory = [], [], [], []
     for path in paths:
         art = Artifact.open(path)  # hashes every file: a broken artifact is refused here, not on the cluster
         if not (path / "config.pbtxt").is_file():
@@ -85,12 +136,61 @@ def read_repository(repository: Path) -> RepositoryFacts:
         names.append(art.name)
         if art.device.startswith("cuda"):
             cuda.append(art.name)
+        family = None
         if (art.manifest.get("triton") or {}).get("form", "native") == "python":
             python_form.append(art.name)
+            family = stub_family(art.backend, art.device)
+        size = sum(safe_member(path, rel, art.name).stat().st_size for rel in art.manifest["files"])
+        memory.append((art.name, family, size))
     # hidden ones too: Triton polls every directory (a `.name.old-…` left by an interrupted
     # replacement failed its start under --exit-on-error, its default)
     others = sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in names)
-    return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others))
+    return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others), tuple(memory))
+
+
+def stub_family(backend: str, device: str) -> str:
+    """The STUB_MIB family of a python-form artifact's Triton stub."""
+    if backend == "torch-compile":
+        return "torch-compile"
+    if backend in LIGHT_BACKENDS and device == "cpu":
+        return "onnxruntime/openvino"
+    return "torch"
+
+
+def quantity_bytes(quantity: str) -> float:
+    """A Kubernetes quantity (`QUANTITY`: "2Gi", "512M", "1.5G") in bytes."""
+    m = QUANTITY.fullmatch(quantity)
+    if not m:
+        raise UnsupportedError(f"{quantity!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
+    return float(m[1]) * _UNITS[m[3] or ""]
+
+
+def memory_estimate(facts: RepositoryFacts) -> int:
+    """MiB of memory the repository is estimated to need under Triton, a multiple of ROUND_MIB:
+    (SERVER_MIB + each family's libraries once + each python-form artifact's stub + FILES_FACTOR
+    x every artifact's files) x HEADROOM. Native forms count only their files: NATIVE_FLOOR_MIB
+    is the default's floor for them (`default_memory`), not part of the estimate."""
+    total = SERVER_MIB
+    families = {family for _, family, _ in facts.memory if family is not None}
+    total += sum(STUB_MIB[family][1] for family in families)
+    for _, family, size in facts.memory:
+        total += FILES_FACTOR * size / 2 ** 20
+        if family is not None:
+            total += STUB_MIB[family][0]
+    return math.ceil(total * HEADROOM / ROUND_MIB) * ROUND_MIB
+
+
+def mib_quantity(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def default_memory(facts: RepositoryFacts) -> str:
+    """The memory request and limit written without --memory: `memory_estimate`, at least
+    NATIVE_FLOOR_MIB when any artifact is in a native form."""
+    mib = memory_estimate(facts)
+    if any(family is None for _, family, _ in facts.memory):
+        mib = max(mib, NATIVE_FLOOR_MIB)
+    return mib_quantity(mib)
 
 
 def default_name(repository: Path) -> str:
@@ -100,7 +200,7 @@ def default_name(repository: Path) -> str:
     return text or "zoo"
 
 
-def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str,
+def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str | None,
            namespace: str | None = None, image: str | None = None, runtime_version: str | None = None) -> None:
     """Refuse values the API server or KServe's webhook would reject, one line each (fullmatch:
     `$` would let a trailing newline through into the YAML)."""
@@ -132,12 +232,12 @@ def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memo
     if gpus < 0:
         raise UnsupportedError(f"--gpu {gpus}: give 0 or more GPUs")
     for option, value in (("--cpu", cpu), ("--memory", memory)):
-        if not QUANTITY.fullmatch(value):
+        if value is not None and not QUANTITY.fullmatch(value):
             raise UnsupportedError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
 
 
 def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = None, gpus: int | None = None,
-                    protocol: str = "v2", cpu: str = "1", memory: str = "2Gi", image: str | None = None,
+                    protocol: str = "v2", cpu: str = "1", memory: str | None = None, image: str | None = None,
                     runtime: str | None = None, runtime_version: str | None = None,
                     namespace: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """The `InferenceService` for REPOSITORY as a dict (YAML-ready), and warnings to show.
@@ -145,7 +245,9 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
     `gpus`: None gives 1 when any artifact was exported for CUDA, else 0; 0 with CUDA
     artifacts is refused. `image`: a Triton image with zoo installed, required when the
     repository holds python-form artifacts. `runtime`/`runtime_version`: a KServe
-    ServingRuntime and its image tag, else KServe picks the runtime for `triton`."""
+    ServingRuntime and its image tag, else KServe picks the runtime for `triton`. `memory`: None
+    gives `default_memory` (the repository's estimate); a value below `memory_estimate` is kept,
+    with a warning naming the estimate."""
     name = name if name is not None else default_name(repository)
     _check(name, storage_uri, protocol, gpus or 0, cpu, memory, namespace, image, runtime_version)
     facts = read_repository(repository)
@@ -162,6 +264,14 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
         raise UnsupportedError(f"artifacts {', '.join(facts.python_form)} are served by Triton's Python backend "
                                f"through zoo's runner, which the stock Triton image lacks: build an image with zoo "
                                f"and its backend plugins installed (docs/deploy.md) and give it with --image")
+    if memory is None:
+        memory = default_memory(facts)
+    elif quantity_bytes(memory) < memory_estimate(facts) * 2 ** 20:
+        stubs = len(facts.python_form)
+        warnings.append(f"--memory {memory} is below the {mib_quantity(memory_estimate(facts))} estimated for this "
+                        f"repository (Triton, {stubs} Python stub process{'' if stubs == 1 else 'es'}, one per "
+                        f"python-form artifact, and the models' files: docs/deploy.md, \"Memory\"): the pod may "
+                        f"be OOM-killed; leave --memory out to write the estimate")
     if facts.other_dirs:
         one = len(facts.other_dirs) == 1
         warnings.append(f"Triton loads every directory of the repository, and {', '.join(facts.other_dirs)} "
