@@ -104,6 +104,20 @@ def test_singlestream_in_process_is_valid(runner, tmp_path):
     assert Path(result["summary"]).parent == tmp_path / "SingleStream"
 
 
+@pytest.mark.parametrize("scenario", ["singlestream", "offline"])
+def test_a_warm_up_that_underestimates_the_rate_is_corrected(runner, tmp_path, monkeypatch, scenario):
+    """A warm-up on a busy machine can measure a fraction of the rate the test then runs
+    at; the queries LoadGen generated from it ran out before the minimum duration, and the
+    run was INVALID ("ran shorter than"). The test is run again, sized from what it measured."""
+    from zoo.bench.loadgen_sut import Target
+
+    monkeypatch.setattr(Target, "estimate", lambda self, sut, duration_s: 2.0)  # samples/s: far too low
+    result = run_scenario(runner, SPEC, scenario, output_dir=tmp_path, **SHORT)
+    assert result["estimated_samples_per_second"] == 2.0
+    assert result["valid"], result["reasons"]
+    assert result["samples_per_second"] > 10
+
+
 def test_server_in_process_is_valid(runner, tmp_path):
     qps = 400.0
     result = run_scenario(runner, SPEC, "server", output_dir=tmp_path, target_qps=qps, latency_bound_ms=200,
