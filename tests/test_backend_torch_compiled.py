@@ -118,7 +118,10 @@ def test_the_compile_cost_is_recorded(exported):
     if art.backend == "torch-compile":  # compiled when loaded, each graph with its inputs and seconds
         assert 1 <= len(compiled) <= 3  # size 1, a dynamic graph, perhaps a second batch range
         assert all(c["seconds"] > 0 and set(c["shapes"]) == set(runner.input_names) for c in compiled)
-        assert runner.warmup_seconds >= sum(c["seconds"] for c in compiled)
+        # each of these, and the total, is rounded to the millisecond (7.063 s against parts
+        # of 7.064 s in all, seen): half a millisecond of slack for each rounding
+        slack = 0.0005 * (len(compiled) + 1) + 1e-9
+        assert runner.warmup_seconds >= sum(c["seconds"] for c in compiled) - slack
         # the export's verification compiled these graphs already: this load reused each
         # one Inductor's FX graph cache can hold instead of compiling it again (issue 17,
         # finding 4). On CPU a graph with oneDNN-prepacked weights is not cacheable
