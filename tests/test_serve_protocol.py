@@ -7,6 +7,7 @@ artifact's own runner. Domain-native BYTES inputs are checked for one model per 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -156,14 +157,29 @@ def test_bare_model_name_is_an_alias_only_when_unambiguous(server):
     assert response.status_code == 404 and "several artifacts" in response.json()["error"]
 
 
-def test_metrics(server, client):
-    client.is_server_live()
+def test_metrics(server, client, serve_repo):
+    """Self-contained: the request it counts is its own (a model's samples appear in
+    /metrics only once it has had a request, which no other test need have sent)."""
+    sample = f'zoo_inference_requests_total{{model="{ONNX}",version="1"}}'
+
+    def requests(text: str) -> float:
+        found = re.search(re.escape(sample) + r" ([0-9.e+]+)", text)
+        return float(found[1]) if found else 0.0
+
+    before = requests(httpx.get(f"{server.url}/metrics").text)
+    spec, _ = local(serve_repo, ONNX)
+    inputs, request = spec.sample(1, np.random.default_rng(0)), []
+    for t in spec.inputs:
+        tensor = triton_http.InferInput(t.name, list(inputs[t.name].shape), "FP32" if t.dtype == "float32" else "INT64")
+        tensor.set_data_from_numpy(inputs[t.name])
+        request.append(tensor)
+    client.infer(ONNX, request)
     text = httpx.get(f"{server.url}/metrics").text
     for family in ("zoo_inference_requests_total", "zoo_inference_request_duration_seconds_bucket",
                    "zoo_inference_queue_duration_seconds_sum", "zoo_inference_compute_duration_seconds_count",
                    "zoo_inference_batch_size_bucket", "zoo_http_responses_total", "zoo_model_ready"):
         assert family in text
-    assert f'zoo_inference_requests_total{{model="{ONNX}",version="1"}}' in text
+    assert sample in text and requests(text) - before == 1
 
 
 def test_python_client_and_predict_cli(server, serve_repo):
