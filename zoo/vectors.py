@@ -118,11 +118,8 @@ def _load(path: Path) -> dict[str, np.ndarray]:
     from safetensors import safe_open
 
     with safe_open(str(path), "np") as f:
-        bf16 = any(f.get_slice(k).get_dtype() == "BF16" for k in f.keys())
-    if not bf16:
-        from safetensors.numpy import load_file
-
-        return load_file(str(path))
+        if not any(f.get_slice(k).get_dtype() == "BF16" for k in f.keys()):
+            return {k: f.get_tensor(k) for k in f.keys()}
     import torch
     from safetensors.torch import load_file
 

@@ -27,8 +27,7 @@ def __getattr__(name: str):
 
 
 def _make(name: str) -> zoo.Backend:
-    module, cls = CLASSES[name]
-    return getattr(importlib.import_module(f".{module}", __name__), cls)()
+    return __getattr__(CLASSES[name][1])()
 
 
 @zoo.hookimpl
