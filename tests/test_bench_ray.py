@@ -65,3 +65,34 @@ def test_a_ray_sweep_has_the_local_runs_rows(tmp_path, failing_backends, local_r
     # every ok combination's artifact was written by a Ray worker, into the repository it was given
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
 
+
+
+class _Cluster:
+    """`ray.nodes()` of a cluster whose nodes are unlike the driver (and one node lost)."""
+
+    @staticmethod
+    def nodes():
+        return [{"Alive": True, "Resources": {"CPU": 8.0}}, {"Alive": True, "Resources": {"CPU": 32.0, "GPU": 1.0}},
+                {"Alive": False, "Resources": {"CPU": 96.0}}]
+
+
+@pytest.mark.parametrize("driver_cpus", [1, 4, 128])
+@pytest.mark.parametrize(("threads", "device", "wanted"), [
+    (None, "cpu", {"num_cpus": 32}),  # a whole node: the largest live one's CPUs, whatever the driver has
+    (4, "cpu", {"num_cpus": 4}),
+    (64, "cpu", {"num_cpus": 32}),  # more than any node has would never be scheduled
+    (None, "cuda", {"num_gpus": 1, "num_cpus": 1})])
+def test_a_tasks_cpus_are_counted_on_the_clusters_nodes(monkeypatch, driver_cpus, threads, device, wanted):
+    from zoo.bench import ray_sweep
+
+    monkeypatch.setattr("os.cpu_count", lambda: driver_cpus)
+    assert ray_sweep._resources(_Cluster, {"device": device, "threads": threads}) == wanted
+
+
+def test_a_cpu_task_asks_for_a_whole_local_node(monkeypatch, local_ray):
+    """On a real (local, 2-CPU) Ray instance, from a driver that counts 1 or 64 CPUs."""
+    from zoo.bench import ray_sweep
+
+    for driver_cpus in (1, 64):
+        monkeypatch.setattr("os.cpu_count", lambda: driver_cpus)
+        assert ray_sweep._resources(ray, {"device": "cpu", "threads": None}) == {"num_cpus": 2}

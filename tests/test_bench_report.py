@@ -384,6 +384,69 @@ def test_every_backend_library_version_is_compared(tmp_path):
     assert compare(baseline, current)["environment"] == {"npu-runtime": ["1.0", "2.0"]}
 
 
+@pytest.mark.parametrize(("field", "before", "after"), [("python", "3.11.7", "3.12.4"), ("numpy", "1.26.4", "2.1.0"),
+                                                       ("zoo", "0.1.0", "0.2.0")])
+def test_a_baseline_from_another_python_numpy_or_zoo_is_named(field, before, after):
+    """The interpreter, numpy and zoo itself change timings as a backend's library does: a
+    baseline recorded under another one is named in the comparison and in its warning."""
+    from rich.console import Console
+
+    from zoo.bench.env import environment
+
+    assert {"python", "numpy", "zoo"} <= set(environment())
+    baseline, current = build_report(seed=1), build_report(seed=1)
+    baseline["environment"][field], current["environment"][field] = before, after
+    result = compare(baseline, current)
+    assert result["environment"] == {field: [before, after]}
+    console = Console(file=io.StringIO(), width=250)
+    print_comparison(result, console)
+    text = console.file.getvalue()
+    assert f"another environment ({field})" in text and f"{field} differs: baseline {before}, now {after}" in text
+
+
+def _point(qps: float, valid: bool, p99: float) -> dict:
+    return {"scenario": "server", "target": "in-process", "valid": valid, "reasons": [] if valid else ["over"],
+            "p50_ms": p99 / 4, "p90_ms": p99 / 2, "p99_ms": p99, "samples_per_second": qps * 0.99,
+            "target_qps": qps, "latency_bound_ms": 20.0, "queries": round(qps), "summary": f"qps-{qps}/s.txt"}
+
+
+def loadgen_report() -> dict:
+    """`zoo bench --scenario offline,server --find-qps` on two combinations: one searched
+    to a peak of 800 QPS, one whose every point was INVALID; and one unsupported."""
+    label = {"model": "resnet8.digits", "precision": "fp32", "quantization": None, "device": "cpu"}
+    tried = [_point(1000.0, False, 90.0), _point(500.0, True, 5.0), _point(800.0, True, 15.0)]
+    runs = [{**label, "backend": "onnxruntime", "scenario": "offline", "target": "in-process", "valid": True,
+             "reasons": [], "p50_ms": 40.0, "p99_ms": 60.0, "samples_per_second": 2500.0, "queries": 1},
+            {**label, "backend": "onnxruntime", "scenario": "server", "peak_qps": 800.0, "latency_bound_ms": 20.0,
+             "best": tried[2], "tried": tried, "valid": True},
+            {**label, "backend": "openvino", "scenario": "server", "peak_qps": None, "latency_bound_ms": 20.0,
+             "best": None, "tried": [_point(300.0, False, 50.0)], "valid": False},
+            {**label, "backend": "tensorrt", "scenario": "offline", "status": "unsupported", "valid": False,
+             "reasons": ["tensorrt needs an NVIDIA GPU"]}]
+    return {"models": ["resnet8.digits"], "environment": {"cpu": "x"}, "options": {}, "results": [],
+            "loadgen": runs}
+
+
+def test_a_loadgen_reports_csv_has_a_line_per_run_and_marks_the_peak():
+    lines = list(csv.DictReader(io.StringIO(to_csv(loadgen_report()))))
+    assert [(r["backend"], r["scenario"], r["target_qps"], r["peak"]) for r in lines] == [
+        ("onnxruntime", "offline", "", ""), ("onnxruntime", "server", "1000.0", "False"),
+        ("onnxruntime", "server", "500.0", "False"), ("onnxruntime", "server", "800.0", "True"),
+        ("openvino", "server", "300.0", "False"), ("tensorrt", "offline", "", "")]
+    assert lines[0]["samples_per_second"] == "2500.0" and lines[3]["p99_ms"] == "15.0"
+    assert lines[5]["status"] == "unsupported" and lines[5]["reasons"] == "tensorrt needs an NVIDIA GPU"
+
+
+def test_a_loadgen_reports_markdown_shows_each_searchs_peak():
+    md = markdown(loadgen_report())
+    assert "## resnet8.digits" not in md  # no empty latency section: the runs are LoadGen's
+    peak = next(line for line in md.splitlines() if "server (peak)" in line)
+    assert "| onnxruntime |" in peak and "| **VALID** | 800 |" in peak and "| 15.0 |" in peak
+    assert md.count("server (search)") == 3 and "{" not in md.split("## LoadGen")[1]  # no JSON in a cell
+    assert "- resnet8.digits onnxruntime fp32 cpu: peak server QPS with p99 <= 20 ms: 800.0 (3 runs)" in md
+    assert "openvino fp32 cpu: peak server QPS with p99 <= 20 ms: none of the tried points was VALID" in md
+
+
 def test_speedups_are_against_the_runs_first_backend():
     """`zoo bench --backends npu,onnxruntime`: a third-party backend named first is the
     baseline, with the column saying so; without torch in the run, speed-ups still show."""

@@ -124,6 +124,22 @@ def test_unknown_model(fails):
     assert "unknown model 'nosuch.model'" in message and "zoo list" in message
 
 
+@pytest.mark.parametrize("args", [("info", "resnet8.nosuch"), ("export", "resnet8.nosuch", "-b", "onnxruntime"),
+                                  ("bench", "resnet8.nosuch"), ("bench", "nosuch*")])
+def test_an_unknown_model_is_a_usage_error_in_every_command(args, tmp_path, monkeypatch, capsys):
+    """An unknown model name exits 2, as any usage error does (README), with the one line
+    naming the close matches; in process, through `main`'s own exit-code mapping."""
+    from zoo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1, lines
+    assert ("did you mean resnet8.digits" if args[1] == "resnet8.nosuch" else "no model matches") in lines[0]
+
+
 def test_unknown_model_suggests_close_names():
     with pytest.raises(UnknownModelError, match="did you mean resnet8.digits"):
         zoo.get_model("resnet8.nosuch")

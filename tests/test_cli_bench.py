@@ -3,6 +3,7 @@ against a baseline, with the exit code a CI job reads."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -94,6 +95,10 @@ def test_loadgen_scenarios_per_combination_keep_their_summaries(zoo_cli, tmp_pat
         assert runs[("tensorrt", scenario)]["status"] == "unsupported"
     assert runs[("onnxruntime", "server")]["target_qps"] == 100
     assert "LoadGen" in (tmp_path / "lg" / "report.md").read_text()
+    lines = list(csv.DictReader((tmp_path / "lg" / "results.csv").open()))  # one per run, not a header only
+    assert [(r["backend"], r["scenario"], r["valid"]) for r in lines] == [
+        ("onnxruntime", "singlestream", "True"), ("onnxruntime", "server", "True"),
+        ("tensorrt", "singlestream", "False"), ("tensorrt", "server", "False")]
 
 
 def _baseline(tmp_path, **row) -> str:
@@ -323,3 +328,51 @@ def test_strict_fails_the_gate_on_a_row_too_noisy_to_judge(tmp_path, monkeypatch
     strict = CliRunner().invoke(app, [*args, "--report-dir", "b", "--strict"], terminal_width=250)
     assert strict.exit_code == 1 and "too noisy: 1" in strict.output, (strict.exception, strict.output)
     assert (tmp_path / "b" / "report.json").is_file()
+
+
+@pytest.mark.parametrize("done", [0, 1])
+def test_ctrl_c_writes_the_report_of_what_finished_or_nothing_and_exits_130(tmp_path, monkeypatch, done):
+    """`zoo bench --scenario` interrupted: a complete report of the runs done before Ctrl-C,
+    or no report directory at all when none was; exit 130 either way."""
+    from zoo.bench import scenarios
+    from zoo.bench.matrix import Interrupted
+    from zoo.cli import main
+
+    run = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "fp32", "device": "cpu",
+           "scenario": "offline", "target": "in-process", "valid": True, "reasons": [], "p50_ms": 1.0}
+
+    def interrupted(*args, **kwargs):
+        raise Interrupted({"models": ["resnet8.digits"], "environment": {"cpu": "x"}, "options": {}, "results": [],
+                           "loadgen": [run] * done})
+
+    monkeypatch.setattr(scenarios, "loadgen", interrupted)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", "bench", "resnet8.digits", "--backends", "onnxruntime", "--scenario",
+                                      "offline", "--report-dir", "lg"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 130
+    if not done:
+        assert not (tmp_path / "lg").exists()
+        return
+    report = json.loads((tmp_path / "lg" / "report.json").read_text())
+    assert report["interrupted"] is True and report["loadgen"] == [run]
+    assert len(list(csv.DictReader((tmp_path / "lg" / "results.csv").open()))) == 1
+
+
+def test_ctrl_c_in_the_matrix_keeps_the_finished_combinations(tmp_path, monkeypatch):
+    """The plain matrix: Ctrl-C during the second combination, the first one's rows kept."""
+    import zoo
+    from zoo.bench import matrix
+
+    def combination(job, timeout):
+        if job["backend"] == "openvino":
+            raise KeyboardInterrupt
+        return "failed", "exporter said no"
+
+    monkeypatch.setattr(matrix, "combination", combination)
+    with pytest.raises(matrix.Interrupted) as caught:
+        zoo.benchmark("resnet8.digits", ["onnxruntime", "openvino", "torch"], [1], repository=tmp_path)
+    report = caught.value.report
+    assert report["interrupted"] and [(r["backend"], r["status"]) for r in report["results"]] == [
+        ("onnxruntime", "failed")]

@@ -268,3 +268,46 @@ def test_scenarios_against_a_server_take_the_served_name(loadgen_server, tmp_pat
     run, = report["loadgen"]
     assert run["valid"] and run["model"] == name and report["models"] == [name], run
     assert (tmp_path / "r" / "report.json").is_file()
+
+
+def _interrupted_at_second_combination(monkeypatch):
+    """`_in_own_process` as a run in which Ctrl-C lands while LoadGen drives openvino: its
+    logs are half-written, the combination before it finished."""
+    from zoo.bench import scenarios
+
+    def in_own_process(fn, job, timeout):
+        if fn is scenarios.export_job:
+            return {"path": "unused"}
+        logs = Path(job["output_dir"]) / "Offline"
+        logs.mkdir(parents=True)
+        (logs / "mlperf_log_summary.txt").write_text("" if job["backend"] == "openvino" else "Result is : VALID")
+        if job["backend"] == "openvino":
+            raise KeyboardInterrupt
+        return [{"scenario": "offline", "target": "in-process", "valid": True, "reasons": [], "p50_ms": 1.0,
+                 "samples_per_second": 100.0, "summary": str(logs / "mlperf_log_summary.txt")}]
+
+    monkeypatch.setattr(scenarios, "_in_own_process", in_own_process)
+    return scenarios
+
+
+def test_ctrl_c_keeps_the_finished_combinations_and_none_of_the_interrupted_ones_logs(tmp_path, monkeypatch):
+    from zoo.bench.matrix import Interrupted
+
+    scenarios = _interrupted_at_second_combination(monkeypatch)
+    with pytest.raises(Interrupted) as caught:
+        scenarios.loadgen("resnet8.digits", ["onnxruntime", "openvino"], ["fp32"], ["cpu"], 1, ["offline"],
+                          tmp_path / "lg", repository=tmp_path / "exports", random_init=True, duration_s=0.1)
+    report = caught.value.report
+    assert isinstance(caught.value, KeyboardInterrupt) and report["interrupted"] is True
+    assert [(r["backend"], r["valid"]) for r in report["loadgen"]] == [("onnxruntime", True)]
+    assert sorted(p.name for p in (tmp_path / "lg").iterdir()) == ["resnet8.digits.onnxruntime.fp32.cpu"]
+
+
+def test_ctrl_c_at_the_first_combination_leaves_nothing(tmp_path, monkeypatch):
+    from zoo.bench.matrix import Interrupted
+
+    scenarios = _interrupted_at_second_combination(monkeypatch)
+    with pytest.raises(Interrupted) as caught:
+        scenarios.loadgen("resnet8.digits", ["openvino"], ["fp32"], ["cpu"], 1, ["offline"], tmp_path / "lg",
+                          repository=tmp_path / "exports", random_init=True, duration_s=0.1)
+    assert caught.value.report["loadgen"] == [] and not (tmp_path / "lg").exists()

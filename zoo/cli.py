@@ -16,7 +16,7 @@ from rich.markup import escape
 from . import registry
 from .backend import Availability
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
-from .errors import PluginError, UsageError, ZooError, first_line
+from .errors import PluginError, UnknownModelError, UsageError, ZooError, first_line
 
 
 @app.callback()
@@ -618,7 +618,8 @@ def main() -> None:
         app()
     except ZooError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        sys.exit(exc.exit_code)
+        # a model name that names no model is a usage error, as an unknown backend or option is
+        sys.exit(UsageError.exit_code if isinstance(exc, UnknownModelError) else exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:

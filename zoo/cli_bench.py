@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -161,9 +162,43 @@ def bench(ctx: typer.Context,
     directory = (Path(report_dir) if report_dir is not None
                  else Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
     check_destination(directory, "--report-dir")
-    report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
+    from .bench.matrix import Interrupted
+
+    made = not directory.exists()
+    try:
+        report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
+    except Interrupted as exc:
+        _interrupted(exc.report, directory if made else None, directory, output, as_json)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
             compare_path=compare)
+
+
+def _interrupted(report: dict[str, Any], made: Optional[Path], directory: Path, output: Optional[Path],
+                 as_json: bool) -> None:
+    """Ctrl-C: a complete report of the combinations done before it (marked "interrupted"),
+    or, when none was, nothing at all; then exit 130, as a shell does for SIGINT. No
+    comparison: a gate that saw part of the matrix has passed nothing. `made`: the report
+    directory where this run created it."""
+    from .bench.report import write_report
+
+    if not (report.get("results") or report.get("loadgen")):
+        if made is not None:
+            with contextlib.suppress(OSError):
+                made.rmdir()  # made by this run for LoadGen's logs, and left empty
+        raise typer.Exit(130)
+    if as_json:
+        _emit_json(report)
+    elif report.get("results"):
+        print_bench(report)
+    if report.get("loadgen") and not as_json:
+        from .bench.loadgen import print_loadgen
+
+        print_loadgen(report["loadgen"], out)
+    written = write_report(report, directory)
+    _write_json(output, report)
+    err.print(f"interrupted: the report of what finished before it is in {directory} "
+              f"({', '.join(p.name for p in written.values())})", highlight=False)
+    raise typer.Exit(130)
 
 
 def _check_values(o: SimpleNamespace) -> None:

@@ -37,7 +37,7 @@ from .stats import row_key
 KEY_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths")
 #: environment fields that make two runs' timings incomparable when they differ, besides
 #: the versions of every backend's libraries (`libraries` in the environment)
-ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "torch")
+ENVIRONMENT = ("cpu", "cores", "gpu", "threads", "python", "numpy", "torch", "zoo")
 #: the largest noise threshold (`sigmas` x noise) the gate judges a row by: above it a
 #: 2x slowdown would pass as noise, so the row is "too noisy" instead of "unchanged"
 MAX_THRESHOLD = 1.0
@@ -200,8 +200,13 @@ def print_comparison(result: Mapping[str, Any], console) -> None:
                             *("" if v is None else escape(str(v)) for v in cells[1:])))
     if table.row_count:
         console.print(table)
-    for key, (base, cur) in result.get("environment", {}).items():
-        console.print(f"[yellow]note:[/] {escape(key)} differs: baseline {escape(str(base))}, now {escape(str(cur))}")
+    differs = result.get("environment") or {}
+    if differs:
+        console.print(f"[yellow]warning:[/] the baseline ran in another environment ({escape(', '.join(differs))}): "
+                      "its timings may not be comparable with these", highlight=False)
+    for key, (base, cur) in differs.items():
+        console.print(f"[yellow]note:[/] {escape(key)} differs: baseline {escape(_recorded(base))}, "
+                      f"now {escape(_recorded(cur))}", highlight=False)
     if counts["too_noisy"]:
         bound = t.get("max_threshold", MAX_THRESHOLD)
         console.print(f"[magenta]note:[/] {counts['too_noisy']} row(s) moved by more than {t['min_change']:.0%} "
@@ -209,6 +214,10 @@ def print_comparison(result: Mapping[str, Any], console) -> None:
                       f"{1 + bound:g}x slowdown would pass as noise); they are not counted as unchanged. Rerun on "
                       "an idle machine, or with a longer --min-time; --strict fails the gate on them.")
     console.print(", ".join(f"{k.replace('_', ' ')}: {n}" for k, n in counts.items()))
+
+
+def _recorded(value: Any) -> str:
+    return "not recorded" if value is None else str(value)  # a report from before the field was kept
 
 
 def _verdict(kind: str) -> str:

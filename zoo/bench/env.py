@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..version import __version__
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ORT_NUM_THREADS",
                     "CUDA_VISIBLE_DEVICES")
 
@@ -51,7 +53,7 @@ def environment(threads: int | None = None) -> dict[str, Any]:
     from ..registry import backends
 
     env: dict[str, Any] = {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
-                           "python": platform.python_version(), "numpy": numpy.__version__,
+                           "python": platform.python_version(), "numpy": numpy.__version__, "zoo": __version__,
                            "torch": torch.__version__, "threads": threads or torch.get_num_threads(),
                            "interop_threads": torch.get_num_interop_threads(),
                            "thread_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},

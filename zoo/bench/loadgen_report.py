@@ -85,6 +85,57 @@ def _early_stopping(text: str) -> str:
 
 # ---------------------------------------------------------------- display
 
+#: CSV columns of LoadGen runs (`zoo bench --scenario`'s results.csv), in this order;
+#: fields a run has beyond these follow, sorted
+FIELDS = ("model", "backend", "precision", "quantization", "device", "scenario", "target", "status", "valid",
+          "search", "peak", "target_qps", "scheduled_qps", "samples_per_second", "p50_ms", "p90_ms", "p99_ms",
+          "mean_ms", "max_ms", "early_stopping_p90_ms", "latency_bound_ms", "queries", "batch", "concurrency",
+          "duration_s", "estimated_samples_per_second", "reasons", "summary", "detail")
+
+
+def runs(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per LoadGen run: a scenario's result as it is, and each point a
+    `--find-qps` search tried, with its combination's fields, `search` ("peak QPS") and
+    `peak` (true on the point the search found: the highest VALID target QPS)."""
+    flat = []
+    for r in results:
+        if "tried" not in r:
+            flat.append(dict(r))
+            continue
+        label = {k: v for k, v in r.items() if k not in ("tried", "best", "peak_qps", "valid")}
+        for point in r["tried"]:
+            peak = bool(point.get("valid")) and point.get("target_qps") == r.get("peak_qps")
+            flat.append({**label, **point, "search": "peak QPS", "peak": peak})
+    return flat
+
+
+def scenario_label(run: Mapping[str, Any]) -> str:
+    """"server (peak)" for the point a search found, "server (search)" for its others."""
+    if run.get("search"):
+        return f"{run['scenario']} ({'peak' if run.get('peak') else 'search'})"
+    return str(run.get("scenario") or "")
+
+
+def verdict(run: Mapping[str, Any]) -> str:
+    """VALID or INVALID (LoadGen's judgement), or why nothing was judged (unsupported, failed, refused)."""
+    if run.get("status") in ("unsupported", "failed", "refused"):
+        return run["status"]
+    return "VALID" if run.get("valid") else "INVALID"
+
+
+def peak_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per `--find-qps` search: the peak it found, or that none was VALID."""
+    lines = []
+    for r in results:
+        if "tried" in r:
+            who = " ".join(str(v) for v in (r.get("model"), r.get("backend"), precision_label(r), r.get("device"))
+                           if v)
+            found = ("none of the tried points was VALID" if r.get("peak_qps") is None
+                     else f"{r['peak_qps']:.1f}")
+            lines.append(f"{who + ': ' if who else ''}peak server QPS with p99 <= {r['latency_bound_ms']:g} ms: "
+                         f"{found} ({len(r['tried'])} runs)")
+    return lines
+
 
 def print_loadgen(results: Sequence[Mapping[str, Any]], console, title: str = "MLPerf LoadGen scenarios") -> None:
     """A table of scenario results; a peak-QPS search shows each point it tried."""
@@ -97,27 +148,16 @@ def print_loadgen(results: Sequence[Mapping[str, Any]], console, title: str = "M
     def f(v: Any, spec: str = ".2f") -> str:
         return "-" if v is None else format(v, spec)
 
-    def row(r: Mapping[str, Any], label: str) -> None:
+    def row(r: Mapping[str, Any]) -> None:
         # a combination of the matrix (zoo.bench.scenarios labels each result), else the target
         who = " ".join(str(v) for v in (r.get("model"), r.get("backend"), precision_label(r), r.get("device"))
                        if v) or r.get("target")
-        verdict = r.get("status") if r.get("status") in ("unsupported", "failed", "refused") else (
-            "VALID" if r.get("valid") else "INVALID")
-        table.add_row(label, escape(str(who or "")), verdict,
+        table.add_row(scenario_label(r), escape(str(who or "")), verdict(r),
                       f(r.get("target_qps"), ".1f"), f(r.get("samples_per_second"), ".1f"), f(r.get("p50_ms")),
                       f(r.get("p90_ms")), f(r.get("p99_ms")), f(r.get("latency_bound_ms"), "g"),
                       str(r.get("queries") or "-"), escape("; ".join(r.get("reasons") or [])))
 
-    captions = []
-    for r in results:
-        if "tried" in r:
-            label = {k: r[k] for k in ("model", "backend", "precision", "quantization", "device") if k in r}
-            for point in r["tried"]:
-                row({**label, **point}, "server (search)")
-            captions.append(f"peak server QPS with p99 <= {r['latency_bound_ms']:g} ms: "
-                            + ("none of the tried points was VALID" if r["peak_qps"] is None
-                               else f"{r['peak_qps']:.1f}"))
-        else:
-            row(r, r["scenario"])
-    table.caption = "\n".join(captions) or None
+    for r in runs(results):
+        row(r)
+    table.caption = escape("\n".join(peak_lines(results))) or None
     console.print(table)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedError, UsageError, ZooError, signal_name
+from ..errors import UnknownModelError, UnsupportedError, UsageError, ZooError, signal_name
 from ..export import DEFAULT_REPOSITORY
 from ..spec import ModelSpec
 from .env import environment
@@ -32,6 +32,16 @@ class _Failed(Exception):
     def __init__(self, status: str, error: str):
         super().__init__(error)
         self.status, self.error = status, error
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run. `report` is the run's report of what was done before it: every
+    finished combination's rows, none of the one in progress (nor its files), and
+    "interrupted": true. A KeyboardInterrupt still, for code that stops on one."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__("interrupted")
+        self.report = {**report, "interrupted": True}
 
 
 def exit_cause(code: int | None) -> str:
@@ -69,6 +79,9 @@ def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method
         except EOFError:
             proc.join()
             raise _Failed("failed", f"the benchmark process crashed ({exit_cause(proc.exitcode)})") from None
+    except KeyboardInterrupt:  # Ctrl-C reaches the child too, but a signal to this process alone does not
+        proc.kill()  # at once: nothing it writes after this belongs to any report
+        raise
     finally:
         receive.close()
         proc.join(5)
@@ -111,7 +124,7 @@ def _models(model) -> list[ModelSpec]:
         elif any(c in name for c in "*?[") or name == "all":
             matched = list_models(None if name == "all" else name)
             if not matched:
-                raise ZooError(f"no model matches {name!r}; `zoo list` shows the models")
+                raise UnknownModelError(f"no model matches {name!r}; `zoo list` shows the models")
             specs += [get_model(n) for n in matched]
         else:
             specs.append(get_model(name))
@@ -268,24 +281,28 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
 
         outcomes = run_on_ray([job for _, job in planned], timeout, ray)
     rows: list[dict[str, Any]] = []
-    for done, ((base, job), outcome) in enumerate(zip(planned, outcomes), 1):
-        new = [base] if job is None else rows_of(base, outcome)
-        for row in new:
-            rows.append(row)
-            if on_result:
-                on_result(row)
-        if on_combination:
-            on_combination(done, len(planned), f"{base['model']} {base['backend']} {base['precision']} "
-                                               f"{base['device']}")
-    report: dict[str, Any] = {"models": [s.name for s in specs], "environment": environment(threads),
-                              "options": {"backends": list(backends), "precisions": precisions, "devices": devices,
-                                          "batch_sizes": list(batch_sizes), "lengths": list(lengths or []),
-                                          "random_init": random_init, **options,
-                                          **({"ray": ray} if ray is not None else {})},
-                              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}
-    if len(specs) == 1:
-        report["model"] = specs[0].name
-    return report
+
+    def report() -> dict[str, Any]:
+        return {"models": [s.name for s in specs], "environment": environment(threads),
+                "options": {"backends": list(backends), "precisions": precisions, "devices": devices,
+                            "batch_sizes": list(batch_sizes), "lengths": list(lengths or []),
+                            "random_init": random_init, **options, **({"ray": ray} if ray is not None else {})},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows,
+                **({"model": specs[0].name} if len(specs) == 1 else {})}
+
+    try:
+        for done, ((base, job), outcome) in enumerate(zip(planned, outcomes), 1):
+            new = [base] if job is None else rows_of(base, outcome)
+            for row in new:
+                rows.append(row)
+                if on_result:
+                    on_result(row)
+            if on_combination:
+                on_combination(done, len(planned), f"{base['model']} {base['backend']} {base['precision']} "
+                                                   f"{base['device']}")
+    except KeyboardInterrupt:
+        raise Interrupted(report()) from None
+    return report()
 
 
 def _refuse_alike(arts) -> None:
@@ -314,7 +331,6 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
     backend, precision and device) refuses two artifacts alike in all four before any is
     measured, since their rows could not be told apart."""
     from ..artifact import Artifact
-    from ..registry import plugin_files
 
     if not paths or not batch_sizes:
         raise ZooError("name at least one artifact and one batch size to benchmark")
@@ -334,6 +350,25 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
             raise UsageError(f"artifact {art.name}: {error}")
     if distinct:
         _refuse_alike(arts)
+
+    def report() -> dict[str, Any]:
+        return {"models": list(dict.fromkeys(a.model for a in arts)), "environment": environment(threads),
+                "options": {"artifacts": [a.name for a in arts], "batch_sizes": list(batch_sizes),
+                            "lengths": list(lengths or []), **options},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}
+
+    try:
+        _measure_each(arts, batch_sizes, lengths, options, timeout, rows, on_result)
+    except KeyboardInterrupt:
+        raise Interrupted(report()) from None
+    return report()
+
+
+def _measure_each(arts, batch_sizes, lengths, options: dict[str, Any], timeout: float | None,
+                  rows: list[dict[str, Any]], on_result) -> None:
+    """Each artifact measured in its own process, its rows appended to `rows` as it ends."""
+    from ..registry import plugin_files
+
     for art in arts:
         spec = art.spec()
         base = {"model": art.model, "backend": art.backend, "precision": art.precision,
@@ -349,7 +384,3 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
             rows.append(row)
             if on_result:
                 on_result(row)
-    return {"models": list(dict.fromkeys(a.model for a in arts)), "environment": environment(threads),
-            "options": {"artifacts": [a.name for a in arts], "batch_sizes": list(batch_sizes),
-                        "lengths": list(lengths or []), **options},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": rows}

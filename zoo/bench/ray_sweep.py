@@ -28,7 +28,6 @@ instance already started in this process (`ray.init` in a notebook or a test) is
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -52,11 +51,13 @@ def _combination(job: dict[str, Any], timeout: float | None) -> tuple[str, Any]:
 
 
 def _resources(ray, job: dict[str, Any]) -> dict[str, float]:
+    """What one combination's task asks Ray for. The CPUs are counted on the cluster's
+    nodes, not on this (driver's) machine, which may be a laptop or a head node unlike
+    the workers: a whole node's by default, `--threads` where given (at most a node's)."""
     if str(job["device"]).startswith("cuda"):
         return {"num_gpus": 1, "num_cpus": 1}
-    wanted = job.get("threads") or os.cpu_count() or 1
     largest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=1)
-    return {"num_cpus": max(1, min(wanted, largest))}
+    return {"num_cpus": max(1, min(job.get("threads") or largest, largest))}
 
 
 def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, address: str) -> Iterator[Any]:

@@ -142,6 +142,8 @@ def _csv_cell(key: str, value: Any) -> Any:
         return _lengths(value)
     if value is None:
         return ""
+    if key == "reasons" and isinstance(value, list):
+        return "; ".join(" ".join(str(v).split()) for v in value)  # as the tables print them
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     if isinstance(value, str):
@@ -150,11 +152,18 @@ def _csv_cell(key: str, value: Any) -> Any:
 
 
 def to_csv(report: Mapping[str, Any]) -> str:
-    """One line per row, every field, in a stable column order."""
+    """One line per row, every field, in a stable column order; in a LoadGen report
+    (`zoo bench --scenario`, whose rows are LoadGen runs), one line per run, each point
+    of a `--find-qps` search included (`peak` marks the one found)."""
     rows = report["results"]
-    present = {k for r in rows for k in r}
-    extra = sorted(present - set(CSV_FIELDS) - {"error"})
-    columns = [*CSV_FIELDS, *extra, "error"]
+    if not rows and report.get("loadgen"):
+        from .loadgen_report import FIELDS, runs
+
+        rows = runs(report["loadgen"])
+        columns = [*FIELDS, *sorted({k for r in rows for k in r} - set(FIELDS))]
+    else:
+        present = {k for r in rows for k in r}
+        columns = [*CSV_FIELDS, *sorted(present - set(CSV_FIELDS) - {"error"}), "error"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, columns, lineterminator="\n")
     writer.writeheader()
@@ -244,10 +253,19 @@ def _model_section(model: str, rows: list[Row], baseline: str | None) -> list[st
 
 
 def _loadgen_section(results: list[Row]) -> list[str]:
-    """MLPerf LoadGen scenario results, one row each, columns as the results have them."""
-    columns = list(dict.fromkeys(k for r in results for k in r))
-    cells = [[json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k) for k in columns] for r in results]
-    return ["## LoadGen scenarios", "", *_md_table(columns, cells), ""]
+    """MLPerf LoadGen results: one row per run (each point of a `--find-qps` search, the
+    peak it found marked), as the terminal shows them, and the peak each search found."""
+    from .loadgen_report import peak_lines, runs, scenario_label, verdict
+
+    columns = ["model", "backend", "precision", "device", "scenario", "result", "target QPS", "samples/s", "p50 ms",
+               "p90 ms", "p99 ms", "bound ms", "queries", "why not valid"]
+    cells = [[r.get("model") or r.get("target"), r.get("backend"), precision_label(r), r.get("device"),
+              scenario_label(r), f"**{verdict(r)}**" if r.get("peak") else verdict(r), r.get("target_qps"),
+              r.get("samples_per_second"), r.get("p50_ms"), r.get("p90_ms"), r.get("p99_ms"),
+              r.get("latency_bound_ms"), r.get("queries"), "; ".join(r.get("reasons") or [])]
+             for r in runs(results)]
+    peaks = [f"- {line}" for line in peak_lines(results)]
+    return ["## LoadGen scenarios", "", *_md_table(columns, cells), "", *peaks, *([""] if peaks else [])]
 
 
 def markdown(report: Mapping[str, Any]) -> str:
@@ -262,7 +280,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines.append("")
     baseline = baseline_backend(report)
     for model in _models(report):
-        lines += _model_section(model, [r for r in report["results"] if r["model"] == model], baseline)
+        rows = [r for r in report["results"] if r["model"] == model]
+        if rows:  # a LoadGen report's models have LoadGen runs only, in their own section
+            lines += _model_section(model, rows, baseline)
     if report.get("loadgen"):
         lines += _loadgen_section(report["loadgen"])
     return "\n".join(lines)

@@ -8,6 +8,8 @@ Each scenario's LoadGen logs are kept under `output_dir/<combination>/<Scenario>
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from ..errors import UnsupportedError, UsageError
 from ..spec import ModelSpec
 from .env import environment
 from .loadgen import find_peak_qps, run_scenario, scenario_name
-from .matrix import _Failed, _hole, _in_own_process, checked_models, combinations, int8_method, job_for
+from .matrix import Interrupted, _Failed, _hole, _in_own_process, checked_models, combinations, int8_method, job_for
 from .measure import export_job
 
 
@@ -91,6 +93,13 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
                 "options": {"batch": batch, "scenarios": names, **settings, "url": url},
                 "results": [], "loadgen": results}
     specs = checked_models(model, backends, [batch], precisions, devices, checkpoint=checkpoint)
+
+    def report() -> dict[str, Any]:
+        return {"models": [s.name for s in specs], "environment": environment(threads),
+                "options": {"backends": list(backends), "precisions": list(precisions), "devices": list(devices),
+                            "batch": batch, "scenarios": names, **settings, "url": url},
+                "results": [], "loadgen": results}
+
     for spec, backend, prec, dev in combinations(specs, backends, precisions, devices):
         label = {"model": spec.name, "backend": backend, "precision": prec,
                  "quantization": int8_method(spec, prec), "device": dev}
@@ -99,16 +108,19 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
             status = "unsupported" if isinstance(hole, UnsupportedError) else "failed"
             add([{"scenario": n, "status": status, "valid": False, "reasons": [str(hole)]} for n in names], label)
             continue
+        logs = output_dir / f"{spec.name}.{backend}.{prec}.{dev}"
         job = {**job_for(spec, backend, prec, dev, repository, checkpoint, random_init, threads),
-               "scenarios": names, "settings": settings,
-               "output_dir": str(output_dir / f"{spec.name}.{backend}.{prec}.{dev}")}
+               "scenarios": names, "settings": settings, "output_dir": str(logs)}
         try:
             facts = _in_own_process(export_job, job, timeout)
             add(_in_own_process(loadgen_job, {**job, "path": facts["path"]}, timeout), label)
         except _Failed as exc:
             add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
                 label)
-    return {"models": [s.name for s in specs], "environment": environment(threads),
-            "options": {"backends": list(backends), "precisions": list(precisions), "devices": list(devices),
-                        "batch": batch, "scenarios": names, **settings, "url": url},
-            "results": [], "loadgen": results}
+        except KeyboardInterrupt:
+            # the interrupted combination's logs are LoadGen's half-written files, and no result names them
+            shutil.rmtree(logs, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                output_dir.rmdir()  # when no combination before it kept logs there
+            raise Interrupted(report()) from None
+    return report()
