@@ -140,9 +140,10 @@ def test_an_unknown_model_is_a_usage_error_in_every_command(args, tmp_path, monk
     assert ("did you mean resnet8.digits" if args[1] == "resnet8.nosuch" else "no model matches") in lines[0]
 
 
-def test_unknown_model_suggests_close_names():
+@pytest.mark.parametrize("name", ["resnet8.nosuch", "resnt8.digits", "resnet8.digit"])
+def test_unknown_model_suggests_close_names(name):
     with pytest.raises(UnknownModelError, match="did you mean resnet8.digits"):
-        zoo.get_model("resnet8.nosuch")
+        zoo.get_model(name)
 
 
 def test_unknown_backend(fails):

@@ -24,6 +24,7 @@ no PyTorch; `backends()` and `zoo backends` make them all.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -386,7 +387,8 @@ def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
         return name.configure(**config)
     table = _registered()
     if name not in table:
-        close = [n for n in table if name.split(".")[0] in n]
+        # a shared family (`resnet8.nosuch`), else a misspelling (`resnt8.digits`)
+        close = [n for n in table if name.split(".")[0] in n] or difflib.get_close_matches(name, list(table), 5, 0.75)
         hint = f"; did you mean {', '.join(close[:5])}?" if close else "; `zoo list` shows them all"
         raise UnknownModelError(f"unknown model {name!r}{hint}")
     return _spec(name).configure(**config)
