@@ -46,7 +46,9 @@ def rows(report: dict) -> list[tuple]:
 
 
 def test_a_ray_sweep_has_the_local_runs_rows(tmp_path, failing_backends, local_ray):
-    backends = ["torch", "onnxruntime", "broken-test", "tensorrt"]
+    # one backend of each status (ok, failed, unsupported): each ok one costs a Ray worker and
+    # two fresh processes per run, so one is enough to show rows and artifacts come back
+    backends = ["onnxruntime", "broken-test", "tensorrt"]
     seen = []
     on_ray = zoo.benchmark(MODELS, backends, repository=tmp_path / "ray", random_init=True, ray="auto",
                            on_combination=lambda done, total, label: seen.append(done), **FAST)
@@ -54,14 +56,14 @@ def test_a_ray_sweep_has_the_local_runs_rows(tmp_path, failing_backends, local_r
     assert rows(on_ray) == rows(local)
     statuses = {(r["model"], r["backend"]): r["status"] for r in on_ray["results"]}
     model = "resnet8.digits"
-    assert statuses[model, "torch"] == statuses[model, "onnxruntime"] == "ok"
+    assert statuses[model, "onnxruntime"] == "ok"
     assert statuses[model, "broken-test"] == "failed"
     assert statuses[model, "tensorrt"] == "unsupported"
     broken = next(r for r in on_ray["results"] if r["backend"] == "broken-test")
     assert "cannot lower" in broken["error"]
     assert all(r["p50_ms"] > 0 for r in on_ray["results"] if r["status"] == "ok")
     assert on_ray["options"]["ray"] == "auto" and "ray" not in local["options"]
-    assert seen == list(range(1, 5))
+    assert seen == list(range(1, 4))
     # every ok combination's artifact was written by a Ray worker, into the repository it was given
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
 
