@@ -177,6 +177,42 @@ def test_a_grpc_connection_that_never_finishes_its_handshake_is_closed(wire):
         assert pbg.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
 
 
+def test_grpc_connections_over_the_cap_are_closed_and_the_cap_frees_as_they_close(wire):
+    """gRPC has a connection cap of its own (ZOO_SERVE_MAX_CONNECTIONS, as HTTP's): one
+    connection more is closed as it is accepted, so a client opening connections without
+    end cannot take the process's open files; HTTP keeps its own count."""
+    def channel() -> grpc.Channel:  # a connection of its own: channels otherwise share one per target
+        return grpc.insecure_channel(wire.grpc_url, options=[("grpc.use_local_subchannel_pool", 1)])
+
+    def live(ch: grpc.Channel) -> bool:
+        return pbg.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(), timeout=10).live
+
+    held = [channel() for _ in range(CONNECTIONS)]
+    try:
+        assert all(live(ch) for ch in held)  # each channel's connection is up and held
+        with channel() as extra:
+            with pytest.raises(grpc.RpcError) as refused:
+                live(extra)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert httpx.get(f"{wire.url}/v2/health/live").status_code == 200
+    finally:
+        for ch in held[1:]:
+            ch.close()
+    try:
+        with channel() as another:  # closed connections give their places back
+            assert wait_for(lambda: _answers(another))
+        assert live(held[0])
+    finally:
+        held[0].close()
+
+
+def _answers(ch: grpc.Channel) -> bool:
+    try:
+        return pbg.GRPCInferenceServiceStub(ch).ServerLive(pb.ServerLiveRequest(), timeout=2).live
+    except grpc.RpcError:
+        return False
+
+
 def test_connections_over_the_cap_are_refused_with_503_at_once(wire):
     held, refused = [], b""
     try:

@@ -425,11 +425,14 @@ async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     from .http import Limits
 
     # a connection that has not finished HTTP/2's handshake within the HTTP front end's read
-    # timeout is closed (gRPC's default waits 120 s), so silent connections do not pile up
-    handshake_ms = int(Limits.from_environment().read_timeout * 1000)
+    # timeout is closed (gRPC's default waits 120 s), so silent connections do not pile up;
+    # past the connection cap, grpc core closes a new connection as it is accepted (the
+    # client sees UNAVAILABLE), so open files are left for HTTP, shared memory and models
+    limits = Limits.from_environment()
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
                                       ("grpc.max_send_message_length", -1),
-                                      ("grpc.server_handshake_timeout_ms", handshake_ms),
+                                      ("grpc.server_handshake_timeout_ms", int(limits.read_timeout * 1000)),
+                                      ("grpc.max_allowed_incoming_connections", limits.max_grpc_connections),
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     service = Service(zoo)
     handlers = _handlers(service)

@@ -48,18 +48,22 @@ LINGER = 2.0  # seconds a refused connection is drained before it is closed
 class Limits:
     read_timeout: float = READ_TIMEOUT
     max_connections: int = MAX_CONNECTIONS
+    max_grpc_connections: int = MAX_CONNECTIONS  # the gRPC front end's own cap (`grpc_service`)
 
     @classmethod
     def from_environment(cls) -> Limits:
         """The defaults, but `ZOO_SERVE_READ_TIMEOUT` (seconds) and `ZOO_SERVE_MAX_CONNECTIONS`
-        where set; the connection cap is at most half the process's open-file limit (the
-        other half stays for gRPC connections, shared-memory regions and model files)."""
+        (each front end's cap) where set. By default the HTTP cap is at most half the
+        process's open-file limit and the gRPC cap a quarter, so that both full leave a
+        quarter for shared-memory regions, model files and the process's own."""
         timeout = os.environ.get("ZOO_SERVE_READ_TIMEOUT", "")
         connections = os.environ.get("ZOO_SERVE_MAX_CONNECTIONS", "")
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        default = MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(1, min(MAX_CONNECTIONS, soft // 2))
+        unlimited = soft == resource.RLIM_INFINITY
+        http, grpc = ((MAX_CONNECTIONS, MAX_CONNECTIONS) if unlimited else
+                      (max(1, min(MAX_CONNECTIONS, soft // 2)), max(1, min(MAX_CONNECTIONS, soft // 4))))
         try:
-            limits = cls(float(timeout or READ_TIMEOUT), int(connections or default))
+            limits = cls(float(timeout or READ_TIMEOUT), int(connections or http), int(connections or grpc))
         except ValueError:
             limits = None
         if limits is None or not limits.read_timeout > 0 or limits.max_connections < 1:
