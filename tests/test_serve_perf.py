@@ -62,6 +62,53 @@ def test_grpc_sweep_with_the_servers_view_from_http_metrics(server):
     check_point(point)
 
 
+def grpc_answers(server, method: str) -> float:
+    """The server's count of OK answers to a gRPC method, from its /metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("zoo_grpc_responses_total{") and f'method="{method}"' in line and 'code="OK"' in line)
+
+
+def test_a_streaming_sweep_sends_every_request_over_model_stream_infer(server):
+    """perf_analyzer's --streaming: each client's requests go over one ModelStreamInfer
+    stream; the server's own counts say they did, and no ModelInfer call was made."""
+    unary, streamed = grpc_answers(server, "ModelInfer"), grpc_answers(server, "ModelStreamInfer")
+    report = perf.sweep(f"grpc://{server.grpc_url}", ONNX, DIGITS, [3], duration=1.0, warmup=0.2,
+                        metrics_url=server.url, streaming=True)
+    assert report["protocol"] == "grpc" and report["streaming"] is True
+    [point] = report["results"]
+    check_point(point)
+    assert grpc_answers(server, "ModelInfer") == unary
+    assert grpc_answers(server, "ModelStreamInfer") - streamed >= point["requests"]
+
+
+def test_errors_on_a_stream_are_counted_with_the_servers_reason(server):
+    import asyncio
+
+    import grpc
+
+    good = perf.grpc_request(ONNX, {"image": np.zeros((1, 1, 8, 8), np.float32)}, {"image": "FP32"})
+    bad = perf.grpc_request(ONNX, {"picture": np.zeros((1, 1, 8, 8), np.float32)}, {"picture": "FP32"})
+    statuses, reasons = perf.Counter(), []
+
+    async def run():
+        async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+            return await perf.grpc_stream_closed_loop(channel, [good, bad], 2, 0.5, statuses, reasons=reasons)
+
+    latencies, errors, _ = asyncio.run(run())
+    assert latencies and errors == sum(n for (i, code), n in statuses.items() if i == 1)
+    assert {code for (i, code) in statuses if i == 1} == {"INVALID_ARGUMENT"}
+    assert {code for (i, code) in statuses if i == 0} == {"OK"}
+    assert "picture" in reasons[0] and reasons[0].startswith("INVALID_ARGUMENT")
+
+
+def test_streaming_over_http_is_refused():
+    with pytest.raises(ZooError, match="--streaming is gRPC's ModelStreamInfer"):
+        perf.sweep("http://127.0.0.1:1", ONNX, DIGITS, [1], streaming=True)
+    done = run_cli("--url", "http://127.0.0.1:1", "--streaming")
+    assert done.returncode == 2 and "--streaming is gRPC's ModelStreamInfer" in done.stderr
+
+
 @needs_shm
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_shared_memory_sweep_leaves_no_region_behind(server, protocol):

@@ -127,6 +127,8 @@ def bench(ctx: typer.Context,
           concurrency: str = typer.Option("1,4,16,64", help="With --url: concurrent clients per point."),
           model_name: Optional[str] = _MODEL_NAME,
           json_data: bool = typer.Option(False, "--json-data", help="With --url: JSON tensors instead of binary."),
+          streaming: bool = typer.Option(False, "--streaming", help="With a grpc:// --url: each client sends its "
+                                         "requests over one ModelStreamInfer stream (perf_analyzer's --streaming)."),
           ray: Optional[str] = _RAY, strict: bool = _STRICT,
           output: Optional[Path] = typer.Option(None, help="Also write the JSON report here."), as_json: bool = JSON):
     """Latency, throughput, memory, cold start, size and accuracy over models x backends x precisions x
@@ -252,9 +254,12 @@ def _check_url(o: SimpleNamespace) -> None:
         from .serve.perf import target
 
         try:
-            target(o.url, o.metrics_url)
+            where = target(o.url, o.metrics_url)
         except ZooError as exc:
             raise UsageError(str(exc)) from None
+        if o.streaming and where.protocol != "grpc":
+            raise UsageError(f"--streaming is gRPC's ModelStreamInfer; --url {o.url} is HTTP: give the server's "
+                             "grpc://HOST:PORT")
         return
     parts = urlsplit(o.url if "://" in o.url else f"http://{o.url}")
     if parts.scheme == "grpc":
@@ -297,7 +302,8 @@ def _sweep_server(o: SimpleNamespace) -> None:
 
     report = sweep(o.url, o.model_name or o.models, o.models, _csv(o.concurrency, int),
                    _csv(o.batch_sizes or "1", int), duration=1.0 if o.min_time is None else o.min_time,
-                   binary=not o.json_data, metrics_url=o.metrics_url, shared_memory=o.shared_memory)
+                   binary=not o.json_data, metrics_url=o.metrics_url, shared_memory=o.shared_memory,
+                   streaming=o.streaming)
     _emit_json(report) if o.as_json else print_sweep(report, out)
     _write_json(o.output, report)
     if any(r["errors"] for r in report["results"]):
@@ -414,12 +420,12 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
 #: options each mode does not use: given on the command line there, they are refused, not ignored
 _NOT_WITH_URL = ("backends_", "precision", "device", "threads", "lengths", "report_dir", "compare", "checkpoint",
                  "random_init", "strict", "timeout", "target_qps", "find_qps", "latency_bound_ms")
-_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data", "artifact")
+_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data", "artifact", "streaming")
 #: LoadGen against a server: the server decides what runs, and nothing runs in a process of ours
 _NOT_WITH_SERVER_SCENARIO = ("backends_", "precision", "device", "threads", "checkpoint", "random_init", "timeout")
 #: with --artifact the artifact says what it is: nothing is exported
 _NOT_WITH_ARTIFACT = ("backends_", "precision", "device", "checkpoint", "random_init", "ray", "url")
-_ONLY_WITH_URL = ("concurrency", "model_name", "json_data")
+_ONLY_WITH_URL = ("concurrency", "model_name", "json_data", "streaming")
 _ONLY_WITH_SCENARIO = ("target_qps", "find_qps", "latency_bound_ms")
 _ONLY_WITH_COMPARE = ("sigmas", "min_change")
 

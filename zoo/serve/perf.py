@@ -9,7 +9,11 @@ the load generator takes as little CPU from the server as it can. Over gRPC
 (`grpc://HOST:PORT`, the server's gRPC port) the `c` clients share one `grpc.aio` channel,
 as tritonclient's asyncio client does, and send pre-serialized `ModelInferRequest` bytes
 (tensors in `raw_input_contents`, as tritonclient sends them) through a method with no
-serializer: neither transport spends client CPU building messages during the run.
+serializer: neither transport spends client CPU building messages during the run. With
+`streaming=True` (perf_analyzer's `--streaming`) each gRPC client holds one ModelStreamInfer
+stream instead and writes its next request when the answer to the last one is read: the
+per-call work of a unary RPC (a new HTTP/2 stream, headers and status each way) is paid
+once per client.
 
 Request inputs come from the model's own `sample` when its plugin is installed here;
 otherwise they are made from the server's metadata (`synthesize`): dynamic dimensions at
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -54,6 +59,7 @@ SERVER_HISTOGRAMS = {"request": "zoo_inference_request_duration_seconds",
                      "queue": "zoo_inference_queue_duration_seconds",
                      "compute": "zoo_inference_compute_duration_seconds", "batch": "zoo_inference_batch_size"}
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 #: gRPC channel options: no message size limit either way
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 SHM = "/v2/systemsharedmemory"
@@ -69,6 +75,7 @@ class Target:
     host: str
     port: int
     http: str  # http://HOST:PORT
+    streaming: bool = False  # gRPC: each client's requests over one ModelStreamInfer stream
 
     @property
     def grpc(self) -> str:
@@ -103,15 +110,19 @@ def target(url: str, metrics_url: str | None = None) -> Target:
 
 def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch_sizes: Sequence[int] = (1,),
           duration: float = 5.0, binary: bool = True, warmup: float = 0.5, distinct: int = 64,
-          metrics_url: str | None = None, shared_memory: bool = False) -> dict[str, Any]:
+          metrics_url: str | None = None, shared_memory: bool = False, streaming: bool = False) -> dict[str, Any]:
     """Closed-loop load at each concurrency (and rows per request); a JSON-able report.
 
     `url` is http://HOST:PORT or grpc://HOST:PORT (then `metrics_url`, the server's HTTP
-    address, is required); `shared_memory` sends every tensor through system shared memory."""
+    address, is required); `shared_memory` sends every tensor through system shared memory;
+    `streaming` (gRPC) sends each client's requests over one ModelStreamInfer stream."""
     where = target(url, metrics_url)
     if not binary and (where.protocol == "grpc" or shared_memory):
         raise ZooError("JSON tensors (--json-data) are for HTTP without shared memory: gRPC carries raw tensors, and "
                        "with --shared-memory no tensor travels in the request")
+    if streaming and where.protocol != "grpc":
+        raise ZooError("--streaming is gRPC's ModelStreamInfer: give the server's grpc://HOST:PORT")
+    where = dataclasses.replace(where, streaming=streaming)
     meta, info = model_metadata(where, served)
     name = meta["name"]
     datatypes = {t["name"]: t["datatype"] for t in meta["inputs"]}
@@ -134,7 +145,7 @@ def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch
             for c in concurrencies:
                 results.append(_point(where, name, payloads, None, c, batch, duration, warmup))
     return {"url": url, "metrics_url": where.http, "model": name, "protocol": where.protocol,
-            "shared_memory": shared_memory, "batching": info.get("batching"),
+            "streaming": streaming, "shared_memory": shared_memory, "batching": info.get("batching"),
             "binary": binary if where.protocol == "http" and not shared_memory else None,
             "duration_s": duration, "results": results}
 
@@ -170,8 +181,10 @@ async def _measure(where: Target, name: str, payloads: list | None, own: list | 
     import grpc
 
     async with grpc.aio.insecure_channel(where.grpc, options=CHANNEL_OPTIONS) as channel:
+        loop = grpc_stream_closed_loop if where.streaming else grpc_closed_loop
+
         async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
-            return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own, reasons=why)
+            return await loop(channel, payloads or [], c, seconds, own=own, reasons=why)
 
         return await _timed(run, where, name, warmup, duration, reasons)
 
@@ -360,6 +373,58 @@ async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, late
             latencies.append(time.perf_counter() - sent)
         else:
             errors[0] += 1
+
+
+async def grpc_stream_closed_loop(channel, messages: list[bytes], concurrency: int, duration: float,
+                                  statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None,
+                                  reasons: list[str] | None = None) -> tuple[list[float], int, float]:
+    """As `grpc_closed_loop`, each client over a ModelStreamInfer stream of its own: it
+    writes a request, reads its answer, writes the next. An answer with an `error_message`
+    is an error (counted by its status, INVALID_ARGUMENT where the server gives none), as is
+    a stream the server ends."""
+    call = channel.stream_stream(STREAM_INFER, request_serializer=None, response_deserializer=None)
+    latencies: list[float] = []
+    errors = [0]
+    statuses = Counter() if statuses is None else statuses
+    start = time.perf_counter()
+    stop_at = start + duration
+    await asyncio.gather(*(_grpc_streamer(call(), own[k] if own else messages, k, stop_at, latencies, errors,
+                                          statuses, [] if reasons is None else reasons) for k in range(concurrency)))
+    return latencies, errors[0], time.perf_counter() - start
+
+
+async def _grpc_streamer(stream, messages: list[bytes], k: int, stop_at: float, latencies: list[float],
+                         errors: list[int], statuses: Counter, reasons: list[str]) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    i = k * 7
+    try:
+        while time.perf_counter() < stop_at:
+            index = i % len(messages)
+            i += 1
+            sent = time.perf_counter()
+            await stream.write(messages[index])
+            answer = await stream.read()
+            if answer is grpc.aio.EOF:  # the server ended the stream: nothing more comes on it
+                raise grpc.aio.AioRpcError(await stream.code(), None, None, await stream.details())
+            error = pb.ModelStreamInferResponse.FromString(answer).error_message
+            code = "OK" if not error else "INVALID_ARGUMENT"
+            if error and not reasons:
+                reasons.append(f"{code}: {error}")
+            statuses[index, code] += 1
+            if code == "OK":
+                latencies.append(time.perf_counter() - sent)
+            else:
+                errors[0] += 1
+        await stream.done_writing()
+        await stream.code()
+    except grpc.aio.AioRpcError as exc:
+        errors[0] += 1
+        if not reasons:
+            reasons.append(f"{exc.code().name}: {exc.details()}")
+    finally:
+        stream.cancel()
 
 
 # ---------------------------------------------------------------- HTTP
@@ -602,7 +667,8 @@ def print_sweep(report: dict[str, Any], console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    how = report.get("protocol", "http") + (", shared memory" if report.get("shared_memory") else "")
+    how = report.get("protocol", "http") + (", streaming" if report.get("streaming") else "") + \
+        (", shared memory" if report.get("shared_memory") else "")
     table = Table("concurrency", "rows/request", "requests/s", "p50 ms", "p90 ms", "p99 ms", "errors",
                   "server ms", "queue ms", "model ms", "overhead ms", "mean batch",
                   title=f"{report['model']} at {report['url']} ({how})")
