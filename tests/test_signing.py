@@ -216,6 +216,8 @@ def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp
     sign(repo / "signed.onnxruntime.fp32", private)
     sign(repo / "modified.onnxruntime.fp32", private)
     (repo / "modified.onnxruntime.fp32" / "config.pbtxt").write_text("name: \"modified.onnxruntime.fp32\"\n")
+    (repo / "notes").mkdir()  # not artifacts: named in the log, as Triton would try to load them
+    (repo / ".ipynb_checkpoints").mkdir()
     server = ServerProcess(repo, "--require-signature", str(public), "--model-control", log=tmp_path / "server.log")
     try:
         server.wait_ready()
@@ -228,10 +230,19 @@ def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp
         body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.25] * 64}]}
         answered = httpx.post(f"{server.url}/v2/models/signed.onnxruntime.fp32/infer", json=body, timeout=30)
         assert answered.status_code == 200, answered.text
-        assert httpx.get(f"{server.url}/v2/models/unsigned.onnxruntime.fp32/ready").status_code != 200
+        # a refused model is not "unknown": every route says it is in the repository, and why not served
+        for route in ("ready", "", "config"):
+            refused = httpx.get(f"{server.url}/v2/models/unsigned.onnxruntime.fp32/{route}".rstrip("/"))
+            assert refused.status_code == 404 and "in the repository but not served (UNAVAILABLE)" in \
+                refused.json()["error"] and "is not signed" in refused.json()["error"], refused.text
+        # a load the artifact fails is the client's 400, as Triton answers it, not a server error
         load = httpx.post(f"{server.url}/v2/repository/models/unsigned.onnxruntime.fp32/load", timeout=60)
-        assert load.status_code != 200 and "is not signed" in load.json()["error"]
+        assert load.status_code == 400 and "failed to load unsigned.onnxruntime.fp32" in load.json()["error"]
+        assert "is not signed" in load.json()["error"]
+        load = httpx.post(f"{server.url}/v2/repository/models/signed.onnxruntime.fp32/load", timeout=60)
+        assert load.status_code == 200, load.text
         log = server.log()
+        assert "not served: .ipynb_checkpoints, notes (directories without zoo.json" in log
         assert "skipped unsigned.onnxruntime.fp32" in log and "skipped modified.onnxruntime.fp32" in log
         assert "corrupted or modified since it was signed" in log
     finally:

@@ -21,6 +21,10 @@ class ModelNotFoundError(ZooError):
     """No loaded model (or version) by that name (404)."""
 
 
+class ModelLoadError(ZooError):
+    """A load (model control) failed on the artifact: corrupted, refused, or not runnable here (400, as Triton)."""
+
+
 class ModelNotReadyError(ZooError):
     """The model is loaded but cannot take requests now: recovering or stopping (503)."""
 
@@ -72,6 +76,7 @@ STATUS: dict[type[BaseException], int] = {
     ProtocolError: 400,
     InputError: 400,
     FeatureOffError: 403,
+    ModelLoadError: 400,
     ModelNotFoundError: 404,
     UnknownModelError: 404,
     PayloadTooLargeError: 413,
@@ -92,6 +97,7 @@ _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-~]+){2,}[\\/]?")
 REASONS: dict[type[BaseException], str] = {
     InputError: "bad_request",
     ModelNotFoundError: "bad_request",
+    ModelLoadError: "bad_request",
     PayloadTooLargeError: "bad_request",
     UnsupportedMediaError: "bad_request",
     QueueFullError: "queue_full",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..artifact import Artifact, list_artifacts
+from ..artifact import MANIFEST, Artifact, list_artifacts
 from ..errors import ZooError, first_line
 from ..padding import padding_safe, ragged_axes
 from ..triton import rows_batched
@@ -149,7 +149,18 @@ def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, lis
             skipped.append(Skipped(path.name, scrub(f"failed to load: {exc}")))
     for s in skipped:
         log.warning("skipped %s: %s", s.name, s.reason)
+    others = not_artifacts(root)
+    if others:
+        log.warning("not served: %s (directories without %s, so not zoo artifacts; an artifact whose copy was cut "
+                    "short lacks it too; Triton would try to load them: move them out of the repository)",
+                    ", ".join(others), MANIFEST)
     return loaded, skipped
+
+
+def not_artifacts(root: Path) -> list[str]:
+    """The directories of `root` that are not artifacts (hidden ones too: Triton loads those)."""
+    names = set(artifact_names(root))
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in names)
 
 
 def artifact_names(root: Path) -> list[str]:

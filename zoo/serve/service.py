@@ -24,9 +24,10 @@ import numpy as np
 from . import datatypes as dt
 from . import repository
 from ..artifact import VERSION_DIR
+from ..errors import ZooError
 from ..inputs import wire_shape
 from .classify import classify
-from .errors import ModelControlDisabledError, ModelNotFoundError, ProtocolError, reason_for
+from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundError, ProtocolError, reason_for, scrub
 from .metrics import Metrics
 from .model import ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
@@ -93,6 +94,10 @@ class Server:
             several = sorted(m.name for m in self.models.values() if m.spec.name == name)
             if several:
                 raise ModelNotFoundError(f"model {name} is served by several artifacts, name one: {several}")
+            skipped = next((s for s in self.skipped if s.name == name), None)
+            if skipped is not None:  # in the repository, but not served: say why, as the index does
+                raise ModelNotFoundError(f"model {name} is in the repository but not served (UNAVAILABLE): "
+                                         f"{skipped.reason}")
             raise ModelNotFoundError(f"unknown model {name[:200]!r}; loaded: {sorted(self.models) or 'none'}")
         if version is not None and version != model.version:
             raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
@@ -140,7 +145,10 @@ class Server:
     async def load(self, name: str) -> None:
         path = repository.find_artifact(self.settings.repository, name)
         async with self.control:
-            model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
+            try:
+                model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
+            except Exception as exc:
+                raise self._load_failed(name, exc) from None
             old = self.models.get(name)
             # The new model takes the name before the old one stops, as Triton swaps a
             # reloaded version in once it is ready: no request finds the name unserved. The
@@ -149,6 +157,21 @@ class Server:
             self.skipped = [s for s in self.skipped if s.name != name]
             if old is not None:
                 await old.stop(self.settings.shutdown_timeout)
+
+    def _load_failed(self, name: str, exc: Exception) -> ModelLoadError:
+        """A load that failed, as Triton answers it (400, the reason): the artifact's fault
+        (corrupted, unsigned, a backend that cannot run here), not the server's. A model that
+        is served keeps serving; one that is not is UNAVAILABLE in the index with the reason."""
+        if isinstance(exc, ZooError):
+            reason = scrub(str(exc))
+        else:  # a backend library's own error
+            log.error("artifact %s failed to load", name, exc_info=exc)
+            reason = scrub(f"failed to load: {exc}")
+        log.warning("load of %s failed: %s", name, reason)
+        if name not in self.models:
+            self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, reason)]
+        return ModelLoadError(f"failed to load {name}: {reason}" + ("; the loaded one keeps serving"
+                                                                   if name in self.models else ""))
 
     async def unload(self, name: str) -> None:
         async with self.control:
