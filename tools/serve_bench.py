@@ -1,6 +1,7 @@
 """`zoo serve` over HTTP against gRPC, with and without system shared memory: one run on one machine.
 
-    .venv/bin/python tools/serve_bench.py OUT.json [--rounds 3] [--large-concurrency 1,4] [--repository DIR] [--quick]
+    .venv/bin/python tools/serve_bench.py OUT.json [--rounds 3] [--large-concurrency 1,4] [--no-large]
+        [--repository DIR] [--quick]
 
 One `zoo serve --threads 1 --shared-memory system` subprocess serves an ONNX Runtime fp32
 repository exported here at full size: resnet8.digits and resnet18 at random init (or
@@ -10,8 +11,10 @@ weights its pip package ships (nothing is downloaded). The load is `zoo bench --
 over HTTP, pre-serialized raw tensors over gRPC (one channel for all clients), and the
 server's own view from its /metrics.
 
-(a) small requests: resnet8.digits and MiniLM, one row per request, HTTP against gRPC at
-    concurrency 1 and 16: requests/s, p50/p99 latency and the server's overhead per request.
+(a) small requests: resnet8.digits and MiniLM, one row per request, HTTP against gRPC
+    (unary ModelInfer calls, and `grpc-stream`: one ModelStreamInfer stream per client, as
+    `zoo bench --url --streaming`) at concurrency 1 and 16: requests/s, p50/p99 latency, the
+    server's overhead per request and the server process's CPU time per request.
 (b) large requests: resnet18 at 224x224, 32 rows (19 MB of input) per request, over HTTP
     (binary), HTTP with shared memory, gRPC, and gRPC with shared memory, at concurrency 1
     (`--large-concurrency 1,4` adds 4: on 2 cores a round of it takes about a minute more,
@@ -133,12 +136,14 @@ def served_requests(http: str, model: str) -> float:
 def point(http: str, grpc: str, pid: int, model: str, protocol: str, shared_memory: bool, concurrency: int,
           rows: int, duration: float, warmup: float, distinct: int) -> dict[str, Any]:
     """One load point; with the server's CPU time per request over it (warm-up included):
-    what each transport costs the server, whatever the load generator costs the machine."""
+    what each transport costs the server, whatever the load generator costs the machine.
+    `protocol`: http, grpc (unary calls) or grpc-stream (one stream per client)."""
     from zoo.serve.perf import sweep
 
     cpu, requests = server_cpu(pid), served_requests(http, served(model))
-    report = sweep(grpc if protocol == "grpc" else http, served(model), model, [concurrency], [rows],
-                   duration=duration, warmup=warmup, distinct=distinct, metrics_url=http, shared_memory=shared_memory)
+    report = sweep(http if protocol == "http" else grpc, served(model), model, [concurrency], [rows],
+                   duration=duration, warmup=warmup, distinct=distinct, metrics_url=http, shared_memory=shared_memory,
+                   streaming=protocol == "grpc-stream")
     result = report["results"][0]
     answered = served_requests(http, served(model)) - requests
     result["server_cpu_ms_per_request"] = (server_cpu(pid) - cpu) * 1e3 / answered if answered else None
@@ -176,6 +181,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {f(r['requests_per_s'], 1)} | "
                      f"{f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['overhead_ms'])} | {f(r['server_cpu_ms'])} | "
                      f"{r['errors']} |")
+    if not report["large"]:
+        return "\n".join(lines)
     lines += ["", f"(b) {LARGE}, {report['large_rows']} rows (224x224) per request", "",
               "| transport | concurrency | requests/s | images/s | p50 ms | p99 ms | server ms | model ms | "
               "server overhead ms | server CPU ms/request | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -214,6 +221,7 @@ def main() -> None:
     parser.add_argument("--large-concurrency", default="1",
                         help=f"concurrencies of the {LARGE} variants, comma-separated (default %(default)s)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per point (default %(default)s)")
+    parser.add_argument("--no-large", action="store_true", help=f"only (a): no {LARGE} export or requests")
     parser.add_argument("--repository", type=Path, help="export into (and reuse exports from) this directory "
                         "(default: a temporary one, removed at the end)")
     parser.add_argument("--quick", action="store_true", help="one round of very short points: proves the script "
@@ -227,10 +235,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="zoo-serve-bench-"))
     repository = args.repository or work / "repository"
     try:
-        sources = export_all(repository, [*SMALL, LARGE])
-        small = [(model, protocol, c) for model in SMALL for c in SMALL_CONCURRENCY for protocol in ("http", "grpc")]
-        large = [(label, protocol, shm, int(c)) for c in args.large_concurrency.split(",")
-                 for label, protocol, shm in TRANSPORTS]
+        sources = export_all(repository, [*SMALL, *([] if args.no_large else [LARGE])])
+        small = [(model, protocol, c) for model in SMALL for c in SMALL_CONCURRENCY
+                 for protocol in ("http", "grpc", "grpc-stream")]
+        large = [] if args.no_large else [(label, protocol, shm, int(c)) for c in args.large_concurrency.split(",")
+                                          for label, protocol, shm in TRANSPORTS]
         small_runs: dict[tuple, list] = {v: [] for v in small}
         large_runs: dict[tuple, list] = {v: [] for v in large}
         with serving(repository, work / "server.log") as (http, grpc, pid):

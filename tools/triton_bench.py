@@ -1,6 +1,7 @@
 """`zoo serve` against a real NVIDIA Triton server on the same artifacts: one run, one machine.
 
-    .venv/bin/python tools/triton_bench.py OUT.json [--rounds 5] [--duration 3] [--quick]
+    .venv/bin/python tools/triton_bench.py OUT.json [--rounds 5] [--duration 3] [--protocols http,grpc,grpc-stream]
+        [--quick]
 
 Needs `make triton` (tritonserver 2.51 from the nvidia-pytriton wheel, CPU).
 
@@ -13,8 +14,9 @@ it at once: `zoo serve` (its default threads and the batching `config.pbtxt` ask
 ONNX Runtime session is built the same way in both, with its default threads.
 
 The load is `zoo bench --url`'s (`zoo.serve.perf.sweep`): closed-loop clients on
-pre-encoded requests of one row, binary tensors over HTTP and raw tensors over gRPC, at
-concurrency 1 and 16. Every point alternates between the two servers within each round, so
+pre-encoded requests of one row, binary tensors over HTTP and raw tensors over gRPC (unary
+ModelInfer calls, and `grpc-stream`: one ModelStreamInfer stream per client, as
+`zoo bench --url --streaming` and perf_analyzer's --streaming), at concurrency 1 and 16. Every point alternates between the two servers within each round, so
 drift on a shared machine hits both alike; each figure is the median of the rounds. Also:
 each server's resident memory, idle, after loading (Triton's with its Python stubs). The
 load generator shares the machine's cores with the servers.
@@ -44,7 +46,7 @@ from tritonserver import Tritonserver, unavailable_reason  # noqa: E402
 
 MODELS = ("resnet8.digits", "minilm-l6.all-v2")
 CONCURRENCY = (1, 16)
-PROTOCOLS = ("http", "grpc")
+PROTOCOLS = ("http", "grpc", "grpc-stream")
 
 
 def served(model: str) -> str:
@@ -110,8 +112,9 @@ def point(urls: dict[str, str], model: str, protocol: str, concurrency: int, dur
           warmup: float) -> dict[str, Any]:
     from zoo.serve.perf import sweep
 
-    report = sweep(urls[protocol], served(model), model, [concurrency], [1], duration=duration, warmup=warmup,
-                   distinct=64, metrics_url=urls["http"])
+    report = sweep(urls["http" if protocol == "http" else "grpc"], served(model), model, [concurrency], [1],
+                   duration=duration, warmup=warmup, distinct=64, metrics_url=urls["http"],
+                   streaming=protocol == "grpc-stream")
     return report["results"][0]
 
 
@@ -145,11 +148,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every point (default %(default)s)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per point (default %(default)s)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per point (default %(default)s)")
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS),
+                        help="comma-separated, of http, grpc, grpc-stream (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="one round of very short points: proves the script "
                         "works, measures nothing")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.duration, args.warmup = 1, 0.3, 0.1
+    protocols = [p for p in args.protocols.split(",") if p]
+    if not protocols or set(protocols) - set(PROTOCOLS):
+        sys.exit(f"--protocols: choose from {', '.join(PROTOCOLS)}")
     reason = unavailable_reason()
     if reason:
         sys.exit(reason)
@@ -160,7 +168,7 @@ def main() -> None:
     repository = work / "repository"
     try:
         sources = export_all(repository)
-        variants = [(m, p, c) for m in MODELS for c in CONCURRENCY for p in PROTOCOLS]
+        variants = [(m, p, c) for m in MODELS for c in CONCURRENCY for p in protocols]
         runs: dict[tuple, dict[str, list]] = {v: {"zoo": [], "triton": []} for v in variants}
         triton = Tritonserver(repository, log=work / "tritonserver.log").wait_live()
         try:
