@@ -279,6 +279,19 @@ def test_refusals_name_the_cause(repository, tmp_path):
     ("--image", "evil\nkind: Pod", "--image 'evil\\nkind: Pod' is not a valid image reference"),
     ("--image", "registry.example/zoo:a:b", "is not a valid image reference"),
     ("--runtime-version", "24.08 py3", "--runtime-version '24.08 py3' is not a valid image tag"),
+    # KServe serves NAME as NAME-predictor-NAMESPACE.DOMAIN, a DNS label (kserve/kserve#4807, #4208)
+    ("--name", "a" * 54, f"--name '{'a' * 54}' is 54 characters, over 53: KServe serves it as "
+                         f"{'a' * 54}-predictor-NAMESPACE.DOMAIN"),
+    ("--runtime", "Bad Name", "--runtime 'Bad Name' is not a ServingRuntime name"),
+    ("--cpu", "0", "--cpu 0: give at least 1m"),
+    ("--memory", "0", "--memory 0 is 0 bytes, less than the 48Mi tritonserver holds"),
+    ("--memory", "0.5", "--memory 0.5 is 0.5 bytes, less than the 48Mi tritonserver holds before any model loads: "
+                        "give a unit"),
+    # a plain http(s) URI is one file to the storage initializer: only an archive of the repository works
+    ("--storage-uri", "https://example.com/zoo", "KServe downloads an http(s) URI as one file"),
+    ("--storage-uri", "gs://m/zoo?generation=1", "holds ?: the storage initializer would read it as part of the "
+                                                 "object path"),
+    ("--storage-uri", "https://example.com/zoo.tar.gz#top", "holds #"),
 ])
 def test_values_kubernetes_would_reject_are_refused_in_one_line(repository, option, value, says):
     args = {"--storage-uri": "gs://m/zoo", option: value}
@@ -322,3 +335,51 @@ def test_the_sdk_reading_refuses_what_kserve_would_drop_or_reject(repository):
     assert "containerPort" in portless_r["message"]
     assert wrong_r["message"].startswith("InferenceService.spec.predictor.model.resources.limits: a mapping "
                                          "was expected")
+
+
+def test_the_name_leaves_room_for_the_predictor_and_namespace(repository, tmp_path):
+    long_name = tmp_path / ("m" * 70)
+    long_name.mkdir()
+    shutil.copytree(repository / "resnet8.digits.onnxruntime.fp32", long_name / "resnet8.digits.onnxruntime.fp32")
+    longest, too_long, in_ml, default, default_ml = run(
+        call("kserve_manifest", repository, "gs://m/zoo", name="a" * 53),
+        call("kserve_manifest", repository, "gs://m/zoo", name="a" * 51, namespace="ml"),
+        call("kserve_manifest", repository, "gs://m/zoo", name="a" * 50, namespace="ml"),
+        call("default_name", long_name), call("default_name", long_name, "ml"))
+    assert longest["ok"][0]["metadata"]["name"] == "a" * 53  # a-...-predictor: 63 characters
+    assert too_long["message"].startswith(f"--name '{'a' * 51}' is 51 characters, over 50: KServe serves it as "
+                                          f"{'a' * 51}-predictor-ml.DOMAIN, whose first label may have at most 63")
+    assert in_ml["ok"][0]["metadata"] == {"name": "a" * 50, "namespace": "ml"}
+    assert (default["ok"], default_ml["ok"]) == ("m" * 53, "m" * 50)
+
+
+def test_storage_uris_kserve_reads_as_a_repository_are_accepted(repository):
+    uris = ("https://example.com/zoo.tar.gz", "https://example.com/download?file=zoo.zip",
+            "https://account.blob.core.windows.net/models/zoo", "https://account.file.core.windows.net/share/zoo")
+    for uri, result in zip(uris, run(*(call("kserve_manifest", repository, uri) for uri in uris))):
+        assert result["ok"][0]["spec"]["predictor"]["model"]["storageUri"] == uri, result
+
+
+def test_runtime_version_with_an_image_is_refused_naming_the_image_kserve_would_run(repository):
+    refused, digest, runtime = run(
+        call("kserve_manifest", repository, "gs://m/zoo", image="registry.example/zoo:0.1",
+             runtime_version="24.08-py3"),
+        call("kserve_manifest", repository, "gs://m/zoo", image="registry.example/zoo@sha256:" + "a" * 64,
+             runtime_version="24.08-py3"),
+        call("kserve_manifest", repository, "gs://m/zoo", runtime="kserve-tritonserver", runtime_version="24.08-py3"))
+    # KServe's UpdateImageTag replaces the last ":..." of the image (a tag, or a digest's hex)
+    assert "so the pod would run registry.example/zoo:24.08-py3; give the tag in --image" in refused["message"]
+    assert "would run registry.example/zoo@sha256:24.08-py3" in digest["message"]
+    assert runtime["ok"][0]["spec"]["predictor"]["model"]["runtime"] == "kserve-tritonserver"
+
+
+def test_an_out_that_cannot_be_written_is_a_usage_error_before_any_work(repository, tmp_path):
+    (tmp_path / "afile").write_text("")
+    for out, says in ((tmp_path, f"cannot write --out {tmp_path}: it is a directory; name the file to write, "
+                                 f"e.g. {tmp_path / 'isvc.yaml'}"),
+                      (tmp_path / "afile" / "isvc.yaml", f"cannot write --out {tmp_path / 'afile' / 'isvc.yaml'}: "
+                                                         f"{tmp_path / 'afile'} is not a directory")):
+        result = cli(str(repository), "--storage-uri", "gs://m/zoo", "--out", str(out))
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr.strip().splitlines() == [f"error: {says}"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing left behind

@@ -307,3 +307,45 @@ def test_a_bad_max_padding_is_refused_before_the_server_starts(tmp_path, flag):
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "exports"), "--max-padding", flag])
     assert result.exit_code != 0
     assert "--max-padding is a fraction >= 0" in result.output + str(result.exception)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--no-batching", "--max-queue-delay-ms", "5"], "--max-queue-delay-ms does nothing with --no-batching"),
+    (["--no-batching", "--preferred-batch-sizes", "8"], "--preferred-batch-sizes does nothing with --no-batching"),
+    (["--no-ragged", "--max-padding", "0.5"], "--max-padding does nothing with --no-ragged"),
+    (["--max-padding", "a quarter"], "--max-padding is a fraction >= 0"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--grpc-port", "70000"], "--grpc-port must be 0 (off) or a port"),
+])
+def test_serve_usage_errors_exit_2_in_one_line(tmp_path, monkeypatch, capsys, args, words):
+    """An option the others leave without effect is refused, not ignored (README: exit 2)."""
+    import sys
+
+    from zoo.cli import main
+
+    (tmp_path / "exports").mkdir()
+    monkeypatch.setattr(sys, "argv", ["zoo", "serve", str(tmp_path / "exports"), *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and words in lines[0], lines
+
+
+def test_a_port_in_use_is_one_line_before_any_model_loads(serve_repo):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held, socket.socket() as spare:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        spare.bind(("127.0.0.1", 0))
+        taken, free = held.getsockname()[1], spare.getsockname()[1]
+        spare.close()
+        for args, option in ((["--port", str(taken), "--grpc-port", "0"], "--port"),
+                             (["--port", str(free), "--grpc-port", str(taken)], "--grpc-port")):
+            result = subprocess.run([sys.executable, "-m", "zoo", "serve", str(serve_repo), *args],
+                                    capture_output=True, text=True, timeout=120)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
+            assert f"cannot listen on 127.0.0.1:{taken} ({option})" in lines[0]

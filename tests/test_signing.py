@@ -367,3 +367,67 @@ def test_the_bytecode_triton_caches_after_signing_keeps_the_signature_and_nothin
     with pytest.raises(zoo.ZooError, match=rf"holds 1/__pycache__/{cached.name}, which its manifest does not list"):
         zoo.load(art.path)  # ... and refused when the artifact is opened
 
+
+
+def test_symbolic_links_are_refused_in_zoos_words(artifact, keys, tmp_path):
+    private, public = keys["owner"]
+    sign(artifact, private)
+    link = tmp_path / "link"
+    link.symlink_to(artifact, target_is_directory=True)
+    # the artifact directory itself: said to be a link, not "no artifact directory"
+    for check in (lambda: Artifact.open(link), lambda: verify_signature(link, public)):
+        with pytest.raises(zoo.ZooError, match=rf"^{link} is a symbolic link \(to {artifact}\), which is refused: "
+                                               "give the artifact directory itself$"):
+            check()
+    # a version directory that is a link is named as such, not as the file under it; with a
+    # public key, in zoo's words rather than model-signing's `allow_symlinks` hint
+    shutil.move(artifact / "1", tmp_path / "v1real")
+    (artifact / "1").symlink_to(tmp_path / "v1real", target_is_directory=True)
+    with pytest.raises(zoo.ZooError, match=rf"^artifact {ONNX}: '1' \(in '1/model.onnx'\) is a symbolic link, which "
+                                           "is refused$"):
+        Artifact.open(artifact)
+    with pytest.raises(SignatureError, match=rf"^artifact {ONNX}: '1' is a symbolic link, which is refused$"):
+        verify_signature(artifact, public)
+
+
+def test_a_signature_copied_from_another_artifact_names_it(artifact, keys):
+    private, public = keys["owner"]
+    other = artifact.parent / "other.onnxruntime.fp32"
+    shutil.copytree(artifact, other)
+    manifest = json.loads((other / "zoo.json").read_text())
+    (other / "zoo.json").write_text(json.dumps({**manifest, "name": other.name, "copied": True}))
+    sign(other, private)
+    shutil.copy(other / SIGNATURE, artifact / SIGNATURE)
+    with pytest.raises(SignatureError, match=rf"^artifact {ONNX}: its model.sig was signed for another artifact "
+                                             r"\(other.onnxruntime.fp32\); sign this one with `zoo sign`$"):
+        verify_signature(artifact, public)
+
+
+def test_a_repository_or_a_missing_key_is_a_usage_error(artifact, keys, tmp_path):
+    private, public = keys["owner"]
+    repo = artifact.parent
+    for args, says in (
+            (("sign", str(repo), "--key", str(private)),
+             f"{repo} is a model repository (1 artifact), not an artifact: sign each artifact directory, "
+             f"e.g. `zoo sign {artifact}`"),
+            (("verify", str(repo)), f"{repo} is a model repository (1 artifact), not an artifact: verify each "
+                                    f"artifact directory, e.g. `zoo verify {artifact}`"),
+            (("verify", str(artifact), "--public-key", str(tmp_path / "nope.pem")),
+             f"cannot read the public key {tmp_path / 'nope.pem'}: No such file or directory")):
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"error: {says}"], result.stderr
+    assert not (artifact / SIGNATURE).exists()
+
+
+def test_export_force_over_a_signed_artifact_says_the_signature_is_gone(artifact, keys, caplog):
+    sign(artifact, keys["owner"][0])
+    with caplog.at_level("WARNING", logger="zoo"):
+        zoo.export("resnet8.digits", "onnxruntime", repository=artifact.parent, random_init=True, force=True)
+    assert not (artifact / SIGNATURE).exists()
+    assert f"{ONNX}: the previous signature was removed; re-sign with --sign KEY or zoo sign" in caplog.messages
+    sign(artifact, keys["owner"][0])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo"):  # `zoo export --sign` signs the new one: nothing to say
+        zoo.export("resnet8.digits", "onnxruntime", repository=artifact.parent, random_init=True, force=True,
+                   resign=True)
+    assert not any("signature" in m for m in caplog.messages)

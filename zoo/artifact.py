@@ -59,8 +59,10 @@ def safe_member(root: Path, rel: Any, artifact: str) -> Path:
     for parent in [path, *path.parents]:
         if parent == root:
             break
-        if parent.is_symlink():
-            raise ArtifactError(f"artifact {artifact}: {rel!r} is a symbolic link, which is refused")
+        if parent.is_symlink():  # named as it is: `1`, not the '1/model.onnx' it leads to
+            link = parent.relative_to(root).as_posix()
+            raise ArtifactError(f"artifact {artifact}: {link!r}{'' if link == rel else f' (in {rel!r})'} is a "
+                                f"symbolic link, which is refused")
     if not path.resolve().is_relative_to(root.resolve()):
         raise ArtifactError(f"artifact {artifact}: manifest path {rel!r} escapes the artifact directory")
     return path
@@ -99,8 +101,7 @@ class Artifact:
     def open(cls, path: str | Path, check_hashes: bool = True) -> "Artifact":
         """Read and validate an artifact directory; raise `ArtifactError` on any defect."""
         path = Path(path)
-        if path.is_symlink() or not path.is_dir():  # the path as given: resolving would follow the link
-            raise ArtifactError(f"no artifact directory at {path}")
+        refuse_link_or_missing(path)
         label = path.resolve().name
         if path.name != label:  # "." or "" inside the artifact, "..": the directory they name, by its name
             path = path.resolve()
@@ -180,6 +181,20 @@ class Artifact:
         from safetensors.torch import load_file
 
         return load_file(str(safe_member(self.path, WEIGHTS, self.name)))
+
+
+def refuse_link_or_missing(path: Path) -> None:
+    """Refuse an artifact directory given as a symbolic link, as every link inside an artifact is:
+    the directory's name is the artifact's (its manifest's, Triton's model name), and a link named
+    otherwise, or repointed between the check and the load, would serve what was not checked.
+    Refuse a path that is missing or not a directory, saying which."""
+    if path.is_symlink():  # the path as given: resolving would follow the link
+        raise ArtifactError(f"{path} is a symbolic link (to {os.readlink(path)}), which is refused: give the "
+                            f"artifact directory itself")
+    if not path.exists():
+        raise ArtifactError(f"no artifact directory at {path}")
+    if not path.is_dir():
+        raise ArtifactError(f"{path} is a file, not an artifact directory")
 
 
 def list_artifacts(repository: str | Path) -> list[Path]:

@@ -230,7 +230,7 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
         raise UsageError("--password-env goes with --sign: it unlocks the signing key")
     password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
-              force=force, quantization=quantization, triton=triton)
+              force=force, quantization=quantization, triton=triton, resign=sign_key is not None)
     if sign_key is not None:
         from .signing import sign as sign_artifact
 
@@ -268,7 +268,7 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
     from .signing import signed, signer, verify_signature
     from .verify import verify_artifact
 
-    path = _artifact_path(artifact, repository)
+    path = _one_artifact(artifact, repository, "verify")
     if public_key is not None:
         signature = verify_signature(path, public_key)
     else:
@@ -316,8 +316,21 @@ def sign(artifact: str = typer.Argument(..., help="Artifact directory, or its na
     `zoo verify ARTIFACT --public-key PUB.pem` and `zoo serve --require-signature PUB.pem` check it."""
     from .signing import sign as run
 
-    result = run(_artifact_path(artifact, repository), key, password=_key_password(key, password_env))
+    result = run(_one_artifact(artifact, repository, "sign"), key, password=_key_password(key, password_env))
     _emit_json(result) if as_json else out.print(escape(f"signed {artifact}: key {result['key']}"))
+
+
+def _one_artifact(artifact: str, repository: Path, verb: str) -> Path:
+    """ARTIFACT's directory; a model repository given in its place is refused naming what it holds
+    (a signature covers one artifact, and `zoo verify` checks one)."""
+    from .artifact import MANIFEST, list_artifacts
+
+    path = _artifact_path(artifact, repository)
+    held = [] if path.is_symlink() or (path / MANIFEST).exists() else list_artifacts(path)
+    if held:
+        raise UsageError(f"{artifact} is a model repository ({len(held)} artifact{'s' * (len(held) != 1)}), not an "
+                         f"artifact: {verb} each artifact directory, e.g. `zoo {verb} {path / held[0].name}`")
+    return path
 
 
 def _key_password(key: Path, env: Optional[str]) -> str | None:
@@ -461,7 +474,8 @@ def _context(spec) -> int | None:
 
 
 @app.command()
-def serve(repository: Path = typer.Argument(Path("exports"), help="The model repository that `zoo export` writes."),
+def serve(ctx: typer.Context,
+          repository: Path = typer.Argument(Path("exports"), help="The model repository that `zoo export` writes."),
           host: str = typer.Option("127.0.0.1", help="Interface to bind; the default answers this machine only."),
           port: int = typer.Option(8000, help="HTTP port."),
           grpc_port: int = typer.Option(8001, help="gRPC port (Triton's GRPCInferenceService), on the same "
@@ -496,7 +510,6 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
               None, help="A PEM public key: load only artifacts signed with its private key (`zoo sign`); "
                          "the others are listed as unloadable, with the reason.")):
     """Serve REPOSITORY over the Open Inference Protocol (v2, as Triton and KServe), with dynamic batching."""
-    from .errors import InputError
     from .serve.app import Settings
     from .serve.repository import ServeOptions
     from .serve.server import run
@@ -506,15 +519,17 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
     for name, value in {"--max-batch-size": max_batch_size, "--instances": instances, "--threads": threads,
                         "--max-queue-size": max_queue_size, "--max-request-size": max_request_size}.items():
         if value is not None and value < 1:
-            raise InputError(f"{name} must be at least 1, got {value}")
+            raise UsageError(f"{name} must be at least 1, got {value}")
     if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
-        raise InputError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
+        raise UsageError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
     padding = _max_padding(max_padding)
     if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
-        raise InputError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
+        raise UsageError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
     if shared_memory not in ("none", "system"):
-        raise InputError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
+        raise UsageError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
                          "offered)")
+    _refuse_unused_batching(ctx, no_batching, no_ragged)
+    _check_ports(host, port, grpc_port)
     if require_signature is not None:
         from .signing import fingerprint
 
@@ -534,10 +549,45 @@ def serve(repository: Path = typer.Argument(Path("exports"), help="The model rep
         host=host, port=port, log_level=log_level.lower())
 
 
+def _refuse_unused_batching(ctx: typer.Context, no_batching: bool, no_ragged: bool) -> None:
+    """Batching options that `--no-batching` or `--no-ragged` leave without effect are refused, not ignored."""
+    given = {p.opts[0] for p in ctx.command.params
+             if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"}
+    for flag, on, unused in (("--no-batching", no_batching, ("--max-queue-delay-ms", "--preferred-batch-sizes",
+                                                             "--max-batch-size", "--no-ragged", "--max-padding")),
+                             ("--no-ragged", no_ragged, ("--max-padding",))):
+        ignored = [o for o in unused if o in given]
+        if on and ignored:
+            raise UsageError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} nothing with {flag}: "
+                             f"{'every request runs alone' if flag == '--no-batching' else 'nothing is padded'}; "
+                             f"leave {'it' if len(ignored) == 1 else 'them'} out")
+
+
+def _check_ports(host: str, port: int, grpc_port: int) -> None:
+    """Each port the server will listen on is free on `host` now, before any model loads
+    (a port found taken after loading costs the loading, and uvicorn's or grpc's own words)."""
+    import socket
+
+    for option, number in (("--port", port), ("--grpc-port", grpc_port)):
+        if not number:
+            continue
+        try:
+            infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise UsageError(f"--host {host}: not an address of this machine ({exc.strerror})") from None
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise ZooError(f"cannot listen on {host}:{number} ({option}): {exc.strerror or exc}; another server "
+                               f"may hold it: pass {option} PORT{' (0: no gRPC)' if option == '--grpc-port' else ''}"
+                               ) from None
+
+
 def _max_padding(value: str) -> float | None:
     """`--max-padding`: a fraction >= 0, or `none`."""
-    from .errors import InputError
-
     if value.strip().lower() == "none":
         return None
     try:
@@ -545,7 +595,7 @@ def _max_padding(value: str) -> float | None:
     except ValueError:
         fraction = -1.0
     if not 0 <= fraction < float("inf"):
-        raise InputError(f"--max-padding is a fraction >= 0 (0.25: a quarter of the real elements) or `none`, "
+        raise UsageError(f"--max-padding is a fraction >= 0 (0.25: a quarter of the real elements) or `none`, "
                          f"got {value!r}")
     return fraction
 
@@ -570,7 +620,8 @@ app.add_typer(deploy_app, name="deploy")
 @deploy_app.command("kserve")
 def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The model repository `zoo export` wrote."),
                   storage_uri: str = typer.Option(..., help="Where the cluster reads the repository from: gs://, "
-                                                  "s3://, pvc://, https:// ..., a copy of REPOSITORY."),
+                                                  "s3://, pvc://, an Azure https:// URI ..., a copy of REPOSITORY; "
+                                                  "or an https:// .tar.gz / .zip of it."),
                   name: Optional[str] = typer.Option(None, help="InferenceService name (default: from the "
                                                      "repository's directory name)."),
                   gpu: Optional[int] = typer.Option(None, "--gpu", help="GPUs for the Triton pod (default: 1 when "
@@ -591,7 +642,10 @@ def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The m
     """A KServe InferenceService serving REPOSITORY with KServe's Triton runtime (modelFormat triton), built
     and validated with the kserve SDK's model classes. Apply it with `kubectl apply -f FILE`."""
     from .deploy import kserve_manifest, to_yaml
+    from .fsutil import atomic_write_text
 
+    if out_file is not None:
+        _writable_file(out_file, "--out")  # before every artifact is hashed
     manifest, warnings = kserve_manifest(repository, storage_uri, name=name, gpus=gpu, protocol=protocol, cpu=cpu,
                                          memory=memory, image=image, runtime=runtime,
                                          runtime_version=runtime_version, namespace=namespace)
@@ -601,10 +655,25 @@ def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The m
     if out_file is None:
         sys.stdout.write(text)
         return
-    from .fsutil import atomic_write_text
-
-    atomic_write_text(out_file, text)
+    try:
+        atomic_write_text(out_file, text)
+    except OSError as exc:  # what the check before could not see: a full disk, a parent made a file since
+        raise UsageError(f"cannot write --out {out_file}: {exc.strerror or exc}") from None
     err.print(escape(f"wrote {out_file}: InferenceService {manifest['metadata']['name']}"), highlight=False)
+
+
+def _writable_file(path: Path, option: str) -> None:
+    """Refuse an `option` file that cannot be written, in one line: a directory, a parent that is a
+    file, a folder this user cannot write (`fsutil.check_destination`)."""
+    from .fsutil import check_destination
+
+    if path.is_dir():
+        raise UsageError(f"cannot write {option} {path}: it is a directory; name the file to write, "
+                         f"e.g. {path / 'isvc.yaml'}")
+    try:
+        check_destination(path, option, directory=False)
+    except UsageError as exc:
+        raise UsageError(f"cannot write {exc}") from None
 
 
 from . import cli_bench  # noqa: E402,F401  (registers `zoo bench` and `zoo optimize`)

@@ -43,12 +43,27 @@ from .errors import ArtifactError, UnsupportedError, ZooError
 PROTOCOLS = ("v2", "grpc-v2")
 #: storage URI schemes KServe's storage initializer (and modelcar for oci://) understands
 STORAGE_SCHEMES = ("gs://", "s3://", "pvc://", "hdfs://", "webhdfs://", "https://", "http://", "oci://", "hf://")
+#: https:// URIs the storage initializer reads as a directory: Azure Blob and File storage
+#: (its ClusterStorageContainer's `https://(.+?).blob.core.windows.net/(.+)` and `.file.`)
+AZURE = re.compile(r"https://[^/]+\.(blob|file)\.core\.windows\.net/.+")
+#: any other http(s) URI is one file, downloaded and unpacked only when it is an archive
+#: (`Storage._download_from_uri`: the type guessed from the path's extension, or the query's)
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")
 #: Triton's gRPC port in KServe's `kserve-tritonserver` runtime; the port named h2c is
 #: the one KServe's ingress routes gRPC (HTTP/2 cleartext) to
 GRPC_PORT = 9000
 #: an InferenceService name: a DNS-1035 label, as KServe's webhook requires
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-NAME_MAX = 63
+#: a DNS label's limit. KServe names the predictor `{name}-predictor` and its host label
+#: `{name}-predictor-{namespace}` (Knative's `{{.Name}}-{{.Namespace}}.{{.Domain}}`): a longer
+#: one is accepted by the API server and then fails in KServe's controller (kserve/kserve#4807, #4208)
+LABEL_MAX = 63
+PREDICTOR = "-predictor"
+#: a ServingRuntime's name (`--runtime`): a DNS-1123 subdomain, as every Kubernetes object's
+RUNTIME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+RUNTIME_MAX = 253
+#: the least CPU Kubernetes takes (1m: finer precision is refused)
+CPU_MIN = 1e-3
 #: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5")
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
 #: a namespace: a DNS-1123 label
@@ -193,40 +208,52 @@ def default_memory(facts: RepositoryFacts) -> str:
     return mib_quantity(mib)
 
 
-def default_name(repository: Path) -> str:
-    """A DNS-1035 label from the repository's directory name ("exports" → "exports")."""
+def name_max(namespace: str | None = None) -> int:
+    """The longest InferenceService name whose `{name}-predictor` (and, in `namespace`, host
+    label `{name}-predictor-{namespace}`) is a DNS label: 53, less the namespace and a '-'."""
+    return LABEL_MAX - len(PREDICTOR) - (len(namespace) + 1 if namespace else 0)
+
+
+def default_name(repository: Path, namespace: str | None = None) -> str:
+    """A DNS-1035 label from the repository's directory name ("exports" → "exports"), cut to `name_max`."""
     text = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-")
-    text = re.sub(r"^[^a-z]+", "", text)[:NAME_MAX].rstrip("-")
+    text = re.sub(r"^[^a-z]+", "", text)[:name_max(namespace)].rstrip("-")
     return text or "zoo"
 
 
 def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memory: str | None,
-           namespace: str | None = None, image: str | None = None, runtime_version: str | None = None) -> None:
-    """Refuse values the API server or KServe's webhook would reject, one line each (fullmatch:
-    `$` would let a trailing newline through into the YAML)."""
-    if not NAME.fullmatch(name) or len(name) > NAME_MAX:
-        raise UnsupportedError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
-                               f"and '-', starting with a letter and ending with a letter or digit, at most "
-                               f"{NAME_MAX} characters")
-    if namespace is not None and (not NAMESPACE.fullmatch(namespace) or len(namespace) > NAME_MAX):
+           namespace: str | None = None, image: str | None = None, runtime_version: str | None = None,
+           runtime: str | None = None) -> None:
+    """Refuse values the API server or KServe's webhook or controller would reject, one line each
+    (fullmatch: `$` would let a trailing newline through into the YAML)."""
+    if namespace is not None and (not NAMESPACE.fullmatch(namespace) or len(namespace) > LABEL_MAX):
         raise UnsupportedError(f"--namespace {namespace!r} is not a valid namespace (a DNS-1123 label): lower-case "
                                f"letters, digits and '-', starting and ending with a letter or digit, at most "
-                               f"{NAME_MAX} characters")
-    if not storage_uri.startswith(STORAGE_SCHEMES):
-        raise UnsupportedError(f"--storage-uri {storage_uri!r}: KServe's storage initializer reads "
-                               f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
-                               f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
-    if any(c.isspace() or not c.isprintable() for c in storage_uri):
-        raise UnsupportedError(f"--storage-uri {storage_uri!r} holds spaces or control characters")
-    scheme, rest = storage_uri.split("://", 1)
-    if not rest.split("/", 1)[0]:
-        raise UnsupportedError(f"--storage-uri {storage_uri!r} names no bucket, claim or host after {scheme}://, "
-                               f"e.g. {scheme}://BUCKET/zoo")
+                               f"{LABEL_MAX} characters")
+    if not NAME.fullmatch(name):
+        raise UnsupportedError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
+                               f"and '-', starting with a letter and ending with a letter or digit, at most "
+                               f"{name_max(namespace)} characters")
+    if len(name) > name_max(namespace):
+        raise UnsupportedError(f"--name {name!r} is {len(name)} characters, over {name_max(namespace)}: KServe "
+                               f"serves it as {name}{PREDICTOR}-{namespace or 'NAMESPACE'}.DOMAIN, whose first "
+                               f"label may have at most {LABEL_MAX} characters")
+    _check_storage_uri(storage_uri)
+    if runtime is not None and (not RUNTIME.fullmatch(runtime) or len(runtime) > RUNTIME_MAX):
+        raise UnsupportedError(f"--runtime {runtime!r} is not a ServingRuntime name (a Kubernetes object name: "
+                               f"lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)")
     if image is not None and (not IMAGE.fullmatch(image) or len(image) > IMAGE_MAX):
         raise UnsupportedError(f"--image {image!r} is not a valid image reference: "
                                f"[REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], e.g. registry.example/zoo-triton:0.1")
     if runtime_version is not None and not TAG.fullmatch(runtime_version):
         raise UnsupportedError(f"--runtime-version {runtime_version!r} is not a valid image tag (e.g. 24.08-py3)")
+    if image is not None and runtime_version is not None:
+        # KServe's UpdateImageTag rewrites the container's image, --image included: its last
+        # `:[\w.-]*` (a tag, or a digest's hex) replaced by ":VERSION", or ":VERSION" appended
+        retagged = re.sub(r":[\w.-]*$", "", image) + f":{runtime_version}"
+        raise UnsupportedError(f"--runtime-version {runtime_version} with --image {image}: KServe replaces the "
+                               f"image's tag with the runtime version, so the pod would run {retagged}; give the "
+                               f"tag in --image and leave --runtime-version out")
     if protocol not in PROTOCOLS:
         raise UnsupportedError(f"--protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
     if gpus < 0:
@@ -234,6 +261,38 @@ def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memo
     for option, value in (("--cpu", cpu), ("--memory", memory)):
         if value is not None and not QUANTITY.fullmatch(value):
             raise UnsupportedError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
+    if quantity_bytes(cpu) < CPU_MIN:
+        raise UnsupportedError(f"--cpu {cpu}: give at least 1m (a thousandth of a CPU), the least Kubernetes takes; "
+                               f"0 gives Triton no CPU time")
+    if memory is not None and quantity_bytes(memory) < SERVER_MIB * 2 ** 20:
+        raise UnsupportedError(f"--memory {memory} is {quantity_bytes(memory):g} bytes, less than the {SERVER_MIB}Mi "
+                               f"tritonserver holds before any model loads: give a unit, e.g. 2Gi, or leave "
+                               f"--memory out to write the repository's estimate")
+
+
+def _check_storage_uri(uri: str) -> None:
+    """A URI the storage initializer reads as the repository: a directory, or an archive of one."""
+    if not uri.startswith(STORAGE_SCHEMES):
+        raise UnsupportedError(f"--storage-uri {uri!r}: KServe's storage initializer reads "
+                               f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
+                               f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
+    if any(c.isspace() or not c.isprintable() for c in uri):
+        raise UnsupportedError(f"--storage-uri {uri!r} holds spaces or control characters")
+    scheme, rest = uri.split("://", 1)
+    if not rest.split("/", 1)[0]:
+        raise UnsupportedError(f"--storage-uri {uri!r} names no bucket, claim or host after {scheme}://, "
+                               f"e.g. {scheme}://BUCKET/zoo")
+    web = scheme in ("http", "https") and not AZURE.fullmatch(uri)
+    if "#" in uri or ("?" in uri and not web):
+        raise UnsupportedError(f"--storage-uri {uri!r} holds {'#' if '#' in uri else '?'}: the storage initializer "
+                               f"would read it as part of the {'URL' if web else 'object path'}; leave the "
+                               f"{'fragment' if '#' in uri else 'query'} out")
+    path, _, query = rest.partition("?")
+    if web and not any(part.lower().endswith(ARCHIVES) for part in (path, query)):
+        raise UnsupportedError(f"--storage-uri {uri!r}: KServe downloads an http(s) URI as one file (Azure Blob and "
+                               f"File URIs apart), which Triton cannot load as a model repository; give an archive "
+                               f"of the repository ({', '.join(ARCHIVES)}, its artifacts at the top), which the "
+                               f"storage initializer unpacks, or a gs://, s3:// or pvc:// directory")
 
 
 def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = None, gpus: int | None = None,
@@ -248,8 +307,8 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
     ServingRuntime and its image tag, else KServe picks the runtime for `triton`. `memory`: None
     gives `default_memory` (the repository's estimate); a value below `memory_estimate` is kept,
     with a warning naming the estimate."""
-    name = name if name is not None else default_name(repository)
-    _check(name, storage_uri, protocol, gpus or 0, cpu, memory, namespace, image, runtime_version)
+    name = name if name is not None else default_name(repository, namespace)
+    _check(name, storage_uri, protocol, gpus or 0, cpu, memory, namespace, image, runtime_version, runtime)
     facts = read_repository(repository)
     warnings: list[str] = []
     if gpus is None:

@@ -24,6 +24,7 @@ import json
 import logging
 import platform
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -42,6 +43,7 @@ from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model
 from .spec import QUANTIZATIONS, ModelSpec
 from .signature import binding
+from .signing import SIGNATURE
 from .standalone import model_record, signature
 from .tensors import cpu_state_dict, example_inputs, state_dict_sha256
 from .train import module_fn
@@ -101,16 +103,16 @@ def device_facts(device: str) -> dict[str, Any]:
 def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str = "fp32", device: str = "cpu",
            repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
            random_init: bool = False, force: bool = False, threads: int | None = None,
-           quantization: str | None = None, triton: str | None = None) -> Artifact:
+           quantization: str | None = None, triton: str | None = None, resign: bool = False) -> Artifact:
     """Export `model` through `backend` and write a verified artifact into `repository`.
 
-    `model` is a registered name or a `ModelSpec`, registered or not: the artifact
-    describes its model itself, so it loads and verifies where no plugin registers it.
-    `quantization` ("static" | "dynamic") overrides the spec's int8 method for this
-    export; backends read it as `spec.quantization`, so their interface does not change.
-    A method other than the spec's is written as `<model>.<backend>.int8-<method>`.
-    `triton` ("native" | "python") is the Triton form of its repository files
-    (`zoo.triton`); by default native where Triton has a backend for the engine, else python.
+    `model` is a registered name or a `ModelSpec`, registered or not: the artifact describes its
+    model itself, so it loads and verifies where no plugin registers it. `quantization` ("static" |
+    "dynamic") overrides the spec's int8 method for this export; backends read it as
+    `spec.quantization`, so their interface does not change. A method other than the spec's is
+    written as `<model>.<backend>.int8-<method>`. `triton` ("native" | "python") is the Triton form
+    of its repository files (`zoo.triton`); by default native where Triton has a backend for the
+    engine, else python. `resign`: the caller signs the new artifact (`zoo export --sign`): no warning.
     """
     spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
     declared, checkpoint = at_checkpoint_config(spec, checkpoint, random_init)
@@ -144,7 +146,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     checked.raise_for_failures()
 
     start = time.perf_counter()
-    with atomic_directory(final) as tmp:
+    with _replacing(final, resign) as tmp:
         model_file = tmp / VERSION_DIR / be.filename
         model_file.parent.mkdir()
         example = example_inputs(spec, device)
@@ -178,6 +180,17 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "parity": report, "domain": domain, "metric": metric}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return Artifact(final, manifest)
+
+
+@contextmanager
+def _replacing(final: Path, resign: bool):
+    """`atomic_directory(final)`, then a warning where it replaced a signed artifact: the
+    signature went with it (unless `resign`)."""
+    unsigned_now = (final / SIGNATURE).is_file() and not resign
+    with atomic_directory(final) as tmp:
+        yield tmp
+    if unsigned_now:
+        log.warning("%s: the previous signature was removed; re-sign with --sign KEY or zoo sign", final.name)
 
 
 def _checked(model: str | ModelSpec, repository: str | Path, threads: int | None) -> tuple[ModelSpec, int | None]:

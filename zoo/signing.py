@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ArtifactError, UnsupportedError, ZooError
+from .errors import ArtifactError, UnsupportedError, UsageError, ZooError
 
 SIGNATURE = "model.sig"
 
@@ -50,7 +51,7 @@ def _key_bytes(path: str | Path, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ZooError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
 
 
 #: the curves model-signing's key signer and verifier take (`sign_ec_key.py`)
@@ -162,12 +163,16 @@ def signer(path: str | Path) -> str | None:
 def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]:
     """Check the artifact's signature with `public_key` (PEM); `SignatureError` naming the
     reason when it is unsigned or any file differs from what was signed."""
-    root = Path(path).resolve()
+    from .artifact import refuse_link_or_missing
+
     pem = _key_bytes(public_key, "public key")
     identity = fingerprint(pem, f"public key {public_key}")
+    refuse_link_or_missing(Path(path))
+    root = Path(path).resolve()
     if (root / SIGNATURE).is_symlink() or not signed(root):
         raise SignatureError(f"artifact {root.name} is not signed (no {SIGNATURE}); a signature by key "
                              f"{identity} is required: sign it with `zoo sign`")
+    _refuse_links(root)
     hashing, _, verifying = _model_signing()
     by = signer(root)
     if by is not None and by != identity:
@@ -176,10 +181,38 @@ def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]
         verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key)).set_hashing_config(
             _hashing(hashing, root)).verify(root, root / SIGNATURE)
     except Exception as exc:  # model-signing raises ValueError (mismatch) and its libraries' own errors
+        other = signed_for(root)
+        if other is not None and other != root.name:  # a model.sig copied from another artifact
+            raise SignatureError(f"artifact {root.name}: its {SIGNATURE} was signed for another artifact "
+                                 f"({other}); sign this one with `zoo sign`") from None
         raise SignatureError(f"artifact {root.name}: its signature does not verify with key {identity} "
                              f"(corrupted or modified since it was signed): "
                              f"{_reason(exc)}") from None
     return {"signed": True, "verified": True, "key": identity}
+
+
+def signed_for(path: str | Path) -> str | None:
+    """The artifact name the signature's statement names as its subject (the directory signed,
+    unchecked), or None where it names none or is unreadable."""
+    import base64
+
+    try:
+        bundle = json.loads((Path(path) / SIGNATURE).read_text())
+        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        name = statement["subject"][0]["name"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _refuse_links(root: Path) -> None:
+    """A symbolic link in the artifact, refused in zoo's words (as `zoo.artifact` refuses
+    them), before model-signing refuses it in its own, which point to an option zoo has not."""
+    for dirpath, dirnames, filenames in os.walk(root):  # not into linked folders: they are refused
+        for entry in dirnames + filenames:
+            if (Path(dirpath) / entry).is_symlink():
+                rel = (Path(dirpath) / entry).relative_to(root).as_posix()
+                raise SignatureError(f"artifact {root.name}: {rel!r} is a symbolic link, which is refused")
 
 
 def _reason(exc: Exception) -> str:
