@@ -102,3 +102,30 @@ def test_serving_onnx_artifacts_of_every_domain_maps_no_pytorch(serve_repo, tmp_
         assert "onnxruntime" in mapped  # the map is read, and the engine it runs on is in it
     finally:
         server.kill()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the server's memory map from /proc (Linux)")
+def test_serving_a_zoo_hf_onnx_artifact_maps_no_pytorch(tmp_path, monkeypatch):
+    """A zoo-hf model's ONNX artifact, its spec made by the installed zoo-hf plugin (config.json
+    read as JSON, not through transformers' config classes, which import torch), answering
+    texts through the model directory's tokenizer: the server never loads libtorch."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = tmp_path / "exports"
+    spec = zoo.get_model("hf-minilm-l6.all-v2").tiny()
+    art = zoo.export(spec, "onnxruntime", repository=repo, random_init=True)
+    server = _PlainServer(repo, tmp_path / "server.log").wait_ready()
+    try:
+        assert "libtorch" not in server.mapped(), "serving loaded PyTorch before any request"
+        client = triton_http.InferenceServerClient(server.url.removeprefix("http://"))
+        texts = ["A man is playing a guitar.", "Zürich's café 🎉", "Cats sleep."]
+        tensor = triton_http.InferInput("text", [len(texts)], "BYTES")
+        tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object), binary_data=True)
+        result = client.infer(art.name, [tensor], outputs=[triton_http.InferRequestedOutput("result")])
+        embeddings = [json.loads(x)["embedding"] for x in result.as_numpy("result")]
+        assert len(embeddings) == 3 and all(len(e) == spec.outputs[0].shape[1] for e in embeddings)
+        client.close()
+        mapped = server.mapped()
+        assert "libtorch" not in mapped, "answering texts loaded PyTorch"
+        assert "onnxruntime" in mapped and "tokenizers" in mapped  # the map is read; the tokenizer ran in it
+    finally:
+        server.kill()

@@ -1,5 +1,6 @@
 """The models this plugin registers itself: all-MiniLM-L6-v2 through transformers, and
-tiny random-init models, one per task, built from transformers config classes alone."""
+tiny random-init models, one per task, from config.json's fields alone (transformers
+builds their config classes when a model is built: `zoo_hf.config`)."""
 
 from __future__ import annotations
 
@@ -34,41 +35,36 @@ def minilm_spec() -> ModelSpec:
 
 
 def _bert() -> ModelSpec:
-    from transformers import BertConfig
-
-    return hf_model("hf-bert.tiny", BertConfig(**SMALL, type_vocab_size=2, num_labels=3), task="text-classification",
+    config = {"model_type": "bert", **SMALL, "type_vocab_size": 2, "num_labels": 3}
+    return hf_model("hf-bert.tiny", config, task="text-classification",
                     description=f"BERT with a 3-label sequence classifier, sentence-pair token types; "
                                 f"{RANDOM.format(task='text-classification')}")
 
 
 def _distilbert() -> ModelSpec:
-    from transformers import DistilBertConfig
-
     n = SMALL
-    config = DistilBertConfig(vocab_size=n["vocab_size"], dim=n["hidden_size"], n_layers=n["num_hidden_layers"],
-                              n_heads=n["num_attention_heads"], hidden_dim=n["intermediate_size"],
-                              max_position_embeddings=n["max_position_embeddings"], num_labels=5)
+    config = {"model_type": "distilbert", "vocab_size": n["vocab_size"], "dim": n["hidden_size"],
+              "n_layers": n["num_hidden_layers"], "n_heads": n["num_attention_heads"],
+              "hidden_dim": n["intermediate_size"], "max_position_embeddings": n["max_position_embeddings"],
+              "num_labels": 5}
     return hf_model("hf-distilbert.tiny", config, task="token-classification",
                     description=f"DistilBERT with a 5-label token classifier; "
                                 f"{RANDOM.format(task='token-classification')}")
 
 
 def _roberta() -> ModelSpec:
-    from transformers import RobertaConfig
-
     # RoBERTa counts positions from pad_token_id + 1 = 2: 258 positions hold 256 tokens
-    return hf_model("hf-roberta.tiny", RobertaConfig(**{**SMALL, "max_position_embeddings": 258}, type_vocab_size=1),
-                    task="fill-mask", description=f"RoBERTa with its masked-LM head; {RANDOM.format(task='fill-mask')}")
+    config = {"model_type": "roberta", **SMALL, "max_position_embeddings": 258, "type_vocab_size": 1}
+    return hf_model("hf-roberta.tiny", config, task="fill-mask",
+                    description=f"RoBERTa with its masked-LM head; {RANDOM.format(task='fill-mask')}")
 
 
 def _gpt2() -> ModelSpec:
-    from transformers import GPT2Config
-
     n = SMALL
     # bos/eos inside the small vocabulary (GPT-2's own are 50256)
-    config = GPT2Config(vocab_size=n["vocab_size"], n_embd=n["hidden_size"], n_layer=n["num_hidden_layers"],
-                        n_head=n["num_attention_heads"], n_positions=n["max_position_embeddings"],
-                        bos_token_id=0, eos_token_id=0)
+    config = {"model_type": "gpt2", "vocab_size": n["vocab_size"], "n_embd": n["hidden_size"],
+              "n_layer": n["num_hidden_layers"], "n_head": n["num_attention_heads"],
+              "n_positions": n["max_position_embeddings"], "bos_token_id": 0, "eos_token_id": 0}
     return hf_model("hf-gpt2.tiny", config, task="text-generation",
                     description=f"GPT-2 with its causal-LM head; {RANDOM.format(task='text-generation')}")
 

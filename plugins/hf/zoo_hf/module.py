@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from zoo.errors import CheckpointError, UnsupportedError
 
+from .config import transformers_config
 from .tasks import model_class
 
 ATTENTION = "sdpa"
@@ -35,6 +36,7 @@ def build(config: Any, task: str, inputs: tuple[str, ...], pooling: str, normali
     The spec's inputs were chosen from the config alone, since importing a model's code
     costs seconds in every process that lists models; here its forward is at hand and
     must take each of them."""
+    config = transformers_config(config)
     cls = _model_class(config, task)
     # the Auto classes' from_config calls the model class's own _from_config
     make = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config
@@ -54,6 +56,7 @@ def pretrained_state(directory: str, config: Any, task: str) -> dict[str, torch.
 
     A head the checkpoint has no weights for, or has weights of another shape for, would
     be random: that is refused, in one line (transformers' own report is not shown)."""
+    config = transformers_config(config)
     cls = _model_class(config, task)
     with _quiet_loading():
         # mismatched shapes come back in the loading info (refused below), not as transformers' RuntimeError

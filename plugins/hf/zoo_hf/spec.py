@@ -7,7 +7,8 @@ The signature comes from the model's config: token ids, the attention mask (not 
 causal language models: see `_input_names`), token types where the config has more than
 one (the build checks that the forward takes each); the outputs from the task. Nothing
 is fetched: the files come from a directory or the local cache (`zoo_hf.source`), the
-weights from safetensors only, the config from `transformers`' local-only loaders.
+weights from safetensors only, the config from config.json read as JSON (`zoo_hf.config`,
+so describing and serving a model imports no PyTorch) or `transformers`' local-only loaders.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -25,6 +27,7 @@ from zoo import AxisRange, ModelSpec, TensorSpec, Tolerance
 from zoo.errors import ToleranceError, UnsupportedError, ZooError
 
 from . import tasks, text
+from .config import PlainConfig, plain, read
 from .source import resolve
 
 log = logging.getLogger(__name__)
@@ -72,8 +75,11 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     """A spec for the transformers model at `source`.
 
     source: a directory with config.json and model.safetensors (and tokenizer.json for
-      text inputs), a hub id already in the local cache ("org/name" at `revision`), or a
-      `transformers.PretrainedConfig` for a randomly initialized model without files.
+      text inputs), a hub id already in the local cache ("org/name" at `revision`), or for a
+      randomly initialized model without files a dict of config.json's fields ("model_type"
+      and the rest) or a `transformers.PretrainedConfig`. Neither a directory nor a dict of
+      a family in `zoo_hf.config.FAMILIES` imports transformers (nor PyTorch) until the model
+      is built.
     task: "feature-extraction", "text-classification", "token-classification",
       "fill-mask" or "text-generation" (the Auto class each builds: `tasks.TASKS`).
     pooling, normalize: feature extraction only: "mean" over real tokens, "cls" (the
@@ -118,6 +124,11 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
              if tokenizer is not None and tokenizer.is_file() else None)
     if codec is not None:
         _warn_larger_tokenizer(name, codec, hf_config.vocab_size)
+    elif tokenizer is not None and (name, str(tokenizer)) not in _WARNED:  # once, not per variant of the spec
+        _WARNED.add((name, str(tokenizer)))
+        log.warning("model %s: %s has no tokenizer.json, so the model takes token ids (%s), not text: copy the "
+                    "tokenizer.json of the model's tokenizer there (transformers' save_pretrained of a fast "
+                    "tokenizer writes it) to give it texts", name, directory, ", ".join(names))
     sample = codec.sample if codec else partial(text.random_sample, names=names, vocab_size=hf_config.vocab_size,
                                                 type_vocab_size=getattr(hf_config, "type_vocab_size", 0),
                                                 length=min(16, seq_max), pad_id=pad_id)
@@ -180,17 +191,40 @@ def _seeded(sample: Callable[..., dict[str, np.ndarray]], batch: int) -> dict[st
 
 
 def _load_config(source: Any, revision: str) -> tuple[Path | None, Any]:
-    """The model's directory (None for a config object) and its transformers config."""
-    from transformers import AutoConfig, PretrainedConfig
+    """The model's directory (None for a config) and its config: a `PlainConfig` where
+    config.json (or the dict of its fields) can be read without transformers, which imports
+    PyTorch (`zoo_hf.config`), else transformers' own."""
+    if isinstance(source, Mapping):
+        described = plain(source)
+        if described is not None:
+            return None, described
+        fields = {k: v for k, v in source.items() if k != "model_type"}
+        return None, _transformers_config(lambda auto: auto.for_model(source.get("model_type"), **fields),
+                                          "the config")
+    if not isinstance(source, (str, os.PathLike)):
+        from transformers import PretrainedConfig
 
-    if isinstance(source, PretrainedConfig):
+        if not isinstance(source, PretrainedConfig):
+            raise ZooError(f"source {source!r} is not a directory, a hub id, a dict of config.json's fields or a "
+                           f"transformers config")
         return None, source
     directory = resolve(source, revision)
+    described = read(directory)
+    if described is not None:
+        return directory, described
+    return directory, _transformers_config(
+        lambda auto: auto.from_pretrained(directory, local_files_only=True, trust_remote_code=False),
+        f"{directory}/config.json")
+
+
+def _transformers_config(load: Callable[[Any], Any], what: str) -> Any:
+    from transformers import AutoConfig
+
     try:
-        return directory, AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+        return load(AutoConfig)
     except (ValueError, KeyError, OSError) as exc:  # an unknown model_type, custom code, a broken file
-        raise UnsupportedError(f"{directory}/config.json is not a config this transformers can build without "
-                               f"running the model's own code: {str(exc).splitlines()[0]}") from None
+        raise UnsupportedError(f"{what} is not a config this transformers can build without running the model's "
+                               f"own code: {str(exc).splitlines()[0]}") from None
 
 
 def _configured(base: Any, overrides: Mapping[str, int]) -> Any:
@@ -198,6 +232,8 @@ def _configured(base: Any, overrides: Mapping[str, int]) -> Any:
     unknown = sorted(set(overrides) - set(ARCHITECTURE))
     if unknown:
         raise ZooError(f"config {unknown} cannot be changed here; architecture keys: {', '.join(ARCHITECTURE)}")
+    if isinstance(base, PlainConfig):  # its `transformers()` turns the cache off
+        return base.configured(overrides)
     config = copy.deepcopy(base)
     for key, value in overrides.items():
         setattr(config, key, value)

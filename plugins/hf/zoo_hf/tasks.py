@@ -9,6 +9,8 @@ from typing import Any
 
 from zoo.errors import UnsupportedError
 
+from .config import PlainConfig
+
 #: task -> the transformers Auto class that builds its model, and that class's public
 #: mapping from config class to model class.
 TASKS = {
@@ -46,28 +48,37 @@ def model_class(config: Any, task: str) -> str:
 def check_task(config: Any, task: str) -> None:
     """That transformers has a `task` model for `config` that zoo_hf can export (without
     importing its code): not an encoder-decoder model, and a causal one for
-    text-generation."""
-    import transformers
-
+    text-generation. A `PlainConfig`'s family says it without importing transformers."""
     if task not in TASKS:
         raise UnsupportedError(f"task {task!r} is not one zoo_hf builds; tasks: {', '.join(TASKS)}")
     auto, mapping = TASKS[task]
     name = model_class(config, task)
     if name != auto:  # an encoder-only class the checkpoint names
+        import transformers
+
         if not hasattr(transformers, name):
             raise UnsupportedError(f"this transformers has no {name}, which the config's architectures name")
         return
     # a T5EncoderModel's own config says is_encoder_decoder False, yet the Auto classes map
     # its type to the whole T5Model: the config class's default says what the family is
+    # (False for every PlainConfig family)
     if getattr(config, "is_encoder_decoder", False) or getattr(type(config), "is_encoder_decoder", False) is True:
         own = [e for e in ENCODER_ONLY if e.lower() == f"{config.model_type.replace('-', '')}encodermodel"]
         encoder = f" (its encoder saved as {own[0]} is, for feature-extraction)" if own else ""
         raise UnsupportedError(f"{config.model_type!r} is an encoder-decoder model (two input streams, generation "
                                f"with a cache), which zoo_hf does not export{encoder}: see docs/hf.md, Not supported")
-    if type(config) not in getattr(transformers, mapping):
+    if not _has_model(config, task):
         raise UnsupportedError(f"transformers has no {task} model ({auto}) for model type {config.model_type!r}")
     if task == "text-generation":
         _check_causal(config)
+
+
+def _has_model(config: Any, task: str) -> bool:
+    if isinstance(config, PlainConfig):
+        return task in config.family.tasks
+    import transformers
+
+    return type(config) in getattr(transformers, TASKS[task][1])
 
 
 def _check_causal(config: Any) -> None:
@@ -75,15 +86,13 @@ def _check_causal(config: Any) -> None:
     at a prompt's own positions (docs/hf.md). GPT-2-like families are causal by nature;
     encoder families' causal-LM classes (BertLMHeadModel ...) attend both ways unless the
     config says `is_decoder=True`, and XLM has its own `causal` switch."""
-    import transformers
-
     causal = getattr(config, "causal", None)
     if isinstance(causal, bool) and config.model_type == "xlm":
         if not causal:
             raise UnsupportedError("text-generation needs a causal model, and this xlm config has causal=False "
                                    "(bidirectional): set causal=True in its config")
         return
-    encoder = type(config) in transformers.MODEL_FOR_MASKED_LM_MAPPING or config.model_type in DECODER_BY_CONFIG
+    encoder = _has_model(config, "fill-mask") or config.model_type in DECODER_BY_CONFIG
     if encoder and not getattr(config, "is_decoder", False):
         raise UnsupportedError(f"text-generation needs a causal model, and a {config.model_type!r} model is a "
                                f"bidirectional encoder unless its config says is_decoder=True: set is_decoder=True "
