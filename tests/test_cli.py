@@ -125,7 +125,8 @@ def test_unknown_model(fails):
 
 
 @pytest.mark.parametrize("args", [("info", "resnet8.nosuch"), ("export", "resnet8.nosuch", "-b", "onnxruntime"),
-                                  ("bench", "resnet8.nosuch"), ("bench", "nosuch*")])
+                                  ("bench", "resnet8.nosuch"), ("bench", "nosuch*"), ("list", "resnet8.nosuch"),
+                                  ("list", "nosuch*"), ("check", "resnet8.nosuch")])
 def test_an_unknown_model_is_a_usage_error_in_every_command(args, tmp_path, monkeypatch, capsys):
     """An unknown model name exits 2, as any usage error does (README), with the one line
     naming the close matches; in process, through `main`'s own exit-code mapping."""
@@ -421,3 +422,21 @@ def test_generate_bounds_max_new_tokens_by_the_models_context(zoo_cli, fails):
             f"--max-new-tokens must be from 1 to {context} (gpt.pydoc's context), got {n}"
     longest = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(context))
     assert succeeds(longest).startswith("hi")
+
+
+@pytest.mark.parametrize("command", [["check", "resnet8.digits"], ["export", "resnet8.digits", "-b", "onnxruntime"]])
+def test_random_init_with_a_checkpoint_is_refused_not_ignored(command, tmp_path, monkeypatch, capsys):
+    """--random-init asks for untrained weights and --checkpoint for trained ones: the
+    checkpoint used to win silently (the artifact said "checkpoint ..."); now one line, exit 2."""
+    from zoo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", *command, "--checkpoint", str(tmp_path / "run"), "--random-init",
+                                      "-r" if command[0] == "export" else "--precision",
+                                      "out" if command[0] == "export" else "fp32"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1, lines
+    assert "--random-init and --checkpoint" in lines[0] and "give one" in lines[0]
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ import torch
 
 import zoo
 from zoo import AxisRange, Metric, ModelSpec, TensorSpec
-from zoo.errors import InputError, ToleranceError, ZooError
+from zoo.errors import InputError, ToleranceError, UsageError, ZooError
 from zoo.registry import register_plugin, unregister_plugin
 
 
@@ -219,5 +219,8 @@ def test_predict_cli_device_and_the_options_it_refuses(bigram, tmp_path):
         nowhere = CliRunner().invoke(app, [*command, "--checkpoint", str(tmp_path / "ckpt"), "--device", "mps"])
         assert nowhere.exit_code != 0 and str(nowhere.exception) == "unknown device 'mps': cpu or cuda[:N]"
     remote = CliRunner().invoke(app, ["predict", "bigram.test", "hi", "--url", "http://127.0.0.1:9", "--device", "cpu"])
-    assert remote.exit_code != 0 and str(remote.exception) == ("--device choose what runs here; with --url the server "
-                                                               "runs its own model")
+    assert remote.exit_code != 0 and str(remote.exception) == ("--device chooses what runs here; with --url the "
+                                                               "server runs its own model")
+    elsewhere = CliRunner().invoke(app, ["predict", "bigram.test", "hi", "--url", "http://127.0.0.1:9", "-r",
+                                         str(tmp_path)])
+    assert isinstance(elsewhere.exception, UsageError) and str(elsewhere.exception).startswith("--repository chooses")

@@ -56,6 +56,10 @@ def list_(pattern: Optional[str] = typer.Argument(None, help="Wildcard filter, e
     # Specs only: building every model would make one plugin's missing library, or a
     # large model's build time, every listing's problem.
     specs = [registry.get_model(n) for n in registry.list_models(pattern)]
+    if pattern and not specs:  # nothing to list is a name that names no model: a usage error, as elsewhere
+        if not any(c in pattern for c in "*?["):
+            registry.get_model(pattern)  # unknown: its error names the close matches
+        raise UnknownModelError(f"no model matches {pattern!r}; `zoo list` shows the models")
     rows = [{"name": s.name, "domain": s.domain, "task": s.task,
              "inputs": [t.to_json() for t in s.inputs], "plugin": s.plugin} for s in specs]
     if as_json:
@@ -402,9 +406,12 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
         from .client import Client
 
         local = [name for name, value in (("--artifact", artifact), ("--checkpoint", checkpoint),
-                                          ("--device", device)) if value is not None]
+                                          ("--device", device),
+                                          ("--repository", None if repository == Path("exports") else repository))
+                 if value is not None]
         if local:
-            raise InputError(f"{', '.join(local)} choose what runs here; with --url the server runs its own model")
+            raise UsageError(f"{', '.join(local)} {'chooses' if len(local) == 1 else 'choose'} what runs here; "
+                             "with --url the server runs its own model")
 
         client = Client(url)
         kind, binary = client.raw_kind(model), client.raw_binary(model)

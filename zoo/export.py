@@ -57,6 +57,7 @@ DEFAULT_REPOSITORY = Path("exports")
 def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None = None,
                      random_init: bool = False, seed: int = 0) -> tuple[torch.nn.Module, str]:
     """The fp32 eval-mode module to export, and where its weights came from."""
+    one_source(checkpoint, random_init)
     if isinstance(checkpoint, Checkpoint):
         return checkpoint.module(spec), f"checkpoint {checkpoint.path or '(in memory)'}"
     if checkpoint is not None:
@@ -74,6 +75,14 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     return spec.build().eval(), f"random init (seed {seed})"
 
 
+def one_source(checkpoint: str | Path | Checkpoint | None, random_init: bool) -> None:
+    """Untrained weights and a checkpoint are two answers to one question: refused, where
+    the checkpoint used to win silently."""
+    if random_init and checkpoint is not None:
+        raise UsageError(f"--random-init and --checkpoint {getattr(checkpoint, 'path', checkpoint)} name different "
+                         "weights: give one")
+
+
 def at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
                           random_init: bool) -> tuple[ModelSpec, Checkpoint | None]:
     """`spec` at the config of the checkpoint `reference_module` will load, and that
@@ -81,6 +90,7 @@ def at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | 
     are that config's model, and its manifest, description and metric data say so. None
     where the weights come from elsewhere (pretrained, random init, or a missing checkpoint
     that `reference_module` names)."""
+    one_source(checkpoint, random_init)
     if isinstance(checkpoint, Checkpoint) or random_init and checkpoint is None:
         loaded = checkpoint
     elif checkpoint is not None:
