@@ -96,6 +96,17 @@ def test_skipped_artifacts_say_why(faulty_server):
     assert "/" not in index["stale.onnxruntime.fp32"]["reason"].replace("zoo export", "")
 
 
+def test_items_for_a_model_whose_plugin_is_not_loaded_say_what_to_install(faulty_server):
+    """orphan.model takes images through its plugin, which the server lacks: an image item
+    is refused with what to install and the tensors to send instead, not a datatype error."""
+    body = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1], "data": ["a PNG's bytes"]}]}
+    answer = httpx.post(f"{faulty_server.url}/v2/models/orphan.onnxruntime.fp32/infer", json=body, timeout=30)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert "model orphan.model was defined by plugin" in error and "to send it image items" in error, error
+    assert "send the tensors ['image'] instead" in error
+
+
 def test_a_server_with_nothing_to_serve_is_not_ready(serve_repo, tmp_path):
     from starlette.testclient import TestClient
 

@@ -144,8 +144,10 @@ class ServedModel:
     def _raw_input(self, request: InferRequest) -> list[bytes] | None:
         """The items of a domain-native request (one BYTES input named for the raw kind), else None."""
         kind = self.spec.raw_kind
-        if kind is None or len(request.inputs) != 1 or request.inputs[0].datatype != "BYTES" \
-                or request.inputs[0].name != kind:
+        if kind is None:
+            self._refuse_items_without_plugin(request)
+            return None
+        if len(request.inputs) != 1 or request.inputs[0].datatype != "BYTES" or request.inputs[0].name != kind:
             return None
         if any(t.name == kind and t.dtype == "string" for t in self.spec.inputs):
             return None  # the model's own tensor input has this name: the tensor path takes it
@@ -162,6 +164,21 @@ class ServedModel:
                 except UnicodeDecodeError:
                     raise InputError(f"{kind} item {k} is not valid UTF-8") from None
         return items
+
+    def _refuse_items_without_plugin(self, request: InferRequest) -> None:
+        """Items of the kind the artifact's model takes through its plugin (its manifest says
+        which), sent to a server without that plugin: say what to install, not which tensors
+        are missing."""
+        model = self.artifact.manifest["model"]
+        recorded = model.get("raw_input")
+        if not recorded or len(request.inputs) != 1 or request.inputs[0].name != recorded \
+                or request.inputs[0].datatype != "BYTES" \
+                or any(t.name == recorded and t.dtype == "string" for t in self.spec.inputs):  # its own BYTES tensor
+            return
+        from ..standalone import needs_plugin
+
+        raise InputError(f"{needs_plugin(model, f'send it {recorded} items')}; this server has not loaded it, so "
+                         f"send the tensors {[t.name for t in self.spec.inputs]} instead (GET /v2/models/{self.name})")
 
     @property
     def max_items(self) -> int:
