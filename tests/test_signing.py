@@ -252,7 +252,7 @@ def test_serve_require_signature_loads_signed_artifacts_only(exported, keys, tmp
 def test_serve_refuses_an_unreadable_key_at_start(tmp_path):
     (tmp_path / "exports").mkdir()
     result = cli("serve", "exports", "--require-signature", str(tmp_path / "missing.pem"), cwd=tmp_path)
-    assert result.returncode != 0 and "--require-signature: cannot read" in result.stderr
+    assert result.returncode == 2 and "--require-signature: cannot read" in result.stderr
 
 
 def encrypted_keypair(directory: Path, password: bytes) -> tuple[Path, Path]:

@@ -544,7 +544,7 @@ def serve(ctx: typer.Context,
             # a bad key fails here, not once per artifact
             fingerprint(require_signature.read_bytes(), f"--require-signature key {require_signature}")
         except OSError as exc:
-            raise ZooError(f"--require-signature: cannot read {require_signature}: {exc.strerror or exc}") from None
+            raise UsageError(f"--require-signature: cannot read {require_signature}: {exc.strerror or exc}") from None
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
                            preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
                            else None, instances=instances, max_queue_size=max_queue_size,
