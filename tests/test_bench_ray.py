@@ -11,6 +11,12 @@ rows (model, backend, precision, device, batch, status, and the reason of a fail
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +41,7 @@ def failing_backends():
 
 @pytest.fixture
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False,
              _node_ip_address="127.0.0.1")
     yield
     ray.shutdown()
@@ -98,3 +104,87 @@ def test_a_cpu_task_asks_for_a_whole_local_node(monkeypatch, local_ray):
     for driver_cpus in (1, 64):
         monkeypatch.setattr("os.cpu_count", lambda: driver_cpus)
         assert ray_sweep._resources(ray, {"device": "cpu", "threads": None}) == {"num_cpus": 2}
+
+
+def test_a_combination_no_node_can_take_is_a_failed_row_at_once(tmp_path, local_ray):
+    """A CUDA combination on a cluster without a GPU: Ray would keep its task pending for
+    ever; the row says what the cluster lacks, with the local run's status, in seconds."""
+    start = time.monotonic()
+    report = zoo.benchmark(MODELS, ["onnxruntime"], device="cuda", repository=tmp_path, random_init=True, ray="auto",
+                           **{**FAST, "batch_sizes": [1], "timeout": 10})
+    assert [(r["device"], r["status"], r["error"]) for r in report["results"]] == [
+        ("cuda", "failed", "no live node of the Ray cluster has a GPU")]
+    assert time.monotonic() - start < 20  # not the backstop of 2 timeouts and a minute
+
+
+@pytest.mark.parametrize(("asked", "lacking"), [
+    ({"num_cpus": 32}, None), ({"num_gpus": 1, "num_cpus": 1}, None),
+    ({"num_gpus": 1, "num_cpus": 64}, "no live node of the Ray cluster has 1 GPU and 64 CPU"),
+    ({"num_cpus": 96}, "no live node of the Ray cluster has 96 CPU")])  # only the lost node had 96
+def test_what_no_live_node_has_is_named(asked, lacking):
+    from zoo.bench import ray_sweep
+
+    assert ray_sweep._lacking(_Cluster.nodes(), asked) == lacking
+    no_gpu = [n for n in _Cluster.nodes() if "GPU" not in n["Resources"]]
+    assert ray_sweep._lacking(no_gpu, {"num_gpus": 1, "num_cpus": 1}) == "no live node of the Ray cluster has a GPU"
+
+
+FORMS = "local, auto, ray://HOST:PORT (a Ray client server) or HOST:PORT (a head node's GCS)"
+
+
+@pytest.mark.parametrize("address", ["ray://head", "head:port", "http://head:8265", "ray://head:10001/x", ""])
+def test_a_malformed_address_is_a_usage_error(address, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+    from zoo.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["bench", "resnet8.digits", "--ray", address])
+    assert isinstance(result.exception, UsageError) and FORMS in str(result.exception), result.output
+    assert not list(tmp_path.iterdir())  # no report directory, no export
+
+
+def test_a_malformed_address_exits_2_with_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zoo", "bench", "resnet8.digits", "--ray", "foo"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: --ray foo: not a Ray address; give {FORMS}"]
+
+
+@pytest.mark.parametrize("form", ["{}", "ray://{}"])
+def test_an_address_where_nothing_answers_fails_at_once(form, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = form.format(f"127.0.0.1:{port}")
+    start = time.monotonic()
+    with pytest.raises(zoo.ZooError, match=f"--ray {address}: nothing answers at 127.0.0.1:{port}"):
+        zoo.benchmark(MODELS, ["onnxruntime"], repository=tmp_path, random_init=True, ray=address, **FAST)
+    assert time.monotonic() - start < 10
+
+
+def test_sigterm_shuts_ray_down_without_a_crash_dump(tmp_path):
+    """Ray's core worker puts absl's handler on SIGTERM in the driver (a stack dump, then an
+    abort that leaves the instance's processes behind); the sweep exits 143 through ray.shutdown."""
+    running = tmp_path / "running"
+    driver = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from zoo.bench import ray_sweep
+
+        def waits(job, timeout):
+            Path({str(running)!r}).touch()
+            time.sleep(120)
+
+        ray_sweep._combination = waits
+        list(ray_sweep.run_on_ray([{{"device": "cpu", "threads": 1}}], 60, "local"))
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not running.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert "SIGTERM received" not in stderr
+    assert proc.returncode == 128 + signal.SIGTERM, stderr

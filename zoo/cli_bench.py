@@ -96,8 +96,8 @@ _MODEL_NAME = typer.Option(None, help="With --url: the model's name on the serve
                            "(default MODEL).")
 _RAY = typer.Option(None, "--ray", help="Run each combination as a Ray task: `local` "
                     "(a Ray instance on this machine), `auto` (the cluster this machine "
-                    "is in) or ray://HOST:10001; GPU combinations ask for one GPU each "
-                    "(docs/benchmarks.md).")
+                    "is in), ray://HOST:10001 (a Ray client) or HOST:6379 (a head node's GCS); "
+                    "GPU combinations ask for one GPU each (docs/benchmarks.md).")
 _STRICT = typer.Option(False, "--strict", help="Exit 1 also when verification refused a "
                        "combination (status refused), or when --compare found a row too noisy "
                        "to judge; a failed one (crash, exporter error, time-out) always does.")
@@ -153,6 +153,10 @@ def bench(ctx: typer.Context,
     _check_values(o)
     if ray is not None and (url is not None or scenario is not None):
         raise UsageError("--ray runs the combination matrix; it does not go with --url or --scenario")
+    if ray is not None:
+        from .bench.ray_sweep import check_reachable
+
+        check_reachable(ray)  # a malformed address (a usage error), or one where nothing answers, before any work
     if (url is None or scenario is not None) and (metrics_url is not None or shared_memory):
         raise UsageError("--metrics-url and --shared-memory go with --url without --scenario (the concurrency sweep "
                        "of a running server)")

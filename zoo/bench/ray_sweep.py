@@ -21,17 +21,60 @@ its own artifacts. Every node needs zoo and the plugins the sweep uses installed
 Ray `runtime_env`); a plugin file given with `--plugin` must be at the same path on every
 node.
 
+A combination that no live node of the cluster could take (a GPU where no node has one)
+is a failed row at once, saying what the cluster lacks: Ray would keep its task pending
+until such a node joins, and the sweep would wait for it in silence.
+
 "local" starts a Ray instance on this machine for the run and stops it after; "auto"
-joins the cluster this machine belongs to; "ray://HOST:10001" connects a Ray client. An
-instance already started in this process (`ray.init` in a notebook or a test) is used as is.
+joins the cluster this machine belongs to; "ray://HOST:PORT" connects a Ray client (its
+server listens on 10001 by default) and "HOST:PORT" a head node's GCS (6379 by default).
+Any other form is a usage error, and an address where nothing answers a TCP connection
+within `PROBE_TIMEOUT` seconds an error, before `ray.init` (which would retry for minutes).
+An instance already started in this process (`ray.init` in a notebook or a test) is used as is.
 """
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..errors import UnsupportedError, ZooError
+from ..errors import UnsupportedError, UsageError, ZooError
+
+FORMS = "local, auto, ray://HOST:PORT (a Ray client server) or HOST:PORT (a head node's GCS)"
+PROBE_TIMEOUT = 5.0  # seconds a head node has to accept a TCP connection
+_RESOURCE = {"num_cpus": "CPU", "num_gpus": "GPU"}  # ray.remote's argument: ray.nodes()'s resource name
+
+
+def endpoint(address: str) -> tuple[str, int] | None:
+    """The (host, port) `--ray ADDRESS` names; None for "local" and "auto", which name none.
+    A usage error for a form `ray.init` does not take (or takes only to retry for minutes)."""
+    if address in ("local", "auto"):
+        return None
+    inner = address.removeprefix("ray://")
+    try:
+        parts = urlsplit("//" + inner)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        host = port = None
+    if not host or port is None or parts.netloc != inner or "@" in inner:
+        raise UsageError(f"--ray {address}: not a Ray address; give {FORMS}")
+    return host, port
+
+
+def check_reachable(address: str) -> None:
+    """Refuse an address where nothing accepts a TCP connection, in `PROBE_TIMEOUT` seconds."""
+    where = endpoint(address)
+    if where is None:
+        return
+    try:
+        socket.create_connection(where, timeout=PROBE_TIMEOUT).close()
+    except OSError as exc:
+        raise ZooError(f"--ray {address}: nothing answers at {where[0]}:{where[1]} "
+                       f"({exc.strerror or exc}); is Ray running there?") from None
 
 
 def _ray():
@@ -60,29 +103,63 @@ def _resources(ray, job: dict[str, Any]) -> dict[str, float]:
     return {"num_cpus": max(1, min(job.get("threads") or largest, largest))}
 
 
+def _lacking(nodes: Sequence[dict[str, Any]], asked: dict[str, float]) -> str | None:
+    """Why no live node can take a task asking for `asked`; None when one can. (Ray would
+    keep such a task pending, with no error, until a node that has them joins.)"""
+    wanted = {_RESOURCE[k]: v for k, v in asked.items()}
+    live = [n["Resources"] for n in nodes if n.get("Alive")]
+    if any(all(r.get(name, 0) >= v for name, v in wanted.items()) for r in live):
+        return None
+    if wanted.get("GPU") and not any(r.get("GPU", 0) for r in live):
+        return "no live node of the Ray cluster has a GPU"
+    return "no live node of the Ray cluster has " + " and ".join(f"{v:g} {name}" for name, v in wanted.items())
+
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status a shell reports for a process SIGTERM ended
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(TERMINATED)
+
+
 def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, address: str) -> Iterator[Any]:
     """Submit every job (None: a hole, answered None), then yield each outcome in order."""
     ray = _ray()
     started = False
     if not ray.is_initialized():
+        check_reachable(address)
         try:
             ray.init(address=None if address == "local" else address, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise ZooError(f"--ray {address}: cannot start or reach Ray: {exc}") from None
         started = True
+    # Ray's core worker replaces Python's SIGTERM handler with absl's, which dumps a stack
+    # and aborts, leaving this Ray instance's processes behind: exit through `finally` instead
+    terminable = started and threading.current_thread() is threading.main_thread()
+    if terminable:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         remote = ray.remote(max_calls=1, max_retries=0)(_combination)
         # a backstop for a task that never returns (its node lost): two processes' timeouts, and a minute
         limit = None if timeout is None else 2 * timeout + 60
-        refs = [None if job is None else remote.options(**_resources(ray, job)).remote(job, timeout)
-                for job in jobs]
+        nodes = ray.nodes()
+        refs: list[Any] = []  # per job: None (a hole), a failed outcome (no node could run it), or its task
+        for job in jobs:
+            if job is None:
+                refs.append(None)
+                continue
+            asked = _resources(ray, job)
+            lacking = _lacking(nodes, asked)
+            refs.append(("failed", lacking) if lacking else remote.options(**asked).remote(job, timeout))
         for ref in refs:
-            if ref is None:
-                yield None
+            if ref is None or isinstance(ref, tuple):
+                yield ref
                 continue
             try:
                 yield ray.get(ref, timeout=limit)
+            except SystemExit:  # SIGTERM while waiting: `ray.get` re-raises the handler's exit as status 1
+                raise SystemExit(TERMINATED) from None
             except ray.exceptions.GetTimeoutError:
                 ray.cancel(ref, force=True)
                 yield "failed", f"timed out after {limit:g} s on Ray"
@@ -91,3 +168,5 @@ def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, add
     finally:
         if started:
             ray.shutdown()
+        if terminable:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
