@@ -252,7 +252,8 @@ def test_the_selected_checkpoint_is_the_best_validation_epoch(tmp_path):
 
 
 def test_early_stopping_stops_when_validation_stops_improving(tmp_path):
-    frozen = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=0.0, schedule="constant"))
+    # a learning rate too small to move any prediction (a recipe's must be positive)
+    frozen = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=1e-12, schedule="constant"))
     ckpt = zoo.train(frozen, out=tmp_path, epochs=10, progress=False, options=TrainOptions(patience=2))
     # patience counts epochs without a strict improvement; a tie still moves the selection on
     assert ckpt.metrics["stopped_early"] is True and ckpt.metrics["epochs_run"] == 3

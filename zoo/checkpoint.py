@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .errors import CheckpointError
+from .errors import CheckpointError, first_line
 from .fsutil import atomic_directory
 from .spec import ModelSpec
 from .tensors import state_dict_sha256
@@ -78,8 +78,25 @@ class Checkpoint:
             module.load_state_dict(self.state, strict=True)
         except RuntimeError as exc:
             raise CheckpointError(f"checkpoint {self.path} does not fit {spec.name} with config {self.config}: "
-                                  f"{str(exc).splitlines()[0]}") from None
+                                  f"{state_mismatch(module.state_dict(), self.state) or first_line(exc)}") from None
         return module.eval()
+
+
+def state_mismatch(model: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor]) -> str | None:
+    """How the weights `saved` differ from the `model`'s state dict in names and shapes, in
+    one line (None where they do not): the missing and unexpected names, the first shape
+    that differs."""
+    missing_names = [k for k in model if k not in saved]
+    unexpected = [k for k in saved if k not in model]
+    shapes = [(k, list(saved[k].shape), list(v.shape)) for k, v in model.items()
+              if k in saved and saved[k].shape != v.shape]
+    parts = [f"{what} {', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}"
+             for what, names in (("missing", missing_names), ("unexpected", unexpected)) if names]
+    if shapes:
+        name, theirs, ours = shapes[0]
+        more = f" ({len(shapes) - 1} more shapes differ)" if len(shapes) > 1 else ""
+        parts.append(f"{name} has shape {theirs} in the checkpoint, {ours} in the model{more}")
+    return "; ".join(parts) or None
 
 
 def check_replaceable(path: Path) -> None:
@@ -126,6 +143,10 @@ def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkp
         raise CheckpointError(f"checkpoint {path} is corrupted: {exc}") from None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("model"), str):
         raise CheckpointError(f"checkpoint {path}: {META} does not name a model")
+    for name in ("config", "metrics"):
+        if not isinstance(meta.get(name, {}), Mapping):
+            raise CheckpointError(f"checkpoint {path}: {META} field {name} must be an object, got "
+                                  f"{type(meta[name]).__name__}")
     ckpt = Checkpoint(meta["model"], dict(meta.get("config") or {}), state, dict(meta.get("metrics") or {}), path)
     if meta.get("weights_sha256") != ckpt.sha256:
         raise CheckpointError(f"checkpoint {path} is corrupted: its weights do not match the recorded sha256")

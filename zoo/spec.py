@@ -10,6 +10,8 @@ serialize and compare them without importing any domain library.
 from __future__ import annotations
 
 import fnmatch
+import math
+import numbers
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -215,8 +217,31 @@ class Recipe:
     #: seeds the quality tier (`make quality`) trains it over: three where a run is short
     quality_seeds: int = 3
 
+    def __post_init__(self) -> None:
+        # optimizer and schedule names, and whether lr 0 means anything, are the trainer's:
+        # the supervised loop checks its own, a plugin's trainer (spec.trainer) may differ
+        problems = [f"{name} must be {what}, got {value!r}" for name, value, ok, what in (
+            ("epochs", self.epochs, _is_int(self.epochs) and self.epochs >= 1, "an integer of at least 1"),
+            ("batch_size", self.batch_size, _is_int(self.batch_size) and self.batch_size >= 1,
+             "an integer of at least 1"),
+            ("lr", self.lr, _is_number(self.lr) and 0 <= self.lr < math.inf, "a number of at least 0"),
+            ("weight_decay", self.weight_decay, _is_number(self.weight_decay) and 0 <= self.weight_decay < math.inf,
+             "a number of at least 0"),
+            ("val_fraction", self.val_fraction, _is_number(self.val_fraction) and 0 <= self.val_fraction < 1,
+             "in [0, 1)")) if not ok]
+        if problems:
+            raise ZooError(f"training recipe: {'; '.join(problems)}")
+
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _default_tolerances() -> dict[str, Tolerance]:

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ..errors import ZooError
+from ..errors import UsageError, ZooError
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,14 @@ class World:
         got = float(t.item())
         return None if math.isnan(got) else got
 
+    def gather(self, value: Any) -> list[Any]:
+        """Every process's `value` (picklable), in rank order, on every process."""
+        if not self.distributed:
+            return [value]
+        values: list[Any] = [None] * self.size
+        dist.all_gather_object(values, value)
+        return values
+
     def all_reduce_sum(self, value: float) -> float:
         """Sum a number over processes (for throughput and loss across ranks)."""
         if not self.distributed:
@@ -100,12 +111,15 @@ def check_batch_size(batch_size: int, world: World) -> None:
                        f"examples: pass --batch-size of at least {world.size}")
 
 
-def launch(nproc: int, argv: list[str]) -> int:
-    """`zoo train --nproc N ...`: run the same command under torchrun on this host."""
+def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
+    """`zoo train --nproc N ...`: run the same command under torchrun on this host.
+    (exit status, whether a process printed its error): the processes' output passes
+    through, each distinct error line once, and torchrun's own report of a failed process
+    (a traceback of the launcher, not of the run) is left out unless ZOO_DEBUG is set."""
     if nproc < 1:
-        raise ZooError(f"--nproc must be at least 1, got {nproc}")
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
     if "WORLD_SIZE" in os.environ:
-        raise ZooError("--nproc starts torchrun itself; under torchrun, leave it out")
+        raise UsageError("--nproc starts torchrun itself; under torchrun, leave it out")
     if shutil.which("torchrun") is None and not _has_module("torch.distributed.run"):
         raise ZooError("torchrun is not available in this environment")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
@@ -113,7 +127,44 @@ def launch(nproc: int, argv: list[str]) -> int:
     env = dict(os.environ)
     # torchrun sets one OpenMP thread per process; give each process its share of the cores instead
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    return subprocess.call(command, env=env)
+    if os.environ.get("ZOO_DEBUG"):
+        return subprocess.call(command, env=env), False
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:
+        assert process.stderr is not None
+        shown = _relay_stderr(process.stderr)
+    return process.returncode, shown
+
+
+#: torchrun's log lines ("E1127 20:42:00.576000 8414 torch/distributed/elastic/...] failed (exitcode: 1) ...")
+_TORCHRUN_LOG = re.compile(r"^[DIWE]\d{4} [\d:.]+ +\d+ torch/distributed/")
+
+
+def _relay_stderr(stream) -> bool:
+    """Copy the processes' stderr to ours, each error line once (every rank fails alike), and
+    nothing of torchrun's own from its first log line on. Whether an error line came."""
+    seen: set[str] = set()
+    launcher = False
+    for line in stream:
+        launcher = launcher or bool(_TORCHRUN_LOG.match(line))
+        is_error = line.startswith(("error:", "internal error:"))
+        if launcher or line in seen:
+            continue
+        if is_error:
+            seen.add(line)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    return bool(seen)
+
+
+def check_launch(spec, options, out: Path, nproc: int) -> None:
+    """What each of `nproc` processes would refuse, refused once before torchrun starts them."""
+    from .options import run_files
+    from .state import check_resume_point
+
+    if nproc >= 1 and spec.recipe is not None and spec.trainer is None:
+        check_batch_size(options.batch_size or spec.recipe.batch_size, World(0, nproc))
+    if options.resume:
+        check_resume_point(run_files(out)["last"])
 
 
 def _has_module(name: str) -> bool:

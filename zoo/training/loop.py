@@ -16,34 +16,39 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
 from .run import Run, Throughput
-from .state import TrainingState, capture_rng, restore_rng
+from .state import TrainingState, capture_rng, merge_ranks, restore_rng
 
 
 def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     """Train `spec` by its recipe within `run`; returns the selected, evaluated checkpoint."""
     assert spec.recipe is not None and spec.dataset is not None and spec.loss is not None
     recipe, opts, world, device = spec.recipe, run.options, run.world, run.device
+    _check_recipe(spec)
     torch.manual_seed(run.seed)
-    x, y = spec.dataset.load("train")
-    inputs, targets = to_torch(x, spec), torch.from_numpy(np.asarray(y))
+    inputs, targets = _training_split(spec)
     train_idx, val_idx = holdout(len(targets), run.facts["val_fraction"], recipe.seed)
+    if not len(train_idx):
+        raise ZooError(f"{spec.name}: dataset 'train' has {len(targets)} examples and validation holds out "
+                       f"{len(val_idx)} of them (val_fraction {run.facts['val_fraction']:g}), leaving none to "
+                       f"train on")
     batch_size = run.facts["batch_size"]
     check_batch_size(batch_size, world)
     micro_per_epoch = math.ceil(len(train_idx) / batch_size)
     steps_per_epoch = math.ceil(micro_per_epoch / opts.accumulate)
-    run.facts.update(train_examples=len(train_idx), val_examples=len(val_idx))
+    run.facts.update(train_examples=len(train_idx), val_examples=len(val_idx), optimizer=recipe.optimizer,
+                     schedule=recipe.schedule, lr=recipe.lr, weight_decay=recipe.weight_decay)
 
     module, memory_format = _build(spec, opts, device)
     optimizer = _optimizer(module, recipe.optimizer, recipe.lr, recipe.weight_decay)
@@ -96,6 +101,34 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                       _metrics(progress, monitor, epoch, step, throughput))
 
 
+def _check_recipe(spec: ModelSpec) -> None:
+    """What `Recipe` leaves to the trainer: the names and learning rate this loop takes."""
+    recipe = spec.recipe
+    problems = [f"{name} {value!r} is not one of {', '.join(known)}" for name, value, known in (
+        ("optimizer", recipe.optimizer, OPTIMIZERS), ("schedule", recipe.schedule, SCHEDULES)) if value not in known]
+    if not recipe.lr > 0:
+        problems.append(f"lr {recipe.lr} trains nothing: it must be positive")
+    if problems:
+        raise SpecError(f"{spec.name}: training recipe: {'; '.join(problems)}")
+
+
+def _training_split(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The dataset's train split as tensors, refused where inputs and targets do not pair up."""
+    x, y = spec.dataset.load("train")
+    if not isinstance(x, Mapping):
+        raise SpecError(f"{spec.name}: dataset 'train' gives inputs as {type(x).__name__}; expected a dict of "
+                        f"arrays by input name ({', '.join(t.name for t in spec.inputs)})")
+    if isinstance(y, (Mapping, str)) or np.asarray(y).dtype == object or np.ndim(y) == 0:
+        raise SpecError(f"{spec.name}: dataset 'train' gives targets as {type(y).__name__}; expected one array "
+                        f"with a row per example")
+    inputs, targets = to_torch(x, spec), torch.from_numpy(np.asarray(y))
+    for name, value in inputs.items():
+        if len(value) != len(targets):
+            raise SpecError(f"{spec.name}: dataset 'train': inputs have {len(value)} rows ({name}), targets "
+                            f"{len(targets)}")
+    return inputs, targets
+
+
 @dataclass
 class _Steps:
     """The optimizer steps of an epoch, and the resume point after them."""
@@ -136,7 +169,8 @@ class _Steps:
                 total += value * len(idx) * (weight > 0)
                 seen += len(idx) * (weight > 0)
                 update(status=f"epoch {epoch + 1}/{run.epochs} loss {value:.4f}{last}")
-            _optimizer_step(self.module, self.optimizer, self.scheduler, self.scaler, opts.clip_grad_norm)
+            _optimizer_step(spec.name, self.module, self.optimizer, self.scheduler, self.scaler,
+                            opts.clip_grad_norm, world.distributed)
             step += 1
             profiler_step()
             run.log(step, {"train/loss": value, "train/lr": self.scheduler.get_last_lr()[0]})
@@ -146,11 +180,12 @@ class _Steps:
         return step, total, seen, None
 
     def save_last(self, epoch: int, step: int, progress: dict[str, Any]) -> None:
-        spec, scaler = self.spec, self.scaler
+        spec, scaler, weights = self.spec, self.scaler, cpu_state_dict(self.module)
+        _check_finite(spec.name, "weights", {k: v for k, v in weights.items() if v.is_floating_point()})
         self.run.save_last(TrainingState(
-            Checkpoint(spec.name, dict(spec.config), cpu_state_dict(self.module), {"epoch": epoch}), epoch, step,
+            Checkpoint(spec.name, dict(spec.config), weights, {"epoch": epoch}), epoch, step,
             self.optimizer.state_dict(), self.scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
-            capture_rng(self.data_gen), {"progress": progress}))
+            merge_ranks(self.run.world.gather(capture_rng(self.data_gen))), {"progress": progress}))
 
 
 def _shares(order: torch.Tensor, group: range, batch_size: int) -> list[float]:
@@ -181,6 +216,10 @@ def _resume(run: Run, module, optimizer, scheduler, scaler, data_gen) -> tuple[i
     if resumed is None:
         return 0, 0, {"history": [], "val_history": [], "best": None, "best_epoch": None, "stale_epochs": 0,
                       "stopped_early": False}
+    mismatch = state_mismatch(module.state_dict(), resumed.checkpoint.state)
+    if mismatch:
+        raise CheckpointError(f"resume point {run.files['last']} does not fit this run's model ({mismatch}); "
+                              f"start without --resume")
     try:
         module.load_state_dict(resumed.checkpoint.state)
         optimizer.load_state_dict(resumed.optimizer)
@@ -188,7 +227,7 @@ def _resume(run: Run, module, optimizer, scheduler, scaler, data_gen) -> tuple[i
             scheduler.load_state_dict(resumed.scheduler)
         if resumed.scaler:
             scaler.load_state_dict(resumed.scaler)
-        restore_rng(resumed.rng, data_gen)
+        restore_rng(resumed.rng, data_gen, run.world.rank)
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise CheckpointError(f"resume point {run.files['last']} does not fit this run's model, optimizer or "
                               f"schedule ({type(exc).__name__}: {first_line(exc)}); start without --resume") from None
@@ -219,14 +258,37 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
     return value
 
 
-def _optimizer_step(module, optimizer, scheduler, scaler, clip_grad_norm: float | None) -> None:
+def _optimizer_step(name: str, module, optimizer, scheduler, scaler, clip_grad_norm: float | None,
+                    distributed: bool) -> None:
+    """Clip, step, schedule. A gradient that is NaN or infinite stops the run before the step
+    (as fp16's GradScaler skips such a step, except that without loss scaling it is no
+    overflow to retry but a fault of the model), so no weights after it are saved."""
+    if distributed and not scheduler.last_epoch:  # the first step: DDP would fail at the next one
+        unused = [k for k, p in module.named_parameters() if p.requires_grad and p.grad is None]
+        if unused:
+            raise SpecError(f"{name}: parameters {', '.join(unused[:5])} get no gradient under DDP, which needs "
+                            f"every trainable parameter in the loss of each step: use them, freeze them "
+                            f"(requires_grad=False), or train with one process")
     if clip_grad_norm is not None:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
+    if not scaler.is_enabled():
+        _check_finite(name, "gradient", {k: p.grad for k, p in module.named_parameters() if p.grad is not None})
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
+
+
+def _check_finite(name: str, what: str, tensors: dict[str, torch.Tensor]) -> None:
+    """Stop the run, naming the parameters, where any of `tensors` holds a NaN or an infinity."""
+    if not tensors or torch.stack([t.isfinite().all() for t in tensors.values()]).all():
+        return
+    bad = [k for k, t in tensors.items() if not t.isfinite().all()]
+    raise ZooError(f"{name}: non-finite {what} (NaN or infinity) in {', '.join(bad[:5])}"
+                   f"{' ...' if len(bad) > 5 else ''} while the loss is finite: an operation without a finite "
+                   f"derivative at its input (sqrt or log at 0, ...), or a learning rate too high; the run stops "
+                   f"here, its last resume point and selected checkpoint hold the last finite weights")
 
 
 def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: int, train_loss: float,
@@ -339,6 +401,10 @@ def _last(progress: dict[str, Any], monitor: str) -> str:
 def _to(v: torch.Tensor, device: str, memory_format) -> torch.Tensor:
     v = v.to(device)
     return v.contiguous(memory_format=memory_format) if memory_format is not None and v.dim() == 4 else v
+
+
+OPTIMIZERS = ("adamw", "sgd")
+SCHEDULES = ("onecycle", "cosine", "constant")
 
 
 def _optimizer(module: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:

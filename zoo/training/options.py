@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..arguments import check_device
-from ..errors import UnsupportedError, ZooError
+from ..errors import UnsupportedError, UsageError, ZooError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -40,21 +40,21 @@ class TrainOptions:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise ZooError(f"unknown precision {self.precision!r} for training (one of {', '.join(PRECISIONS)})")
+            raise UsageError(f"unknown precision {self.precision!r} for training (one of {', '.join(PRECISIONS)})")
         if self.accumulate < 1:
-            raise ZooError(f"--accumulate must be at least 1, got {self.accumulate}")
+            raise UsageError(f"--accumulate must be at least 1, got {self.accumulate}")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ZooError(f"--batch-size must be at least 1, got {self.batch_size}")
+            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise ZooError(f"--clip-grad-norm must be positive, got {self.clip_grad_norm}")
+            raise UsageError(f"--clip-grad-norm must be positive, got {self.clip_grad_norm}")
         if self.val_fraction is not None and not 0 <= self.val_fraction < 1:
-            raise ZooError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+            raise UsageError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
         if self.patience is not None and self.patience < 1:
-            raise ZooError(f"--patience must be at least 1 epoch, got {self.patience}")
+            raise UsageError(f"--patience must be at least 1 epoch, got {self.patience}")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ZooError(f"--max-steps must be at least 1, got {self.max_steps}")
+            raise UsageError(f"--max-steps must be at least 1, got {self.max_steps}")
         if self.threads is not None and self.threads < 1:
-            raise ZooError(f"--threads must be at least 1, got {self.threads}")
+            raise UsageError(f"--threads must be at least 1, got {self.threads}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +89,20 @@ class TrainOptions:
         if self.channels_last and not has_conv:
             raise ZooError("--channels-last is for convolutional models; this one has no Conv2d")
         return self.channels_last
+
+
+def check_usage(spec, options: TrainOptions, epochs: int | None) -> None:
+    """Refuse, as usage errors (exit status 2), command-line values no run of `spec` can take:
+    `zoo train` checks them before it starts a process (or torchrun's several)."""
+    if epochs is not None and epochs < 1:
+        raise UsageError(f"--epochs must be at least 1, got {epochs}")
+    if spec.recipe is None or spec.trainer is not None:
+        return
+    held = spec.recipe.val_fraction if options.val_fraction is None else options.val_fraction
+    if options.patience is not None and not held:
+        raise UsageError(f"--patience stops when the validation metric stops improving, and {spec.name} holds "
+                         f"no examples out for validation (val_fraction 0): add --val-fraction, e.g. 0.1, or "
+                         f"leave --patience out")
 
 
 def _cpu_has_bf16() -> bool:

@@ -30,7 +30,8 @@ from .state import TrainingState, load_state, save_state
 
 log = logging.getLogger("zoo")
 #: what must be equal for a resumed run to follow the interrupted one exactly
-RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction")
+RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "optimizer", "schedule", "lr",
+               "weight_decay")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
 
 

@@ -42,7 +42,7 @@ class TrainingState:
     optimizer: dict[str, Any]  # an optimizer state_dict, tensors included
     scheduler: dict[str, Any] | None
     scaler: dict[str, Any] | None
-    rng: dict[str, torch.Tensor]  # "torch", "cuda", "data": generator states
+    rng: dict[str, torch.Tensor]  # "torch", "cuda", "data": generator states (see `merge_ranks`)
     run: dict[str, Any]  # history, best metric, patience counter, options: JSON
 
 
@@ -81,11 +81,15 @@ def save_state(path: Path, state: TrainingState) -> Path:
     return path
 
 
-def load_state(path: Path, model: str) -> TrainingState:
-    """Read a resume point written for `model`; a clear error for anything else."""
+def check_resume_point(path: Path) -> None:
     if not (path / STATE).is_file() or not (path / TENSORS).is_file():
         raise CheckpointError(f"no resume point at {path} (expected {STATE} and {TENSORS}): "
                               f"start the run without --resume")
+
+
+def load_state(path: Path, model: str) -> TrainingState:
+    """Read a resume point written for `model`; a clear error for anything else."""
+    check_resume_point(path)
     checkpoint = load_checkpoint(path, expect_model=model)
     try:
         meta = json.loads((path / STATE).read_text())
@@ -120,7 +124,24 @@ def capture_rng(data: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     return rng
 
 
-def restore_rng(rng: Mapping[str, torch.Tensor], data: torch.Generator | None = None) -> None:
+def merge_ranks(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Every process's `capture_rng` in one mapping: rank 0's by name ("torch", "data"), rank
+    r's as "rank<r>.<name>": each process draws its own augmentation, so a resumed run
+    continues exactly only where each restores its own."""
+    merged = dict(states[0])
+    for rank, state in enumerate(states[1:], start=1):
+        merged.update({f"rank{rank}.{k}": v for k, v in state.items()})
+    return merged
+
+
+def restore_rng(rng: Mapping[str, torch.Tensor], data: torch.Generator | None = None, rank: int = 0) -> None:
+    """Restore process `rank`'s generators (a resume point from fewer processes has none for
+    the others, which keep their seeded start)."""
+    if rank:
+        prefix = f"rank{rank}."
+        rng = {k[len(prefix):]: v for k, v in rng.items() if k.startswith(prefix)}
+        if not rng:
+            return
     torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state(rng["cuda"])

@@ -1,0 +1,232 @@
+"""Faults of a model, a dataset or a command line that training must stop on with one clear
+line (and the right exit status), never with an internal error, a traceback or NaN weights
+saved as a result; and resume points that continue every process exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import CheckpointError, SpecError, ZooError
+from zoo.training import TrainOptions
+
+TESTS = Path(__file__).parent
+
+
+def _train_plugin():
+    spec = importlib.util.spec_from_file_location("train_plugin", TESTS / "train_plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PLUGIN = _train_plugin()
+MLP = PLUGIN.SPEC
+
+#: variants of mlp.digits-test for runs through the command line (`zoo --plugin FILE`)
+VARIANTS = f'''
+import dataclasses, sys
+import torch
+import zoo
+sys.path.insert(0, {str(TESTS)!r})
+from train_plugin import MLP, SPEC
+
+
+def noisy(batch, gen):  # augmentation: each process draws from its own generator
+    return {{k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in batch.items()}}
+
+
+class Unused(MLP):
+    def __init__(self):
+        super().__init__()
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+
+@zoo.hookimpl
+def zoo_register_models(register):
+    register(dataclasses.replace(SPEC, name="mlp.digits-aug",
+                                 dataset=dataclasses.replace(SPEC.dataset, augment=noisy)))
+    register(dataclasses.replace(SPEC, name="mlp.digits-unused", build=Unused))
+    register(dataclasses.replace(SPEC, name="mlp.digits-target",
+                                 recipe=dataclasses.replace(SPEC.recipe, epochs=1, target=1.01)))
+'''
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """Run `zoo --plugin <the variants> ...` in a fresh directory; the completed process."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "variants.py").write_text(VARIANTS)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env.pop("ZOO_DEBUG", None)
+        return subprocess.run([sys.executable, "-m", "zoo", "--plugin", str(root / "variants.py"), *args], cwd=root,
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    run.root = root
+    return run
+
+
+# -- non-finite steps ------------------------------------------------------------------
+
+
+class _SqrtOfZero(PLUGIN.MLP):
+    """Finite loss, NaN gradient: d sqrt(z)/dz at z = 0 is infinite, times 0 is NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.z = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return super().forward(image) + 0 * torch.sqrt(self.z)
+
+
+def test_a_non_finite_gradient_stops_the_run_naming_the_parameter_and_saves_nothing(tmp_path):
+    spec = dataclasses.replace(MLP, build=_SqrtOfZero)
+    with pytest.raises(ZooError, match=r"non-finite gradient \(NaN or infinity\) in z while the loss is finite"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "last").exists()
+
+
+# -- resume ----------------------------------------------------------------------------
+
+
+def test_each_rank_restores_its_own_generators():
+    from zoo.training.state import capture_rng, merge_ranks, restore_rng
+
+    gens = [torch.Generator().manual_seed(rank) for rank in (0, 1)]
+    merged = merge_ranks([capture_rng(gen) for gen in gens])
+    expected = [torch.randn(3, generator=gen) for gen in gens]
+    for rank in (0, 1):
+        gen = torch.Generator().manual_seed(99)
+        restore_rng(merged, gen, rank)
+        assert torch.equal(torch.randn(3, generator=gen), expected[rank])
+
+
+def test_a_resumed_two_process_run_with_augmentation_reaches_the_uninterrupted_weights(cli):
+    done = cli("train", "mlp.digits-aug", "--epochs", "2", "--out", "whole", "--nproc", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for args in (["--max-steps", "25"], ["--resume"]):  # an epoch is 20 steps: cut inside the second
+        done = cli("train", "mlp.digits-aug", "--epochs", "2", "--out", "cut", "--nproc", "2", *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    whole, cut = (zoo.load_checkpoint(cli.root / name / "last") for name in ("whole", "cut"))
+    assert whole.sha256 == cut.sha256
+
+
+def test_resume_refuses_another_optimizer_schedule_or_learning_rate(tmp_path):
+    zoo.train(MLP, out=tmp_path, progress=False, options=TrainOptions(max_steps=2))
+    for change in ({"optimizer": "sgd"}, {"schedule": "cosine"}, {"lr": 0.5}, {"weight_decay": 0.1}):
+        spec = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, **change))
+        [(key, value)] = change.items()
+        with pytest.raises(CheckpointError, match=f"was trained with {key}=.*this run asks for {value}"):
+            zoo.train(spec, out=tmp_path, progress=False, options=TrainOptions(resume=True))
+
+
+def test_an_architecture_mismatch_names_the_keys_and_the_first_shape(tmp_path):
+    state = PLUGIN.MLP(hidden=16).state_dict()
+    ckpt = zoo.Checkpoint(MLP.name, {}, {**state, "extra": torch.zeros(1)}, path=tmp_path)
+    with pytest.raises(CheckpointError, match=r"unexpected extra; net.1.weight has shape \[16, 64\] in the "
+                                              r"checkpoint, \[32, 64\] in the model \(2 more shapes differ\)"):
+        ckpt.module(MLP)
+    del state["net.3.bias"]
+    with pytest.raises(CheckpointError, match="missing net.3.bias"):
+        dataclasses.replace(ckpt, state=state).module(MLP)
+
+
+# -- datasets, recipes, checkpoints ----------------------------------------------------
+
+
+def _with_split(fn):
+    def load(split):
+        x, y = PLUGIN.digits.load(split)
+        return fn(x, y) if split == "train" else (x, y)
+
+    return dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, load=load))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda x, y: (x, y[:-7]), r"dataset 'train': inputs have (\d+) rows \(image\), targets (?!\1)"),
+    (lambda x, y: ({"image": x["image"][:-7]}, y), r"dataset 'train': inputs have \d+ rows"),
+    (lambda x, y: (x, {"y": y}), "gives targets as dict; expected one array"),
+    (lambda x, y: ([x["image"]], y), r"gives inputs as list; expected a dict of arrays by input name \(image\)"),
+    (lambda x, y: ({"image": x["image"][:0]}, y[:0]), "dataset 'train' has 0 examples .* leaving none to train on"),
+    (lambda x, y: ({"image": x["image"][:10]}, y[:10]), "has 10 examples and validation holds out 10"),
+])
+def test_a_training_split_that_cannot_train_is_named(tmp_path, fn, message):
+    options = TrainOptions(val_fraction=0.95)
+    with pytest.raises(ZooError, match=message):
+        zoo.train(_with_split(fn), out=tmp_path, progress=False, options=options)
+
+
+@pytest.mark.parametrize("field, value", [("lr", -1.0), ("epochs", 0), ("batch_size", 0),
+                                          ("weight_decay", -0.1), ("val_fraction", 1.0)])
+def test_a_recipe_out_of_range_is_refused_naming_the_field(field, value):
+    with pytest.raises(ZooError, match=f"training recipe: {field} must be .*, got {value}"):
+        zoo.Recipe(**{"epochs": 1, "batch_size": 8, "lr": 1e-3, field: value})
+
+
+def test_a_recipe_the_supervised_loop_cannot_follow_is_named_before_training(tmp_path):
+    spec = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, optimizer="adam", lr=0.0))
+    with pytest.raises(SpecError, match="mlp.digits-test: training recipe: optimizer 'adam' is not one of adamw, "
+                                        "sgd; lr 0.0 trains nothing"):
+        zoo.train(spec, out=tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("field, value", [("config", "notadict"), ("metrics", [1, 2])])
+def test_a_checkpoint_json_field_of_the_wrong_type_is_named(tmp_path, field, value):
+    zoo.Checkpoint(MLP.name, {}, PLUGIN.MLP().state_dict()).save(tmp_path)
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    (tmp_path / "checkpoint.json").write_text(json.dumps({**meta, field: value}))
+    with pytest.raises(CheckpointError, match=f"checkpoint.json field {field} must be an object"):
+        zoo.load_checkpoint(tmp_path)
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "fp8"], "unknown precision 'fp8'"), (["--batch-size", "0"], "--batch-size must be"),
+    (["--accumulate", "0"], "--accumulate must be"), (["--val-fraction", "1"], "--val-fraction must be"),
+    (["--epochs", "-1"], "--epochs must be"), (["--threads", "0"], "--threads must be"),
+    (["--nproc", "0"], "--nproc must be"), (["--config", "hid=3"], "unknown config ['hid']"),
+    (["--patience", "2", "--val-fraction", "0"], "holds no examples out for validation"),
+])
+def test_usage_errors_exit_2_with_one_line(cli, args, message):
+    done = cli("train", "mlp.digits-aug", "--out", "usage", *args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and message in done.stderr.replace("\n", " ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "1"], "a global batch of 1 leaves some of the 2 processes without examples"),
+    (["--resume"], "no resume point at"),
+])
+def test_what_every_process_would_refuse_is_refused_once_before_torchrun(cli, args, message):
+    done = cli("train", "mlp.digits-aug", "--out", "refused", "--nproc", "2", *args)
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and message in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_parameter_without_gradient_under_ddp_is_named_once_without_torchruns_traceback(cli):
+    done = cli("train", "mlp.digits-unused", "--epochs", "1", "--out", "unused", "--nproc", "2")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: mlp.digits-unused: parameters unused get no gradient under DDP, which needs every trainable "
+        "parameter in the loss of each step: use them, freeze them (requires_grad=False), or train with one "
+        "process"], done.stderr
+
+
+def test_a_missed_target_is_warned_once(cli):
+    done = cli("train", "mlp.digits-target", "--out", "target", "--max-steps", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("short of its recipe's target") == 1 and "warning: mlp.digits-target reached test accuracy" in done.stderr
