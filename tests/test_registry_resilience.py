@@ -175,18 +175,21 @@ def test_a_lazy_backend_is_made_when_used_and_one_that_fails_is_named(plugin, tm
 
 
 def test_a_process_that_uses_no_transformers_model_does_not_import_transformers(tmp_path):
-    """zoo-hf registers its models lazily: their configs are read through transformers,
-    about a second of every process's start that exports a vision model otherwise."""
+    """zoo-hf registers its models lazily, and makes their specs from config.json's fields
+    (`zoo_hf.config`): transformers, whose config classes import torch, is imported only
+    when a model is built."""
     script = ("import sys, zoo\n"
               "zoo.get_model('resnet8.digits'); assert zoo.registry.is_registered('hf-bert.tiny')\n"
               "print('transformers' in sys.modules)\n"
-              "zoo.get_model('hf-bert.tiny')\n"
+              "spec = zoo.get_model('hf-bert.tiny')\n"
+              "print('transformers' in sys.modules)\n"
+              "spec.build()\n"
               "print('transformers' in sys.modules)\n")
     clean = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "False", "True"]
 
 
 def test_a_model_name_two_plugins_register_is_still_an_error_naming_both(tmp_path):
