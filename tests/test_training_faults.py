@@ -201,10 +201,24 @@ def test_a_checkpoint_json_field_of_the_wrong_type_is_named(tmp_path, field, val
     (["--nproc", "0"], "--nproc must be"), (["--config", "hid=3"], "unknown config ['hid']"),
     (["--patience", "2", "--val-fraction", "0"], "holds no examples out for validation"),
 ])
-def test_usage_errors_exit_2_with_one_line(cli, args, message):
-    done = cli("train", "mlp.digits-aug", "--out", "usage", *args)
-    assert done.returncode == 2, done.stderr
-    assert len(done.stderr.splitlines()) == 1 and message in done.stderr.replace("\n", " ")
+def test_usage_errors_exit_2_with_one_line(cli, monkeypatch, capsys, args, message):
+    """In process, through `main`'s own exit-code mapping (refused before anything loads);
+    the variants' plugin file is unloaded again, so no other test sees its models."""
+    from zoo import registry
+    from zoo.cli import main
+
+    plugin = cli.root / "variants.py"
+    monkeypatch.chdir(cli.root)
+    monkeypatch.setattr(sys, "argv", ["zoo", "--plugin", str(plugin), "train", "mlp.digits-aug", "--out", "usage",
+                                      *args])
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main()
+    finally:
+        registry.unload_plugin_file(plugin)
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2, stderr
+    assert len(stderr.splitlines()) == 1 and message in stderr.replace("\n", " ")
 
 
 @pytest.mark.parametrize("args, message", [
