@@ -115,11 +115,22 @@ def test_renumbering_really_changes_the_inputs():
     ([b"CCO", b""], "empty SMILES (item 2)"),
     ([b"\xff\xfe"], "item 1 is not UTF-8 text"),
     ([b"C" * (MAX_ATOMS + 1)], f"has {MAX_ATOMS + 1} heavy atoms; this model takes molecules of at most {MAX_ATOMS}"),
+    # RDKit would read what follows the whitespace as the molecule's name: benzene's value, silently
+    ([b"c1ccccc1 CCCCCCCC"], "SMILES 'c1ccccc1 CCCCCCCC' (item 1) contains whitespace"),
+    ([b"CCO", b"CC\tO"], "SMILES 'CC\\tO' (item 2) contains whitespace"),
+    ([b"CC\nCCO"], "(item 1) contains whitespace"),
 ])
 def test_bad_smiles_are_input_errors_naming_the_item(spec, module, items, message):
     with pytest.raises(InputError) as info:
         zoo.predict(spec, module_fn(module, spec), items)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_long_bad_smiles_is_quoted_in_part(spec, module):
+    for smiles in (b"C" * 20_000, b"C" * 20_000 + b"("):  # too many atoms; not valid SMILES
+        with pytest.raises(InputError) as info:
+            zoo.predict(spec, module_fn(module, spec), [smiles])
+        assert len(str(info.value)) < 200 and "'CCCC" in str(info.value) and "20,0" in str(info.value)
 
 
 def test_a_bad_smiles_past_the_first_batch_is_named_by_its_input_number(spec, module):
@@ -130,7 +141,7 @@ def test_a_bad_smiles_past_the_first_batch_is_named_by_its_input_number(spec, mo
     with pytest.raises(InputError) as info:
         zoo.predict(spec, module_fn(module, spec), items)
     assert str(info.value) == (f"invalid SMILES 'C1CC(' (item 2): not valid SMILES syntax (among inputs {step + 1} "
-                               f"to {step + 2} of {step + 2}: item 1 is input {step + 1})")
+                               f"to {step + 2} of {step + 2}: item 1 is input {step + 1}), so item 2 is input {step + 2}")
 
 
 def test_split_is_a_config_value():
@@ -230,6 +241,7 @@ GOOD = [("CCO", -5.0), ("CCC", 2.0), ("c1ccccc1", -0.9), ("CC(=O)O", -6.7), ("CC
     (("CCO", "-inf"), "mols.csv row 5: target is '-inf', not a finite number"),
     (("C1CC", 1.0), "invalid SMILES 'C1CC' (mols.csv row 5): not valid SMILES syntax"),
     (("", 1.0), "empty SMILES (mols.csv row 5)"),
+    (("CCO ethanol", 1.0), "SMILES 'CCO ethanol' (mols.csv row 5) contains whitespace"),
     (("C" * (MAX_ATOMS + 1), 1.0), f"(mols.csv row 5) has {MAX_ATOMS + 1} heavy atoms; the model takes molecules "
                                    f"of at most {MAX_ATOMS}"),
 ])
@@ -250,5 +262,14 @@ def test_a_bad_file_is_refused_saying_what_is_wrong(tmp_path):
         datasets.from_csv(_write_csv(tmp_path / "mols.csv", GOOD[:5]))
     with pytest.raises(ZooError, match="split must be one of random, scaffold"):
         datasets.from_csv(path, split="time")
+    # all training targets equal: standardizing by their spread would make the first loss NaN
+    with pytest.raises(ZooError, match="dataset mols: all 8 training targets equal 1: nothing to learn"):
+        datasets.from_csv(_write_csv(tmp_path / "mols.csv", [(s, 1.0) for s, _ in GOOD[:10]]))
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes("smiles,target\nCCO,1\nCCC,2 (mesur\u00e9)\n".encode("latin-1"))
+    with pytest.raises(ZooError) as info:
+        datasets.from_csv(latin1)
+    assert str(info.value) == ('latin1.csv is not UTF-8 text: the byte at offset 32 (row 3) is 0xe9; '
+                               'save it as UTF-8 (a spreadsheet\'s "CSV UTF-8")')
     with pytest.raises(ZooError, match="molecule 1 \\('CCC'\\) has target nan"):  # data built by hand too
         datasets.PropertyData("mine", ("CCO", "CCC"), np.array([1.0, np.nan], np.float32), {}, ())

@@ -183,13 +183,42 @@ class _SkewedEnv(_PlaneEnv):
     action_space = gymnasium.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32))
 
 
+class _CounterEnv(gymnasium.Env):
+    """Whole-number observations in [0, 9]^3 that never terminate: each action counts one up."""
+
+    observation_space = gymnasium.spaces.Box(0, 9, (3,), np.int64)
+    action_space = gymnasium.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = self.np_random.integers(0, 10, 3)
+        return self.state.copy(), {}
+
+    def step(self, action):
+        self.state[action] = (self.state[action] + 1) % 10
+        return self.state.copy(), 1.0, False, False, {}
+
+
+class _NeedsRenderModeEnv(_CounterEnv):
+    def __init__(self, render_mode):  # gymnasium.make passes none: a TypeError, not a gymnasium.error
+        self.render_mode = render_mode
+
+
+class _WideEnv(_CounterEnv):
+    observation_space = gymnasium.spaces.Box(-10.0, 10.0, (5,), np.float64)
+
+
 @pytest.fixture
 def registered_envs():
-    ids = {"ZooTestPlane-v0": _PlaneEnv, "ZooTestSkewed-v0": _SkewedEnv}
+    ids = {"ZooTestPlane-v0": _PlaneEnv, "ZooTestSkewed-v0": _SkewedEnv, "ZooTestEndless-v0": _CounterEnv,
+           "ZooTestRenderMode-v0": _NeedsRenderModeEnv, "ZooTestBadEntry-v0": "zoo_no_such_module:Env"}
     for env_id, cls in ids.items():
         gymnasium.register(env_id, entry_point=cls)
+    timed = {"ZooTestCounter-v0": _CounterEnv, "ZooTestWide-v0": _WideEnv}
+    for env_id, cls in timed.items():
+        gymnasium.register(env_id, entry_point=cls, max_episode_steps=20)
     yield
-    for env_id in ids:
+    for env_id in [*ids, *timed]:
         gymnasium.registry.pop(env_id)
 
 
@@ -201,6 +230,12 @@ def registered_envs():
     ("ZooTestSkewed-v0", "ZooTestSkewed-v0: the policy takes Box actions with one finite [low, high] for every "
                          "dimension"),
     ("ZooTestAbsent-v0", "Gymnasium cannot make environment 'ZooTestAbsent-v0'"),
+    # any failure of gymnasium.make is the documented error, with the cause's first line
+    ("ZooTestRenderMode-v0", "Gymnasium cannot make environment 'ZooTestRenderMode-v0': "),
+    ("ZooTestBadEntry-v0", "Gymnasium cannot make environment 'ZooTestBadEntry-v0': No module named "
+                           "'zoo_no_such_module'"),
+    # an episode that never ends would hang the evaluation after training
+    ("ZooTestEndless-v0", "ZooTestEndless-v0 has no time limit: register it with max_episode_steps"),
 ])
 def test_an_unsupported_environment_is_refused_by_name(registered_envs, env_id, message):
     from zoo.errors import ZooError
@@ -209,6 +244,33 @@ def test_an_unsupported_environment_is_refused_by_name(registered_envs, env_id, 
     with pytest.raises(ZooError) as info:
         Environment.from_gymnasium(env_id)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_environment_without_a_time_limit_is_refused_however_it_is_described(registered_envs):
+    from zoo.errors import ZooError
+
+    by_hand = envs.Environment("ZooTestEndless-v0", obs_low=(0.0,) * 3, obs_high=(9.0,) * 3, num_actions=3)
+    with pytest.raises(ZooError, match="ZooTestEndless-v0 has no time limit"):
+        envs.mean_return(by_hand, lambda inputs: {"logits": np.zeros((len(inputs["observation"]), 3))})
+
+
+def test_observation_bounds_are_checked_on_every_path(registered_envs):
+    import zoo_rl
+    from zoo.inputs import check_inputs
+
+    counter = zoo_rl.policy_spec("ppo.counter", zoo_rl.Environment.from_gymnasium("ZooTestCounter-v0"))
+    assert counter.preprocess([b"[1, 2.0, 9]"])["observation"].tolist() == [[1, 2, 9]]
+    with pytest.raises(InputError, match="observation \\(item 1\\): entry 1 is 2.5; ZooTestCounter-v0 observations "
+                                         "are whole numbers"):
+        counter.preprocess([b"[1, 2.5, 9]"])
+    # the tensor path (zoo serve, an artifact's runner) refuses what an observation item is refused for
+    wide = zoo_rl.policy_spec("ppo.wide", zoo_rl.Environment.from_gymnasium("ZooTestWide-v0"))
+    assert wide.inputs[0].value_range == (-10.0, 10.0)
+    with pytest.raises(InputError, match="input .observation. has value 1.0+15.*e\\+30 at index \\[0, 4\\]; it takes "
+                                         "values from -10 to 10"):
+        check_inputs({"observation": np.array([[0, 0, 0, 0, 1e30]], np.float32)}, wide, "ppo.wide")
+    assert zoo.get_model("ppo.pendulum").inputs[0].value_range == (-8.0, 8.0)  # one range: the widest dimension's
+    assert zoo.get_model("ppo.cartpole").inputs[0].value_range is None  # unbounded velocities
 
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCarContinuous-v0"])

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 
 from .arguments import domain_items
-from .errors import InputError, ZooError
+from .errors import InputError, NoInputsError, ZooError
 from .serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
 
@@ -119,7 +119,7 @@ class Client:
             raise ZooError(self.no_domain_native(model))
         raw = domain_items(items)
         if not raw:
-            raise InputError(f"give at least one {kind} input")
+            raise NoInputsError(f"give at least one {kind} input")
         if not isinstance(self.metadata(model)["zoo"]["domain_native"]["outputs"], list):
             raise ZooError(f"model {model} takes {kind} inputs but gives tensors, not domain results; use infer()")
         step = self.metadata(model)["zoo"]["domain_native"].get("max_items") or len(raw)  # in requests it admits

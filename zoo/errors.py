@@ -4,6 +4,7 @@ never a traceback (see ``zoo.cli``)."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 
@@ -93,11 +94,21 @@ class InputError(ZooError):
 
     def in_chunk(self, start: int, size: int, total: int) -> "InputError":
         """This error, raised for items[start:start + size] of `total`, saying which input
-        its item numbers (counted within the chunk, from 1) start at; unchanged for the first."""
+        its item numbers (counted within the chunk, from 1) start at, and which input the
+        item it names is; unchanged for the first chunk."""
         if not start:
             return self
         end = min(start + size, total)
-        return InputError(f"{self} (among inputs {start + 1} to {end} of {total}: item 1 is input {start + 1})")
+        named = {int(n) for n in re.findall(r"\bitem (\d+)\b", str(self))}
+        so = ""
+        if len(named) == 1 and 1 < (n := named.pop()) <= end - start:  # one item named: say which input it is
+            so = f", so item {n} is input {start + n}"
+        return InputError(f"{self} (among inputs {start + 1} to {end} of {total}: item 1 is input {start + 1}){so}")
+
+
+class NoInputsError(InputError, UsageError):
+    """No items to predict on: an InputError to a caller of `predict` or `Client.predict`,
+    and to the command line a usage error (exit status 2), as a missing argument is."""
 
 
 def first_line(exc: BaseException) -> str:

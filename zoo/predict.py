@@ -15,7 +15,7 @@ import numpy as np
 
 from .arguments import check_device, check_threads, domain_items
 from .checkpoint import Checkpoint
-from .errors import InputError, ZooError
+from .errors import InputError, NoInputsError, ZooError
 from .registry import get_model
 from .spec import ModelSpec
 
@@ -64,7 +64,7 @@ def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[by
                        f"{', '.join(t.name for t in spec.inputs)})")
     raw = domain_items(items)
     if not raw:
-        raise InputError(f"model {spec.name}: give at least one {spec.raw_kind} input")
+        raise NoInputsError(f"model {spec.name}: give at least one {spec.raw_kind} input")
     return raw
 
 

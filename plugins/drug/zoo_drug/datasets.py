@@ -19,6 +19,7 @@ model is trained on is exactly what it sees when served.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import numpy as np
 
 from zoo.errors import ZooError
 
-from .featurize import featurize, pad, parse
+from .featurize import featurize, pad, parse, quoted
 
 SPLITS = ("random", "scaffold")
 FRACTIONS = (0.8, 0.1, 0.1)  # train / valid / test, as MoleculeNet recommends for FreeSolv
@@ -57,6 +58,11 @@ class PropertyData:
             i = int(bad[0])
             raise ZooError(f"dataset {self.name}: molecule {i} ({self.smiles[i]!r}) has target "
                            f"{self.targets[i]}, not a finite number")
+        # standardization divides by the targets' spread: none gives a NaN loss at the first step
+        train = self.targets[self.parts["train"]] if "train" in self.parts else self.targets[:0]
+        if len(train) and np.ptp(train) == 0:
+            raise ZooError(f"dataset {self.name}: all {len(train)} training targets equal {float(train[0]):g}: "
+                           f"nothing to learn")
 
     @property
     def max_atoms(self) -> int:
@@ -172,7 +178,7 @@ def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_co
     smiles: list[str] = []
     targets: list[float] = []
     graphs = []
-    with file.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
+    with io.StringIO(_text(file), newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
         missing = [c for c in (smiles_column, target_column) if c not in columns]
@@ -184,7 +190,7 @@ def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_co
             text = (row[smiles_column] or "").strip()  # None where a row has fewer cells than the header
             mol = parse(text, where)
             if mol.GetNumAtoms() > MAX_ATOMS:
-                raise ZooError(f"SMILES {text!r} ({where}) has {mol.GetNumAtoms()} heavy atoms; the model "
+                raise ZooError(f"SMILES {quoted(text)} ({where}) has {mol.GetNumAtoms()} heavy atoms; the model "
                                f"takes molecules of at most {MAX_ATOMS}")
             targets.append(_number(row[target_column], f"{where}: {target_column}"))
             smiles.append(text)
@@ -197,6 +203,18 @@ def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_co
         raise ZooError(f"the scaffold split of {file.name}'s {len(smiles)} molecules leaves {' and '.join(empty)} "
                        f"empty (too few distinct scaffolds): give more molecules or split='random'")
     return PropertyData(name, tuple(smiles), np.array(targets, dtype=np.float32), parts, tuple(graphs))
+
+
+def _text(file: Path) -> str:
+    """The file as UTF-8 text (a spreadsheet's byte-order mark dropped), or ZooError naming
+    the first byte that is not UTF-8 and its row."""
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")  # offsets in the message count the mark's bytes
+    except UnicodeDecodeError as exc:
+        row = data.count(b"\n", 0, exc.start) + 1
+        raise ZooError(f"{file.name} is not UTF-8 text: the byte at offset {exc.start} (row {row}) is "
+                       f"0x{data[exc.start]:02x}; save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
 
 
 def _number(cell: str | None, where: str) -> float:

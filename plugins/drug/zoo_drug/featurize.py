@@ -101,6 +101,12 @@ def pad(graphs: Sequence[tuple[np.ndarray, np.ndarray]], atoms: int | None = Non
     return {"atom_features": x, "bond_features": e, "atom_mask": mask}
 
 
+def quoted(smiles: str, limit: int = 40) -> str:
+    """A SMILES for a message: quoted, and cut after `limit` characters (a bad item may be
+    a whole file pasted in)."""
+    return repr(smiles) if len(smiles) <= limit else f"{smiles[:limit]!r}... ({len(smiles):,} characters)"
+
+
 def parse(smiles: str, where: str = "") -> Chem.Mol:
     """An RDKit molecule (implicit hydrogens) from SMILES, or InputError saying why not."""
     from rdkit import Chem, rdBase
@@ -108,6 +114,9 @@ def parse(smiles: str, where: str = "") -> Chem.Mol:
     where = f" ({where})" if where else ""
     if not smiles.strip():
         raise InputError(f"empty SMILES{where}")
+    if len(smiles.split()) > 1:  # RDKit reads the text after whitespace as the molecule's name, silently
+        raise InputError(f"SMILES {quoted(smiles)}{where} contains whitespace: give one molecule, "
+                         f"with no spaces, tabs or line breaks inside it")
     with rdBase.BlockLogs():  # RDKit prints parse errors to stderr; the message says it instead
         mol = Chem.MolFromSmiles(smiles)
         if mol is not None:
@@ -115,7 +124,7 @@ def parse(smiles: str, where: str = "") -> Chem.Mol:
         raw = Chem.MolFromSmiles(smiles, sanitize=False)
         problems = Chem.DetectChemistryProblems(raw) if raw is not None else []
     reason = problems[0].Message() if problems else "not valid SMILES syntax"
-    raise InputError(f"invalid SMILES {smiles!r}{where}: {reason}")
+    raise InputError(f"invalid SMILES {quoted(smiles)}{where}: {reason}")
 
 
 def preprocess_smiles(items: Sequence[bytes], max_atoms: int) -> dict[str, np.ndarray]:
@@ -129,7 +138,7 @@ def preprocess_smiles(items: Sequence[bytes], max_atoms: int) -> dict[str, np.nd
             raise InputError(f"item {k} is not UTF-8 text, so not a SMILES string") from None
         mol = parse(text.strip(), f"item {k}")
         if mol.GetNumAtoms() > max_atoms:
-            raise InputError(f"SMILES {text!r} (item {k}) has {mol.GetNumAtoms()} heavy atoms; "
+            raise InputError(f"SMILES {quoted(text.strip())} (item {k}) has {mol.GetNumAtoms()} heavy atoms; "
                              f"this model takes molecules of at most {max_atoms}")
         graphs.append(featurize(mol))
     if not graphs:

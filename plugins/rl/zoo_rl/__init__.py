@@ -92,7 +92,9 @@ def policy_spec(name: str, env: Environment, *, hidden: int = 64, ppo: PPOConfig
         domain="rl",
         task="continuous-control" if not env.discrete else "discrete-control",
         description=description or f"PPO {gaussian}actor-critic MLP ({hidden}x{hidden} tanh) trained here on {env.id}",
-        inputs=(TensorSpec("observation", "float32", ("batch", env.obs_dim)),),
+        # the observation space's bounds where all are finite: the server and the tensor API then
+        # refuse what an observation item is refused for (per dimension, and whole numbers, only there)
+        inputs=(TensorSpec("observation", "float32", ("batch", env.obs_dim), value_range=env.obs_range),),
         outputs=(head, TensorSpec("value", "float32", ("batch",))),
         axes={"batch": BATCH},
         build=partial(actor_critic, env.obs_dim, hidden, num_actions=env.num_actions, action_dim=env.action_dim,

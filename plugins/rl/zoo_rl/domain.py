@@ -108,6 +108,8 @@ def _observation(env: Environment, item: bytes, n: int) -> np.ndarray:
             raise InputError(f"{where}: entry {j} is {json.dumps(v)[:40]}, not a finite float32 number")
         if not lo <= v <= hi:
             raise InputError(f"{where}: entry {j} = {v:g} is outside {env.id}'s observation space [{lo:g}, {hi:g}]")
+        if env.obs_integer and not float(v).is_integer():
+            raise InputError(f"{where}: entry {j} is {v!r}; {env.id} observations are whole numbers")
         row[j] = v
     return row
 

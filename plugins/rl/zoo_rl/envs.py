@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from zoo.errors import UnsupportedError, ZooError
+from zoo.errors import UnsupportedError, ZooError, first_line
 from zoo.arrays import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
@@ -37,24 +37,23 @@ class Environment:
     action_dim: int = 0  # Box((action_dim,)) between action_low and action_high
     action_low: float = -1.0
     action_high: float = 1.0
+    obs_integer: bool = False  # an integer Box: observations are whole numbers
 
     @classmethod
     def from_gymnasium(cls, env_id: str) -> Environment:
         """The spaces of `gymnasium.make(env_id)`: a 1-D Box observation, and a Discrete
         action (starting at 0) or a 1-D Box action with one finite [low, high] for every
-        dimension (what the policy's outputs are). Any other space is refused by name."""
-        import gymnasium
+        dimension (what the policy's outputs are). Any other space is refused by name, and
+        so is an environment without a time limit (see `make`)."""
         from gymnasium import spaces
 
-        try:
-            game = gymnasium.make(env_id)
-        except gymnasium.error.Error as exc:  # unregistered, a missing extra (box2d, mujoco), ...
-            raise ZooError(f"Gymnasium cannot make environment {env_id!r}: {exc}") from None
-        obs, act = game.observation_space, game.action_space
+        game = _make(env_id)
         game.close()
+        obs, act = game.observation_space, game.action_space
         if not (isinstance(obs, spaces.Box) and len(obs.shape) == 1):
             raise UnsupportedError(f"{env_id}: the policy takes a 1-D Box observation, not {obs}")
-        facts: dict[str, Any] = {"obs_low": tuple(map(float, obs.low)), "obs_high": tuple(map(float, obs.high))}
+        facts: dict[str, Any] = {"obs_low": tuple(map(float, obs.low)), "obs_high": tuple(map(float, obs.high)),
+                                 "obs_integer": bool(np.issubdtype(obs.dtype, np.integer))}
         if isinstance(act, spaces.Discrete) and act.start == 0:
             facts["num_actions"] = int(act.n)
         elif isinstance(act, spaces.Box) and len(act.shape) == 1:
@@ -67,6 +66,8 @@ class Environment:
         else:
             raise UnsupportedError(f"{env_id}: the policy takes a Discrete action (from 0) or a 1-D Box action, "
                                    f"not {act}")
+        if not _time_limited(game):
+            raise _endless(env_id)
         return cls(env_id, **facts)
 
     @property
@@ -82,10 +83,25 @@ class Environment:
         """The exported policy's action output: logits, or the (clipped) action mean."""
         return "logits" if self.discrete else "action"
 
-    def make(self):
-        import gymnasium
+    @property
+    def obs_range(self) -> tuple[float, float] | None:
+        """One [low, high] that holds every observation in float32 (the least low and greatest
+        high, rounded outwards), or None where a dimension is unbounded."""
+        low, high = np.float32(min(self.obs_low)), np.float32(max(self.obs_high))
+        if not np.isfinite([low, high]).all():
+            return None
+        low = low if low <= min(self.obs_low) else np.nextafter(low, np.float32(-np.inf))
+        high = high if high >= max(self.obs_high) else np.nextafter(high, np.float32(np.inf))
+        return float(low), float(high)
 
-        return gymnasium.make(self.id)
+    def make(self):
+        """A new instance; ZooError where Gymnasium cannot make it, or where nothing ends its
+        episodes: evaluation runs every episode to its end."""
+        game = _make(self.id)
+        if not _time_limited(game):
+            game.close()
+            raise _endless(self.id)
+        return game
 
     def make_vector(self, num_envs: int):
         """`num_envs` copies stepped in this process; an episode that ends is reset in the
@@ -107,6 +123,34 @@ class Environment:
         if self.discrete:
             return int(rng.integers(self.num_actions))
         return rng.uniform(self.action_low, self.action_high, self.action_dim).astype(np.float32)
+
+
+def _make(env_id: str):
+    import gymnasium
+
+    try:
+        game = gymnasium.make(env_id)
+    except Exception as exc:  # unregistered, a missing extra (box2d), a broken entry point, a required kwarg
+        raise ZooError(f"Gymnasium cannot make environment {env_id!r}: {first_line(exc)}") from None
+    return game
+
+
+def _time_limited(game) -> bool:
+    """Whether a TimeLimit wrapper (what `max_episode_steps` in the registration adds) ends
+    the episodes: without one, an environment that never terminates hangs every evaluation."""
+    import gymnasium
+    from gymnasium.wrappers import TimeLimit
+
+    while isinstance(game, gymnasium.Wrapper):
+        if isinstance(game, TimeLimit):
+            return True
+        game = game.env
+    return False
+
+
+def _endless(env_id: str) -> ZooError:
+    return ZooError(f"{env_id} has no time limit: register it with max_episode_steps "
+                    f"(gymnasium.register({env_id!r}, ..., max_episode_steps=N)), so that every episode ends")
 
 
 CARTPOLE = Environment("CartPole-v1", obs_low=(-4.8, -math.inf, -0.41887903, -math.inf),
