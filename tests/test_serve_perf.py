@@ -93,7 +93,7 @@ def test_errors_on_a_stream_are_counted_with_the_servers_reason(server):
 
     async def run():
         async with grpc.aio.insecure_channel(server.grpc_url) as channel:
-            return await perf.grpc_stream_closed_loop(channel, [good, bad], 2, 0.5, statuses, reasons=reasons)
+            return await perf.grpc_closed_loop(channel, [good, bad], 2, 0.5, statuses, reasons=reasons, streaming=True)
 
     latencies, errors, _ = asyncio.run(run())
     assert latencies and errors == sum(n for (i, code), n in statuses.items() if i == 1)

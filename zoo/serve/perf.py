@@ -181,10 +181,9 @@ async def _measure(where: Target, name: str, payloads: list | None, own: list | 
     import grpc
 
     async with grpc.aio.insecure_channel(where.grpc, options=CHANNEL_OPTIONS) as channel:
-        loop = grpc_stream_closed_loop if where.streaming else grpc_closed_loop
-
         async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
-            return await loop(channel, payloads or [], c, seconds, own=own, reasons=why)
+            return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own, reasons=why,
+                                          streaming=where.streaming)
 
         return await _timed(run, where, name, warmup, duration, reasons)
 
@@ -335,20 +334,26 @@ def grpc_request(served: str, inputs: Mapping[str, Any], datatypes: Mapping[str,
 
 async def grpc_closed_loop(channel, messages: list[bytes], concurrency: int, duration: float,
                            statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None,
-                           reasons: list[str] | None = None) -> tuple[list[float], int, float]:
+                           reasons: list[str] | None = None, streaming: bool = False) -> tuple[list[float], int, float]:
     """`concurrency` clients sharing `channel` (grpc.aio) in a closed loop over serialized
     ModelInferRequest `messages` (client k over `own[k]` instead, when given) for
     `duration` s: the latencies of the OK answers, how many were not OK, the seconds taken;
     `statuses` counts answers by (message index, status code name); `reasons` gets the
-    first error's status and message."""
-    call = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
+    first error's status and message. `streaming`: each client over a ModelStreamInfer
+    stream of its own (`_grpc_streamer`) instead of unary calls."""
+    if streaming:
+        stream = channel.stream_stream(STREAM_INFER, request_serializer=None, response_deserializer=None)
+        client, make = _grpc_streamer, lambda: stream()
+    else:
+        call = channel.unary_unary(INFER, request_serializer=None, response_deserializer=None)
+        client, make = _grpc_client, lambda: call
     latencies: list[float] = []
     errors = [0]
     statuses = Counter() if statuses is None else statuses
     start = time.perf_counter()
     stop_at = start + duration
-    await asyncio.gather(*(_grpc_client(call, own[k] if own else messages, k, stop_at, latencies, errors, statuses,
-                                        [] if reasons is None else reasons) for k in range(concurrency)))
+    await asyncio.gather(*(client(make(), own[k] if own else messages, k, stop_at, latencies, errors, statuses,
+                                  [] if reasons is None else reasons) for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
@@ -375,26 +380,11 @@ async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, late
             errors[0] += 1
 
 
-async def grpc_stream_closed_loop(channel, messages: list[bytes], concurrency: int, duration: float,
-                                  statuses: Counter | None = None, own: Sequence[list[bytes]] | None = None,
-                                  reasons: list[str] | None = None) -> tuple[list[float], int, float]:
-    """As `grpc_closed_loop`, each client over a ModelStreamInfer stream of its own: it
-    writes a request, reads its answer, writes the next. An answer with an `error_message`
-    is an error (counted by its status, INVALID_ARGUMENT where the server gives none), as is
-    a stream the server ends."""
-    call = channel.stream_stream(STREAM_INFER, request_serializer=None, response_deserializer=None)
-    latencies: list[float] = []
-    errors = [0]
-    statuses = Counter() if statuses is None else statuses
-    start = time.perf_counter()
-    stop_at = start + duration
-    await asyncio.gather(*(_grpc_streamer(call(), own[k] if own else messages, k, stop_at, latencies, errors,
-                                          statuses, [] if reasons is None else reasons) for k in range(concurrency)))
-    return latencies, errors[0], time.perf_counter() - start
-
-
 async def _grpc_streamer(stream, messages: list[bytes], k: int, stop_at: float, latencies: list[float],
                          errors: list[int], statuses: Counter, reasons: list[str]) -> None:
+    """One client over one ModelStreamInfer stream: it writes a request, reads its answer,
+    writes the next. An answer with an `error_message` is an error (counted as
+    INVALID_ARGUMENT: a stream's answers carry no status), as is a stream the server ends."""
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
