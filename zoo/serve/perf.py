@@ -368,16 +368,22 @@ async def _grpc_client(call, messages: list[bytes], k: int, stop_at: float, late
         sent = time.perf_counter()
         try:
             await call(messages[index])
-            code = "OK"
+            code, detail = "OK", ""
         except grpc.aio.AioRpcError as exc:
-            code = exc.code().name
-            if not reasons:
-                reasons.append(f"{code}: {exc.details()}")
-        statuses[index, code] += 1
-        if code == "OK":
-            latencies.append(time.perf_counter() - sent)
-        else:
-            errors[0] += 1
+            code, detail = exc.code().name, exc.details()
+        _tally(index, code, detail, sent, latencies, errors, statuses, reasons)
+
+
+def _tally(index: int, code: str, detail: str, sent: float, latencies: list[float], errors: list[int],
+           statuses: Counter, reasons: list[str]) -> None:
+    """One answer counted: its latency when OK, else an error, the first one's reason kept."""
+    statuses[index, code] += 1
+    if code == "OK":
+        latencies.append(time.perf_counter() - sent)
+        return
+    errors[0] += 1
+    if not reasons:
+        reasons.append(f"{code}: {detail}")
 
 
 async def _grpc_streamer(stream, messages: list[bytes], k: int, stop_at: float, latencies: list[float],
@@ -399,14 +405,7 @@ async def _grpc_streamer(stream, messages: list[bytes], k: int, stop_at: float, 
             if answer is grpc.aio.EOF:  # the server ended the stream: nothing more comes on it
                 raise grpc.aio.AioRpcError(await stream.code(), None, None, await stream.details())
             error = pb.ModelStreamInferResponse.FromString(answer).error_message
-            code = "OK" if not error else "INVALID_ARGUMENT"
-            if error and not reasons:
-                reasons.append(f"{code}: {error}")
-            statuses[index, code] += 1
-            if code == "OK":
-                latencies.append(time.perf_counter() - sent)
-            else:
-                errors[0] += 1
+            _tally(index, "INVALID_ARGUMENT" if error else "OK", error, sent, latencies, errors, statuses, reasons)
         await stream.done_writing()
         await stream.code()
     except grpc.aio.AioRpcError as exc:
