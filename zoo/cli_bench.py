@@ -492,8 +492,8 @@ def optimize(model: str, device: str = typer.Option("cpu", help="cpu or cuda."),
     with _progress() as progress:
         progress.add_task(f"optimizing {model} for {objective} on {device}", total=None)
         result = run(model, device, objective, max_metric_drop, repository, checkpoint=checkpoint,
-                     random_init=random_init, backends=_csv(backends_) if backends_ else None,
-                     precisions=_csv(precisions) if precisions else None, batch=batch, threads=threads,
+                     random_init=random_init, backends=None if backends_ is None else _csv(backends_),
+                     precisions=None if precisions is None else _csv(precisions), batch=batch, threads=threads,
                      min_time=min_time, on_result=lambda row: progress.console.print(
                          _row_line(row) if row.get("precision") else
                          f"[yellow]{escape(row['backend'])}: {escape(row.get('error', 'unavailable'))}[/]",

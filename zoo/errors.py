@@ -111,6 +111,11 @@ class NoInputsError(InputError, UsageError):
     and to the command line a usage error (exit status 2), as a missing argument is."""
 
 
+class SettingError(InputError, UsageError):
+    """A setting of `predict` or `generate` no run can use (max_new_tokens 0, a negative
+    temperature or seed): an InputError to a library caller, exit status 2 on the command line."""
+
+
 def first_line(exc: BaseException) -> str:
     """The gist of a library error: its first non-empty line, without the traceback."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

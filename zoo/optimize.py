@@ -32,7 +32,7 @@ from .artifact import MANIFEST, Artifact
 from .backend import Availability
 from .bench import benchmark
 from .checkpoint import Checkpoint
-from .errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, ZooError
+from .errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, UsageError, ZooError
 from .export import DEFAULT_REPOSITORY, at_checkpoint_config
 from .fsutil import atomic_directory, sha256_file
 from .spec import PRECISIONS, ModelSpec
@@ -122,18 +122,18 @@ _FIGURES = ("batch", "p50_ms", "p90_ms", "p99_ms", "throughput", "noise", "itera
 def _check_options(spec: ModelSpec, objective: str, bound: float | None, threads: int | None,
                    min_time: float) -> None:
     if objective not in OBJECTIVES:
-        raise ZooError(f"unknown objective {objective!r}; choose {' or '.join(OBJECTIVES)}")
+        raise UsageError(f"unknown objective {objective!r}; choose {' or '.join(OBJECTIVES)}")
     if bound is not None:
         if isinstance(bound, bool) or not isinstance(bound, (int, float)) or math.isnan(bound) or bound < 0:
-            raise ZooError(f"--max-metric-drop is the largest allowed worsening of the task metric, a number "
+            raise UsageError(f"--max-metric-drop is the largest allowed worsening of the task metric, a number "
                            f">= 0 in the metric's units (0.01: one accuracy point); got {bound!r}")
         if spec.metric is None:
-            raise ZooError(f"model {spec.name} has no task metric, so --max-metric-drop cannot be checked; leave "
+            raise UsageError(f"model {spec.name} has no task metric, so --max-metric-drop cannot be checked; leave "
                            f"it out: every candidate is still held to the model's per-precision tolerances")
     if threads is not None and threads < 1:
-        raise ZooError(f"--threads must be at least 1, got {threads}")
+        raise UsageError(f"--threads must be at least 1, got {threads}")
     if not min_time > 0:
-        raise ZooError(f"--min-time must be a positive number of seconds, got {min_time!r}")
+        raise UsageError(f"--min-time must be a positive number of seconds, got {min_time!r}")
 
 
 def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
@@ -141,15 +141,16 @@ def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
     if batch is None:
         return 1 if objective == "latency" else r.opt
     if not isinstance(batch, int) or not 1 <= batch <= r.max:
-        raise ZooError(f"batch {batch!r} is outside {spec.name}'s exported range 1..{r.max}")
+        raise UsageError(f"batch {batch!r} is outside {spec.name}'s exported range 1..{r.max}")
     return batch
 
 
 def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict[str, Any]]]:
     """The backends that can run on `device` here, and a row for each that cannot."""
-    chosen = [registry.get_backend(n) for n in names] if names else list(registry.backends().values())
+    # an empty list (`--backends ,`) names none: it used to mean every backend, silently
+    chosen = [registry.get_backend(n) for n in names] if names is not None else list(registry.backends().values())
     if not chosen:
-        raise ZooError("name at least one backend to try")
+        raise UsageError("name at least one backend to try (leave --backends out to try every one)")
     if not any(device in be.precisions for be in chosen):
         known = sorted({d for be in chosen for d in be.devices})
         raise UnsupportedError(f"no backend {'named' if names else 'registered'} here runs on {device!r} "
@@ -178,6 +179,8 @@ def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict
 def _precisions(spec: ModelSpec, device: str, runnable: list, names: Sequence[str] | None) -> list[str]:
     """Every precision some runnable backend offers on `device` that the model states a
     tolerance for, in `PRECISIONS` order; the backends that lack one show up as holes."""
+    if names is not None and not names:
+        raise UsageError("name at least one precision to try (leave --precisions out to try every one)")
     unknown = sorted(set(names or ()) - set(PRECISIONS))
     if unknown:
         raise UnsupportedError(f"unknown precision(s) {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from .arguments import check_device, check_threads, domain_items
 from .checkpoint import Checkpoint
-from .errors import InputError, NoInputsError, ZooError
+from .errors import InputError, NoInputsError, SettingError, ZooError
 from .registry import get_model
 from .spec import ModelSpec
 
@@ -98,14 +98,21 @@ def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 10
                            f"run it on token ids ({', '.join(t.name for t in spec.inputs)}) through the tensor API")
         raise ZooError(f"model {spec.name} is not a language model (task {spec.task})")
     if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        raise SettingError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if not temperature >= 0:
-        raise InputError(f"temperature must be >= 0, got {temperature}")
+        raise SettingError(f"temperature must be >= 0, got {temperature}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        # numpy's generator takes no negative seed: it failed mid-run as an internal error
+        raise SettingError(f"seed must be an integer >= 0, got {seed!r}")
     (name,) = [t.name for t in spec.inputs]
     (logits_name,) = [t.name for t in spec.outputs]
     seq_axis = spec.inputs[0].shape[1]
     window = spec.axes[seq_axis].max if isinstance(seq_axis, str) else int(seq_axis)
-    ids = list(np.asarray(spec.preprocess([prompt.encode()])[name])[0])
+    # a prompt from the command line that is not UTF-8 arrives with its bytes escaped as
+    # lone surrogates (PEP 383): they go to the tokenizer as the bytes they were, which a
+    # byte-level model takes and a text tokenizer refuses as not UTF-8 (strict encoding
+    # raised an internal error instead)
+    ids = list(np.asarray(spec.preprocess([prompt.encode("utf-8", "surrogateescape")])[name])[0])
     if not ids:
         raise InputError("the prompt is empty")
     rng = np.random.default_rng(seed)
@@ -116,6 +123,7 @@ def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 10
         if temperature == 0:
             ids.append(int(logits.argmax()))
         else:
-            p = np.exp((logits - logits.max()) / temperature)
+            with np.errstate(over="ignore"):  # a tiny temperature: -inf, whose exp is 0, is meant
+                p = np.exp((logits - logits.max()) / temperature)
             ids.append(int(rng.choice(len(p), p=p / p.sum())))
     return spec.detokenize(ids[start:])

@@ -31,7 +31,7 @@ def decode(item: bytes, index: int, mode: str) -> Image.Image:
     """One encoded image as a Pillow image in `mode` ("L" or "RGB"); InputError names the
     item (`index` counts from 1). Pillow is imported here, by the first image decoded, not
     by registering the models."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(item)) as image:
@@ -40,7 +40,7 @@ def decode(item: bytes, index: int, mode: str) -> Image.Image:
                 raise InputError(f"image {index} ({len(item)} bytes) is {width} x {height} pixels, more than "
                                  f"the {MAX_PIXELS:,} an input may have")
             image.load()
-            return image.convert(mode)
+            return _to_mode(ImageOps.exif_transpose(image), mode)
     except InputError:
         raise
     except UnidentifiedImageError:
@@ -51,6 +51,30 @@ def decode(item: bytes, index: int, mode: str) -> Image.Image:
         # NotImplementedError, struct.error, IndexError... on malformed files: all the client's input
         reason = str(exc) or type(exc).__name__
         raise InputError(f"image {index} ({len(item)} bytes) does not decode: {reason[:200]}") from None
+
+
+#: Pillow's modes of 16-bit samples (PNG, TIFF, PGM): 0..65535. Older Pillow opens a 16-bit
+#: grayscale PNG as "I" (32-bit), holding the same 0..65535 values.
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """`image` in `mode`, as a viewer shows it:
+    - 16-bit samples scaled to 8 bits (Pillow's own conversion clips them at 255, so a
+      16-bit scan came out as white wherever it held any ink at all);
+    - transparency laid over white, as a browser shows it on a page (Pillow's conversion
+      drops the alpha channel, so a drawing exported with a transparent background, black
+      ink whose shape is only in the alpha channel, came out as one black square).
+    The orientation an EXIF tag gives has been applied by then (ImageOps.exif_transpose)."""
+    from PIL import Image
+
+    if image.mode in _SIXTEEN_BIT:
+        pixels = np.asarray(image).astype(np.float64) / 257.0
+        image = Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), "L")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode in ("P", "L", "RGB") and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return image.convert(mode)
 
 
 def rgb_batch(items: Sequence[bytes], size: int) -> dict[str, np.ndarray]:
