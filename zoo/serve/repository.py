@@ -142,11 +142,8 @@ def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, lis
     for path in list_artifacts(root):
         try:
             loaded.append(open_model(path, options))
-        except ZooError as exc:
-            skipped.append(Skipped(path.name, scrub(str(exc))))
-        except Exception as exc:  # a backend library's own error: the artifact is skipped, the server runs
-            log.error("artifact %s failed to load", path.name, exc_info=exc)
-            skipped.append(Skipped(path.name, scrub(f"failed to load: {exc}")))
+        except Exception as exc:  # the artifact is skipped, the server runs
+            skipped.append(failure(path.name, exc))
     for s in skipped:
         log.warning("skipped %s: %s", s.name, s.reason)
     others = not_artifacts(root)
@@ -155,6 +152,15 @@ def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, lis
                     "short lacks it too; Triton would try to load them: move them out of the repository)",
                     ", ".join(others), MANIFEST)
     return loaded, skipped
+
+
+def failure(name: str, exc: Exception) -> Skipped:
+    """Why artifact `name` did not load, as the index and the log say it: a zoo error in its
+    own words; a backend library's own error logged with its traceback."""
+    if isinstance(exc, ZooError):
+        return Skipped(name, scrub(str(exc)))
+    log.error("artifact %s failed to load", name, exc_info=exc)
+    return Skipped(name, scrub(f"failed to load: {exc}"))
 
 
 def not_artifacts(root: Path) -> list[str]:

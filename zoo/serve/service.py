@@ -24,10 +24,9 @@ import numpy as np
 from . import datatypes as dt
 from . import repository
 from ..artifact import VERSION_DIR
-from ..errors import ZooError
 from ..inputs import wire_shape
 from .classify import classify
-from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundError, ProtocolError, reason_for, scrub
+from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundError, ProtocolError, reason_for
 from .metrics import Metrics
 from .model import ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
@@ -162,16 +161,12 @@ class Server:
         """A load that failed, as Triton answers it (400, the reason): the artifact's fault
         (corrupted, unsigned, a backend that cannot run here), not the server's. A model that
         is served keeps serving; one that is not is UNAVAILABLE in the index with the reason."""
-        if isinstance(exc, ZooError):
-            reason = scrub(str(exc))
-        else:  # a backend library's own error
-            log.error("artifact %s failed to load", name, exc_info=exc)
-            reason = scrub(f"failed to load: {exc}")
-        log.warning("load of %s failed: %s", name, reason)
+        skipped = repository.failure(name, exc)
+        log.warning("load of %s failed: %s", name, skipped.reason)
         if name not in self.models:
-            self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, reason)]
-        return ModelLoadError(f"failed to load {name}: {reason}" + ("; the loaded one keeps serving"
-                                                                   if name in self.models else ""))
+            self.skipped = [*(s for s in self.skipped if s.name != name), skipped]
+        return ModelLoadError(f"failed to load {name}: {skipped.reason}" + ("; the loaded one keeps serving"
+                                                                           if name in self.models else ""))
 
     async def unload(self, name: str) -> None:
         async with self.control:
