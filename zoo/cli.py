@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from . import registry
 from .backend import Availability
-from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
 from .errors import PluginError, UnknownModelError, UsageError, ZooError, first_line
 
 
@@ -567,8 +567,7 @@ def serve(ctx: typer.Context,
 
 def _refuse_unused_batching(ctx: typer.Context, no_batching: bool, no_ragged: bool) -> None:
     """Batching options that `--no-batching` or `--no-ragged` leave without effect are refused, not ignored."""
-    given = {p.opts[0] for p in ctx.command.params
-             if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"}
+    given = {p.opts[0] for p in given_options(ctx)}
     for flag, on, unused in (("--no-batching", no_batching, ("--max-queue-delay-ms", "--preferred-batch-sizes",
                                                              "--max-batch-size", "--no-ragged", "--max-padding")),
                              ("--no-ragged", no_ragged, ("--max-padding",))):

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.report import precision_label
-from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, out
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
 from .errors import UsageError, ZooError
 from .fsutil import check_destination
 
@@ -436,7 +436,7 @@ _ONLY_WITH_COMPARE = ("sigmas", "min_change")
 
 def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool,
                     find_qps: bool = False) -> None:
-    given = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+    given = given_options(ctx)
     server = scenario is not None and "server" in map(_scenario_key, _csv(scenario))
     for mode, active, names, why in (
             ("without --compare", ctx.params.get("compare") is None, _ONLY_WITH_COMPARE,

@@ -30,6 +30,11 @@ def _emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def given_options(ctx: typer.Context) -> list:
+    """The command's parameters given on the command line (not left at their defaults)."""
+    return [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+
+
 def _csv(text: str, kind=str) -> list:
     try:
         return [kind(x.strip()) for x in text.split(",") if x.strip()]
