@@ -7,15 +7,18 @@ and from this working tree (same virtualenv, same defaults; only the `zoo` packa
 differs, the plugins and backends are this tree's), then loads both with `zoo bench --url`
 at one concurrency, alternating which goes first every round, each point after the
 other's, so that the machine's load drifts over both alike. Prints each round's requests/s,
-the medians, and the median of the per-round ratios (this tree over BASE_REV); `--json`
-writes them. On a shared 2-core machine single rounds vary by 30% and more: read the
-paired median, over enough rounds.
+the medians, and the median of the per-round ratios (this tree over BASE_REV); the same
+for the server process's CPU time (user + system, from /proc) per answered request, which
+other work on the machine moves far less than requests/s; `--json` writes them. On a
+shared 2-core machine single rounds' requests/s vary by 30% and more: read the paired
+medians, over enough rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,13 +50,33 @@ def wait_ready(port: int, timeout: float = 120) -> None:
     raise SystemExit(f"the server on port {port} did not become ready in {timeout:.0f} s")
 
 
-def load(model: str, http: int, grpc: int, protocol: str, concurrency: int, seconds: float) -> float:
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def answered(http: int, model: str) -> float:
+    """Requests the server has answered for `model`, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("zoo_inference_requests_total") and f'model="{model}"' in line)
+
+
+def load(model: str, pid: int, http: int, grpc: int, protocol: str, concurrency: int,
+         seconds: float) -> tuple[float, float]:
+    """(requests/s, server CPU ms per answered request) of one load point."""
     url = f"http://127.0.0.1:{http}" if protocol == "http" else f"grpc://127.0.0.1:{grpc}"
-    extra = ["--metrics-url", f"http://127.0.0.1:{http}"] if protocol == "grpc" else []
+    extra = ["--metrics-url", f"http://127.0.0.1:{http}"] if protocol.startswith("grpc") else []
+    extra += ["--streaming"] if protocol == "grpc-stream" else []
+    cpu, requests = server_cpu(pid), answered(http, model)
     out = subprocess.run([PYTHON, "-m", "zoo", "bench", model, "--url", url, *extra, "--concurrency",
                           str(concurrency), "--min-time", str(seconds), "--json"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
-    return float(json.loads(out.stdout)["results"][0]["requests_per_s"])
+    count = answered(http, model) - requests
+    return (float(json.loads(out.stdout)["results"][0]["requests_per_s"]),
+            (server_cpu(pid) - cpu) * 1e3 / count if count else float("nan"))
 
 
 def main() -> int:
@@ -62,7 +85,7 @@ def main() -> int:
     parser.add_argument("repository", type=Path)
     parser.add_argument("model", help="the artifact's Triton name, e.g. resnet8.digits.onnxruntime.fp32")
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--protocols", default="http,grpc", help="of http, grpc, grpc-stream")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--json", type=Path, help="write the rounds and summaries here")
@@ -77,13 +100,16 @@ def main() -> int:
             for _, h, _ in servers.values():
                 wait_ready(h)
             rounds: dict[str, dict[str, list[float]]] = {p: {"base": [], "this": []} for p in protocols}
+            cpus: dict[str, dict[str, list[float]]] = {p: {"base": [], "this": []} for p in protocols}
+            pids = dict(zip(servers, (p.pid for p in procs)))
             for i in range(args.rounds):
                 order = ("base", "this") if i % 2 == 0 else ("this", "base")
                 for protocol in protocols:
                     for side in order:
                         _, h, g = servers[side]
-                        rounds[protocol][side].append(load(args.model, h, g, protocol, args.concurrency,
-                                                           args.seconds))
+                        rate, cpu = load(args.model, pids[side], h, g, protocol, args.concurrency, args.seconds)
+                        rounds[protocol][side].append(rate)
+                        cpus[protocol][side].append(cpu)
         finally:
             for p in procs:
                 p.terminate()
@@ -93,12 +119,22 @@ def main() -> int:
     summary = {}
     for protocol, sides in rounds.items():
         ratios = [t / b for t, b in zip(sides["this"], sides["base"])]
+        cpu = cpus[protocol]
+        cpu_ratios = [t / b for t, b in zip(cpu["this"], cpu["base"])]
         summary[protocol] = {"base_median": statistics.median(sides["base"]),
                              "this_median": statistics.median(sides["this"]),
-                             "paired_ratio_median": statistics.median(ratios), "rounds": sides}
+                             "paired_ratio_median": statistics.median(ratios), "rounds": sides,
+                             "cpu_ms_per_request": {"base_median": statistics.median(cpu["base"]),
+                                                    "this_median": statistics.median(cpu["this"]),
+                                                    "paired_ratio_median": statistics.median(cpu_ratios),
+                                                    "rounds": cpu}}
+        c = summary[protocol]["cpu_ms_per_request"]
         print(f"{protocol}: {args.base} {summary[protocol]['base_median']:.0f} req/s "
               f"{[round(x) for x in sides['base']]}; this tree {summary[protocol]['this_median']:.0f} req/s "
               f"{[round(x) for x in sides['this']]}; paired ratio median {summary[protocol]['paired_ratio_median']:.3f}")
+        print(f"{protocol}: server CPU ms/request {args.base} {c['base_median']:.3f} "
+              f"{[round(x, 3) for x in cpu['base']]}; this tree {c['this_median']:.3f} "
+              f"{[round(x, 3) for x in cpu['this']]}; paired ratio median {c['paired_ratio_median']:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"base": args.base, "model": args.model, "concurrency": args.concurrency,
                                          "seconds": args.seconds, "summary": summary}, indent=2) + "\n")
