@@ -350,3 +350,26 @@ def test_cuda_keeps_tensors_on_the_device(tmp_path, monkeypatch, backend, precis
         assert out.device.type == "cuda" and out.shape == (batch, 10)
         with torch.no_grad():
             torch.testing.assert_close(out.float(), module(image), atol=tol.atol, rtol=tol.rtol)
+
+
+def _spinning_stops(runner) -> bool:
+    """Whether the runner's session stops its threads' spinning when a run returns."""
+    options = runner.session.get_session_options()
+    try:
+        return options.get_session_config_entry("session.force_spinning_stop") == "1"
+    except RuntimeError:  # "SessionOptions does not have configuration with key": not set
+        return False
+
+
+def test_a_served_session_stops_spinning_between_runs_and_an_in_process_one_does_not(tmp_path):
+    """`zoo serve` (and Triton's Python backend model) load a runner whose threads stop
+    spinning when a run returns, leaving the cores to the front end; `zoo.load` (bench,
+    verify, predict) keeps ONNX Runtime's default, threads that spin for the next run."""
+    from zoo.serve.repository import ServeOptions, open_model
+
+    art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path, random_init=True)
+    model, runners = open_model(art.path, ServeOptions())
+    assert runners and all(_spinning_stops(r) for r in runners)
+    assert not _spinning_stops(zoo.load(art.path))
+    out = runners[0]({"image": np.zeros((2, 1, 8, 8), np.float32)})
+    assert out["logits"].shape == (2, 10)

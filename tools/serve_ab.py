@@ -3,8 +3,8 @@
     .venv/bin/python tools/serve_ab.py BASE_REV REPOSITORY MODEL [--rounds 9] [--protocols http,grpc]
 
 Checks BASE_REV out into a temporary git worktree and starts `zoo serve REPOSITORY` from it
-and from this working tree (same virtualenv, same defaults; only the `zoo` package's code
-differs, the plugins and backends are this tree's), then loads both with `zoo bench --url`
+and from this working tree (same virtualenv, same defaults; each runs its own tree's `zoo`
+package, backends and model plugins, first on its path), then loads both with `zoo bench --url`
 at one concurrency, alternating which goes first every round, each point after the
 other's, so that the machine's load drifts over both alike. Prints each round's requests/s,
 the medians, and the median of the per-round ratios (this tree over BASE_REV); the same
@@ -32,9 +32,14 @@ PYTHON = sys.executable
 
 
 def serve(cwd: Path, repository: Path, http: int, grpc: int) -> subprocess.Popen:
-    """`python -m zoo serve` with `cwd` first on the path: that tree's `zoo` package."""
+    """`python -m zoo serve` with `cwd` first on the path: that tree's `zoo` package, and its
+    backends' and model plugins' packages (ahead of the virtualenv's editable installs of
+    this tree's, whose finders come after the path)."""
+    packages = [str(d) for group in ("backends", "libs", "plugins")
+                for d in sorted((cwd / group).iterdir()) if d.is_dir()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), *packages])}
     return subprocess.Popen([PYTHON, "-m", "zoo", "serve", str(repository), "--port", str(http),
-                             "--grpc-port", str(grpc)], cwd=cwd, stdout=subprocess.DEVNULL,
+                             "--grpc-port", str(grpc)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
 
@@ -136,7 +141,8 @@ def main() -> int:
               f"{[round(x, 3) for x in cpu['base']]}; this tree {c['this_median']:.3f} "
               f"{[round(x, 3) for x in cpu['this']]}; paired ratio median {c['paired_ratio_median']:.3f}")
     if args.json:
-        args.json.write_text(json.dumps({"base": args.base, "model": args.model, "concurrency": args.concurrency,
+        base = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True)
+        args.json.write_text(json.dumps({"base": base.stdout.strip() or args.base, "model": args.model, "concurrency": args.concurrency,
                                          "seconds": args.seconds, "summary": summary}, indent=2) + "\n")
     return 0
 

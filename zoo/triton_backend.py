@@ -50,6 +50,7 @@ class TritonPythonModel:
         _utf8_locale()
 
         from .artifact import Artifact
+        from .backend import for_serving
         from .errors import ZooError
         from .inputs import unchecked
         from .vectors import check
@@ -65,7 +66,8 @@ class TritonPythonModel:
         if departures:  # before the runner loads: the reason Triton gives for UNAVAILABLE
             raise ZooError(f"model {self.name}: its Triton configuration does not match the artifact's spec "
                            f"(the exported config.pbtxt does): " + "; ".join(departures))
-        self.runner = art.load(device=device)
+        with for_serving():  # the same runner as `zoo serve`'s, loaded the same way
+            self.runner = art.load(device=device)
         self.run = unchecked(self.runner)  # each request is checked alone in execute, before it is grouped
         sets = art.test_vectors()
         if sets:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..artifact import MANIFEST, Artifact, list_artifacts
+from ..backend import for_serving
 from ..errors import ZooError, first_line
 from ..padding import padding_safe, ragged_axes
 from ..triton import rows_batched
@@ -104,7 +105,8 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     threads = options.threads or (max(1, (os.cpu_count() or 1) // policy.instances) if policy.instances > 1 else None)
 
     def load_runners() -> list:
-        return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
+        with for_serving():
+            return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
 
     runners = load_runners()
     policy = ragged_if_padding_safe(art, spec, policy, runners[0])

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from zoo.backend import Availability, Backend, device_kind, release
+from zoo.backend import Availability, Backend, device_kind, release, serving
 from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, first_line
 
 if TYPE_CHECKING:
@@ -122,6 +122,8 @@ class OnnxRuntimeBackend(Backend):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
             options.intra_op_num_threads = threads
+        if serving():  # its threads spin within a run but stop when it returns, leaving the cores to the front end
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         providers = self.providers(path, spec, precision, device, info=info, stream=stream)
         wanted = providers[0][0]
         if wanted not in ort.get_available_providers():
