@@ -518,7 +518,7 @@ def test_the_script_stops_tritonserver_when_it_is_terminated(tmp_path, sig):
     import signal
     import subprocess
 
-    from tritonserver import _children, free_port
+    from tritonserver import children, free_port
 
     (tmp_path / "models").mkdir()
     script = Path(__file__).resolve().parents[1] / "tools" / "tritonserver.py"
@@ -532,7 +532,7 @@ def test_the_script_stops_tritonserver_when_it_is_terminated(tmp_path, sig):
             lines.append(line)
             if line.startswith("Triton serving"):
                 break
-        started = _children(proc.pid)
+        started = children(proc.pid)
         assert started, "".join(lines)
         proc.send_signal(getattr(signal, sig))
         code = proc.wait(60)

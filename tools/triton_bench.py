@@ -17,9 +17,12 @@ The load is `zoo bench --url`'s (`zoo.serve.perf.sweep`): closed-loop clients on
 pre-encoded requests of one row, binary tensors over HTTP and raw tensors over gRPC (unary
 ModelInfer calls, and `grpc-stream`: one ModelStreamInfer stream per client, as
 `zoo bench --url --streaming` and perf_analyzer's --streaming), at concurrency 1 and 16. Every point alternates between the two servers within each round, so
-drift on a shared machine hits both alike; each figure is the median of the rounds. Also:
-each server's resident memory, idle, after loading (Triton's with its Python stubs). The
-load generator shares the machine's cores with the servers.
+drift on a shared machine hits both alike; each figure is the median of the rounds. Beside
+requests/s, each server's CPU time (user + system, from /proc; Triton's with its Python
+stub processes) per request it answered (its statistics extension's success count, warm-up
+included): what a request costs each server, whatever the load generator costs the machine.
+Also: each server's resident memory, idle, after loading (Triton's with its Python stubs).
+The load generator shares the machine's cores with the servers.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from serve_bench import environment, f, free_port  # noqa: E402
-from tritonserver import Tritonserver, unavailable_reason  # noqa: E402
+from tritonserver import Tritonserver, children, unavailable_reason  # noqa: E402
 
 MODELS = ("resnet8.digits", "minilm-l6.all-v2")
 CONCURRENCY = (1, 16)
@@ -108,14 +111,34 @@ def zoo_serve(repository: Path, log: Path):
             proc.wait()
 
 
-def point(urls: dict[str, str], model: str, protocol: str, concurrency: int, duration: float,
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system) these processes have used so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def answered(http: str, model: str) -> int:
+    """Requests the server says it answered for `model` (the statistics extension, which
+    both servers implement)."""
+    stats = httpx.get(f"{http}/v2/models/{served(model)}/stats", timeout=30).json()
+    return sum(s["inference_stats"]["success"]["count"] for s in stats["model_stats"])
+
+
+def point(urls: dict[str, str], pids: list[int], model: str, protocol: str, concurrency: int, duration: float,
           warmup: float) -> dict[str, Any]:
     from zoo.serve.perf import sweep
 
+    cpu, requests = cpu_seconds(pids), answered(urls["http"], model)
     report = sweep(urls["http" if protocol == "http" else "grpc"], served(model), model, [concurrency], [1],
                    duration=duration, warmup=warmup, distinct=64, metrics_url=urls["http"],
                    streaming=protocol == "grpc-stream")
-    return report["results"][0]
+    count = answered(urls["http"], model) - requests
+    result = report["results"][0]
+    result["server_cpu_ms_per_request"] = (cpu_seconds(pids) - cpu) * 1e3 / count if count else None
+    return result
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -124,18 +147,21 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return statistics.median(values) if values else None
 
     return {"requests_per_s": median("requests_per_s"), "p50_ms": median("p50_ms"), "p99_ms": median("p99_ms"),
+            "server_cpu_ms_per_request": median("server_cpu_ms_per_request"),
             "requests": sum(r["requests"] for r in runs), "errors": sum(r["errors"] for r in runs), "runs": runs}
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = ["| model | protocol | concurrency | zoo serve req/s | Triton req/s | zoo/Triton | zoo p50 / p99 ms | "
-             "Triton p50 / p99 ms | errors |", "|---|---|---|---|---|---|---|---|---|"]
+             "Triton p50 / p99 ms | server CPU ms/request, zoo / Triton | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["points"]:
         z, t = r["zoo"], r["triton"]
         ratio = z["requests_per_s"] / t["requests_per_s"] if z["requests_per_s"] and t["requests_per_s"] else None
         lines.append(f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {f(z['requests_per_s'], 1)} | "
                      f"{f(t['requests_per_s'], 1)} | {f(ratio)}x | {f(z['p50_ms'])} / {f(z['p99_ms'])} | "
-                     f"{f(t['p50_ms'])} / {f(t['p99_ms'])} | {z['errors'] + t['errors']} |")
+                     f"{f(t['p50_ms'])} / {f(t['p99_ms'])} | {f(z.get('server_cpu_ms_per_request'))} / "
+                     f"{f(t.get('server_cpu_ms_per_request'))} | {z['errors'] + t['errors']} |")
     m = report["memory_mib"]
     lines += ["", f"Idle resident memory after loading: zoo serve {m['zoo']:.0f} MiB, "
                   f"Triton {m['triton']:.0f} MiB (server {m['triton_server']:.0f} + Python stubs)."]
@@ -179,6 +205,7 @@ def main() -> None:
                 time.sleep(2)
                 memory = {"zoo": rss(pid) / 2**20, "triton": triton.rss_bytes() / 2**20,
                           "triton_server": rss(triton.proc.pid) / 2**20}
+                pids = {"zoo": [pid], "triton": [triton.proc.pid, *children(triton.proc.pid)]}
                 urls = {"zoo": {"http": http, "grpc": grpc},
                         "triton": {"http": f"http://{triton.http_url}", "grpc": f"grpc://{triton.grpc_url}"}}
                 for k in range(args.rounds):
@@ -187,7 +214,7 @@ def main() -> None:
                         order = ("zoo", "triton") if k % 2 == 0 else ("triton", "zoo")
                         for server in order:
                             runs[model, protocol, c][server].append(
-                                point(urls[server], model, protocol, c, args.duration, args.warmup))
+                                point(urls[server], pids[server], model, protocol, c, args.duration, args.warmup))
         finally:
             triton.stop()
         report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),

@@ -127,7 +127,7 @@ class Tritonserver:
     def rss_bytes(self) -> int:
         """Resident memory of the server and its Python stubs (children)."""
         total = 0
-        for pid in [self.proc.pid, *_children(self.proc.pid)]:
+        for pid in [self.proc.pid, *children(self.proc.pid)]:
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -153,14 +153,14 @@ class Tritonserver:
         self.stop()
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
                 if int(fields[1]) == pid:
-                    found += [int(entry.name), *_children(int(entry.name))]
+                    found += [int(entry.name), *children(int(entry.name))]
     return found
 
 
