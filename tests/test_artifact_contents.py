@@ -106,6 +106,14 @@ def test_the_untouched_copy_opens(copy):
     (lambda m: m["signature"].update(inputs="image"), "signature.inputs"),
     (lambda m: m["test_data"].update(sets=5), "test_data.sets"),
     (lambda m: m.update(precision=32), "precision"),
+    # each of these reached a TypeError, a shape read letter by letter, or an engine error
+    (lambda m: m["test_data"]["sets"][0].update(file=["x"]), r"test_data.sets\[0\].file"),
+    (lambda m: m["model"].update(tolerances={"fp32": "x"}), "model.tolerances.fp32"),
+    (lambda m: m["model"]["tolerances"]["fp32"].update(atol=float("nan")), "model.tolerances.fp32.atol"),
+    (lambda m: m["model"]["tolerances"]["fp32"].update(rtol=-1), "model.tolerances.fp32.rtol"),
+    (lambda m: m["signature"]["inputs"][0].update(value_range="ab"), r"signature.inputs\[0\].value_range"),
+    (lambda m: m["signature"]["inputs"][0].update(shape="batch"), r"signature.inputs\[0\].shape"),
+    (lambda m: m["signature"]["outputs"][0].update(dtype=None), r"signature.outputs\[0\].dtype"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_a_manifest_field_of_the_wrong_type_is_refused_naming_it(copy, edit, field):
     manifest = json.loads((copy / "zoo.json").read_text())

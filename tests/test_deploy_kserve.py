@@ -301,6 +301,23 @@ def test_values_kubernetes_would_reject_are_refused_in_one_line(repository, opti
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("quantity, amount", [
+    ("1e3", 1e3), ("1E3", 1e3), ("1.5e-3", 1.5e-3), ("2e+0", 2),  # a decimal exponent
+    ("1E", 1e18), ("1Pi", 2 ** 50), ("+2", 2), ("1.", 1), ("500m", 0.5), ("2Gi", 2 ** 31),
+])
+def test_every_form_of_a_kubernetes_quantity_is_read(quantity, amount):
+    """Kubernetes' grammar: <signedNumber><suffix>, the suffix binary SI, decimal SI, or
+    e/E and a signed integer; `--cpu 1e3` was refused as not a quantity."""
+    from zoo.deploy import quantity_bytes
+
+    assert quantity_bytes(quantity) == pytest.approx(amount)
+
+
+def test_a_cpu_with_a_decimal_exponent_is_written_as_given(repository):
+    result, = run(call("kserve_manifest", repository, "gs://m/zoo", cpu="1e3"))
+    assert result["ok"][0]["spec"]["predictor"]["model"]["resources"]["limits"]["cpu"] == "1e3", result
+
+
 def test_directories_triton_would_load_are_named(repository, tmp_path):
     root = tmp_path / "models"
     shutil.copytree(repository, root)

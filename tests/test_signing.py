@@ -98,6 +98,17 @@ def test_an_added_or_removed_file_is_refused(artifact, keys):
         verify_signature(artifact, public)
 
 
+def test_a_removed_file_is_named_beside_a_changed_one(artifact, keys):
+    """model-signing says "Missing files in model" (its extra files are "found"): the summary
+    that leaves its digests out must keep that line as it keeps the changed files."""
+    private, public = keys["owner"]
+    sign(artifact, private)
+    (artifact / "config.pbtxt").unlink()
+    (artifact / "zoo.json").write_text((artifact / "zoo.json").read_text() + "\n")
+    with pytest.raises(SignatureError, match=r"Missing files in model '[^']+': config.pbtxt; changed: zoo.json$"):
+        verify_signature(artifact, public)
+
+
 def test_another_key_and_an_unsigned_artifact_are_refused(artifact, keys):
     with pytest.raises(SignatureError, match="is not signed"):
         verify_signature(artifact, keys["owner"][1])
@@ -395,6 +406,9 @@ def test_a_signature_copied_from_another_artifact_names_it(artifact, keys):
     other = artifact.parent / "other.onnxruntime.fp32"
     shutil.copytree(artifact, other)
     manifest = json.loads((other / "zoo.json").read_text())
+    config = other / "config.pbtxt"  # renamed throughout: Triton's name in it is the directory's too
+    config.write_text(config.read_text().replace(f'name: "{ONNX}"', f'name: "{other.name}"', 1))
+    manifest["files"]["config.pbtxt"] = sha256_file(config)
     (other / "zoo.json").write_text(json.dumps({**manifest, "name": other.name, "copied": True}))
     sign(other, private)
     shutil.copy(other / SIGNATURE, artifact / SIGNATURE)

@@ -17,6 +17,7 @@ It needs no model plugin: without one, its spec is the one its manifest describe
 
 from __future__ import annotations
 
+import errno
 import json
 import marshal
 import os
@@ -26,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ArtifactError, BackendUnavailableError, ZooError
+from .errors import ArtifactError, BackendUnavailableError, ZooError, first_line
 from .fsutil import sha256_file
 from .inputs import CheckedRunner
+from .manifest_fields import check_fields
 
 MANIFEST = "zoo.json"
 FORMAT = 1
@@ -51,21 +53,36 @@ def artifact_name(model: str, backend: str, precision: str, method: str | None =
 def safe_member(root: Path, rel: Any, artifact: str) -> Path:
     """Resolve a manifest path inside `root`, refusing anything that could escape it."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
-        raise ArtifactError(f"artifact {artifact}: manifest names an invalid path {rel!r}")
+        raise ArtifactError(f"artifact {artifact}: manifest names an invalid path {shown(rel)}")
     pure = PurePosixPath(rel)
     if pure.is_absolute() or ".." in pure.parts:
-        raise ArtifactError(f"artifact {artifact}: manifest path {rel!r} escapes the artifact directory")
+        raise ArtifactError(f"artifact {artifact}: manifest path {shown(rel)} escapes the artifact directory")
     path = root / pure
-    for parent in [path, *path.parents]:
-        if parent == root:
-            break
-        if parent.is_symlink():  # named as it is: `1`, not the '1/model.onnx' it leads to
-            link = parent.relative_to(root).as_posix()
-            raise ArtifactError(f"artifact {artifact}: {link!r}{'' if link == rel else f' (in {rel!r})'} is a "
-                                f"symbolic link, which is refused")
-    if not path.resolve().is_relative_to(root.resolve()):
-        raise ArtifactError(f"artifact {artifact}: manifest path {rel!r} escapes the artifact directory")
+    try:
+        for parent in [path, *path.parents]:
+            if parent == root:
+                break
+            if parent.is_symlink():  # named as it is: `1`, not the '1/model.onnx' it leads to
+                link = parent.relative_to(root).as_posix()
+                raise ArtifactError(f"artifact {artifact}: {shown(link)}{'' if link == rel else f' (in {shown(rel)})'}"
+                                    f" is a symbolic link, which is refused")
+        inside = path.resolve().is_relative_to(root.resolve())
+    except OSError as exc:  # a name longer than the file system takes (ENAMETOOLONG), and the like
+        why = "too long" if exc.errno == errno.ENAMETOOLONG else exc.strerror or type(exc).__name__
+        raise ArtifactError(f"artifact {artifact}: manifest names an invalid path {shown(rel)} ({why})") from None
+    if not inside:
+        raise ArtifactError(f"artifact {artifact}: manifest path {shown(rel)} escapes the artifact directory")
     return path
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """`value` as a message quotes it, cut to its first `limit` characters: a manifest's
+    path may be thousands of characters long, and a message is one readable line."""
+    if isinstance(value, str) and len(value) > limit:
+        cut = repr(value[:limit])
+        return f"{cut[:-1]}…{cut[-1]}"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass(frozen=True)
@@ -113,12 +130,15 @@ class Artifact:
             raise ArtifactError(f"artifact {label} has no {MANIFEST}: it is incomplete; re-export it") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ArtifactError(f"artifact {label}: {MANIFEST} is unreadable ({exc}); re-export it") from None
+        except RecursionError:  # arrays or objects nested thousands deep: no manifest zoo writes
+            raise ArtifactError(f"artifact {label}: {MANIFEST} is unreadable (nested too deeply); "
+                                f"re-export it") from None
         required = ("format", "model", "backend", "precision", "device", "model_file", "files", "weights")
         if not isinstance(manifest, dict) or any(k not in manifest for k in required):
             raise ArtifactError(f"artifact {label}: {MANIFEST} lacks required fields {required}")
         if manifest["format"] != FORMAT:
             raise ArtifactError(f"artifact {label}: manifest format {manifest['format']!r} is not {FORMAT}; re-export it")
-        _check_fields(manifest, label)
+        check_fields(manifest, label)
         recorded = manifest.get("name")
         if recorded is not None and label != recorded and not _staged_as(label, recorded):
             raise ArtifactError(f"artifact {label}: its manifest names it {recorded!r}. An artifact keeps the name it "
@@ -135,6 +155,7 @@ class Artifact:
                 raise ArtifactError(f"artifact {label}: file {rel} does not match its sha256 in the manifest "
                                     f"(corrupted or modified); re-export it with `zoo export --force`")
         _check_unlisted(path, files, label)
+        _check_config_name(path, files, recorded if recorded is not None and _staged_as(label, recorded) else label)
         for entry in (manifest.get("test_data") or {}).get("sets") or []:
             axes = entry.get("axes") if isinstance(entry, dict) else None
             if not isinstance(axes, dict) or entry.get("file") not in files or not isinstance(axes.get("batch"), int):
@@ -178,9 +199,20 @@ class Artifact:
         return CheckedRunner(runner, spec, self.name)
 
     def weights(self):
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(safe_member(self.path, WEIGHTS, self.name)))
+        try:
+            return load_file(str(safe_member(self.path, WEIGHTS, self.name)))
+        except (SafetensorError, OSError) as exc:
+            raise not_safetensors(self.name, WEIGHTS, exc) from None
+
+
+def not_safetensors(artifact: str, rel: str, exc: Exception) -> ArtifactError:
+    """The error for member `rel` that safetensors cannot read (its hash matched: the manifest
+    was edited with it, or the exporter wrote it so), naming the file, not only the library's words."""
+    why = first_line(exc).removeprefix("Error while deserializing header: ")
+    return ArtifactError(f"artifact {artifact}: {rel} is not a valid safetensors file ({why}); re-export it")
 
 
 def refuse_link_or_missing(path: Path) -> None:
@@ -206,45 +238,22 @@ def list_artifacts(repository: str | Path) -> list[Path]:
 
 #: what an artifact directory holds besides the files its manifest lists and hashes
 UNLISTED_ALLOWED = {MANIFEST, "model.sig"}  # the manifest itself; the signature (zoo.signing) over all the rest
-#: (field, its type) that every reader of a manifest relies on, checked before any is read
-_FIELD_TYPES = (("model", dict), ("backend", dict), ("precision", str), ("device", str), ("model_file", str),
-                ("files", dict), ("weights", dict))
+def _check_config_name(root: Path, files: dict[str, Any], name: str) -> None:
+    """Refuse a listed config.pbtxt that names the model otherwise than its directory:
+    Triton refuses such a model, and zoo would serve under one name what the configuration,
+    copied from another artifact (rehashed, or re-signed), describes under another."""
+    from .triton import CONFIG, config_names
 
-
-def _check_fields(manifest: dict[str, Any], label: str) -> None:
-    """A manifest edited by hand is refused naming its bad field, not met by a TypeError later."""
-    def bad(field: str, want: str) -> ArtifactError:
-        return ArtifactError(f"artifact {label}: manifest field {field} must be {want}; re-export it")
-
-    for field, kind in _FIELD_TYPES:
-        if not isinstance(manifest[field], kind):
-            raise bad(field, "an object" if kind is dict else "a string")
-    if not isinstance(manifest.get("name", ""), str):
-        raise bad("name", "a string")
-    model, backend = manifest["model"], manifest["backend"]
-    if not isinstance(model.get("name"), str) or not model["name"]:
-        raise bad("model.name", "a non-empty string")
-    if not isinstance(model.get("config", {}), dict):
-        raise bad("model.config", "an object")
-    if not isinstance(backend.get("name"), str) or not backend["name"]:
-        raise bad("backend.name", "a non-empty string")
-    for key in ("versions", "info"):
-        if not isinstance(backend.get(key, {}), dict):
-            raise bad(f"backend.{key}", "an object")
-    signature = manifest.get("signature", {})
-    if not isinstance(signature, dict):
-        raise bad("signature", "an object")
-    for key in ("inputs", "outputs"):
-        if key in signature and not (isinstance(signature[key], list)
-                                     and all(isinstance(t, dict) for t in signature[key])):
-            raise bad(f"signature.{key}", "a list of tensors")
-    axes = signature.get("axes", {})
-    if not isinstance(axes, dict) or not all(
-            isinstance(r, list) and len(r) == 3 and all(type(v) is int for v in r) for r in axes.values()):
-        raise bad("signature.axes", "an object of [min, opt, max] integers")
-    test_data = manifest.get("test_data") or {}
-    if not isinstance(test_data, dict) or not isinstance(test_data.get("sets", []), list):
-        raise bad("test_data.sets", "a list")
+    if CONFIG not in files:
+        return
+    try:
+        named = config_names(safe_member(root, CONFIG, name).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"artifact {name}: {CONFIG} is unreadable ({exc}); re-export it") from None
+    wrong = [n for n in named if n != name]
+    if wrong:
+        raise ArtifactError(f"artifact {name}: its {CONFIG} names it {shown(wrong[0])}, while Triton serves it "
+                            f"under its directory's name: rename the directory back, or re-export it")
 
 
 def _staged_as(label: str, name: str) -> bool:

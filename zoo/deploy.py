@@ -64,8 +64,11 @@ RUNTIME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-
 RUNTIME_MAX = 253
 #: the least CPU Kubernetes takes (1m: finer precision is refused)
 CPU_MIN = 1e-3
-#: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5")
-QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+#: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5", "1e3"): its grammar is
+#: <signedNumber><suffix>, the suffix a binary SI one, a decimal SI one, or a decimal exponent
+#: (e or E and a signed integer: "E" alone is exa, "1E3" a thousand)
+QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+                      r"(?:(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|[eE]([+-]?[0-9]+))?$")
 #: a namespace: a DNS-1123 label
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: an image reference, as the distribution project's grammar (`reference/regexp.go`) has it:
@@ -119,8 +122,8 @@ ROUND_MIB = 64
 #: OpenVINO, TensorRT) are not in this project's Triton build, so their memory is not measured;
 #: the former fixed default stays the floor
 NATIVE_FLOOR_MIB = 2048
-_UNITS = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-          "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+_UNITS = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+          "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,9 @@ def quantity_bytes(quantity: str) -> float:
     m = QUANTITY.fullmatch(quantity)
     if not m:
         raise UnsupportedError(f"{quantity!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
-    return float(m[1]) * _UNITS[m[3] or ""]
+    if m[3] is not None:  # a decimal exponent: as float() reads "1.5e3" (inf past its range, not an error)
+        return float(f"{m[1]}e{m[3]}")
+    return float(m[1]) * _UNITS[m[2] or ""]
 
 
 def memory_estimate(facts: RepositoryFacts) -> int:

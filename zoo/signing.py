@@ -155,7 +155,7 @@ def signer(path: str | Path) -> str | None:
     try:
         bundle = json.loads((Path(path) / SIGNATURE).read_text())
         hint = bundle["verificationMaterial"]["publicKey"]["hint"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
     return f"sha256:{hint}" if isinstance(hint, str) and hint else None
 
@@ -200,7 +200,7 @@ def signed_for(path: str | Path) -> str | None:
         bundle = json.loads((Path(path) / SIGNATURE).read_text())
         statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
         name = statement["subject"][0]["name"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
         return None
     return name if isinstance(name, str) and name else None
 
@@ -222,7 +222,9 @@ def _reason(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     # the message is a list's repr: an item holding both quote kinds has them escaped
     changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", text)
-    others = re.findall(r"((?:Extra|Missing) files found in model '[^']*': [^\"\]]+)", text)
+    # model-signing's wordings (verifying.py): "Extra files found in model 'm': a, b" and
+    # "Missing files in model 'm': a, b"
+    others = re.findall(r"((?:Extra files found|Missing files) in model '[^']*': [^\"\]]+)", text)
     if changed or others:
         return "; ".join(others + ([f"changed: {', '.join(changed)}"] if changed else []))
     return text[:600] + ("..." if len(text) > 600 else "")

@@ -32,6 +32,12 @@ TRITON_DTYPES = {
 }
 
 
+#: the configuration Triton reads from a model's directory
+CONFIG = "config.pbtxt"
+#: a top-level `name:` field (nested ones, a tensor's, are indented as `model_config` writes them);
+#: protobuf's text format takes either quote
+_NAME = re.compile(r"""^name\s*:\s*(?:"((?:[^"\\\n]|\\.)*)"|'((?:[^'\\\n]|\\.)*)')""", re.M)
+
 FORMS = ("native", "python")
 PYTHON_RUNTIME = {"backend": "python"}
 #: `1/model.py` of the python form: Triton's Python backend looks for `TritonPythonModel` in it
@@ -71,6 +77,20 @@ def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mappi
     else:
         text = model_config(name, spec, runtime, filename, device)
     (directory / "config.pbtxt").write_text(text)
+
+
+def config_names(text: str) -> list[str]:
+    """The model names a `config.pbtxt`'s top-level `name:` fields give (`model_config`
+    writes one); [] where it gives none, and Triton names the model by its directory."""
+    return [single or _unescaped(double) for double, single in _NAME.findall(text)]
+
+
+def _unescaped(quoted: str) -> str:
+    """A double-quoted name's text: `model_config` writes it as JSON does."""
+    try:
+        return json.loads(f'"{quoted}"')
+    except json.JSONDecodeError:
+        return quoted
 
 
 def batched(spec: ModelSpec) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .arrays import as_numpy
-from .artifact import safe_member
+from .artifact import not_safetensors, safe_member
 from .errors import ArtifactError, VerificationError
 from .spec import AxisRange, ModelSpec, TensorSpec
 from .verify import parity
@@ -143,11 +143,16 @@ def _nbytes(inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray]) -> int
 
 def read(art) -> list[VectorSet]:
     """The artifact's stored sets (files hash-checked when it was opened); [] if it has none."""
+    from safetensors import SafetensorError
+
     spec_inputs = [t["name"] for t in art.manifest["signature"]["inputs"]]
     spec_outputs = [t["name"] for t in art.manifest["signature"]["outputs"]]
     sets = []
     for item in (art.manifest.get("test_data") or {}).get("sets", []):
-        tensors = _load(safe_member(art.path, item["file"], art.name))
+        try:
+            tensors = _load(safe_member(art.path, item["file"], art.name))
+        except (SafetensorError, OSError) as exc:
+            raise not_safetensors(art.name, item["file"], exc) from None
         inputs = {k.removeprefix("input."): v for k, v in tensors.items() if k.startswith("input.")}
         outputs = {k.removeprefix("output."): v for k, v in tensors.items() if k.startswith("output.")}
         if sorted(inputs) != sorted(spec_inputs) or sorted(outputs) != sorted(spec_outputs):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
-from .spec import ModelSpec
+from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
@@ -27,6 +27,13 @@ ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 #: an output whose magnitude is under this many times the `atol` is held relative to it:
 #: see `effective_atol`.
 RELATIVE_BELOW = 10.0
+#: the loosest tolerance `zoo verify` takes from a manifest, where no plugin states the
+#: model's own. rtol: at 1 an output of zeros already passes (|0 - ref| = 1 x |ref|), so a
+#: larger one bounds nothing. atol: the loosest a shipped model states is 2.5 (an int8
+#: policy's); 1e3 leaves room for outputs in large units (pixels, returns) and refuses the
+#: absurd (1e308, which verified anything). Exports are not bounded: a plugin answers for its own.
+MANIFEST_ATOL_MAX = 1e3
+MANIFEST_RTOL_MAX = 1.0
 
 
 def effective_atol(atol: float, magnitude: float) -> float:
@@ -192,6 +199,18 @@ def domain_report(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precisio
     return spec.domain_check(reference, runner, precision=precision)
 
 
+def check_manifest_tolerance(artifact: str, tol: Tolerance, precision: str) -> None:
+    """Refuse a tolerance read from a manifest that bounds nothing (see MANIFEST_ATOL_MAX):
+    without the plugin, the manifest is all that says how close the artifact must stay."""
+    from .errors import ArtifactError
+
+    for key, value, most in (("atol", tol.atol, MANIFEST_ATOL_MAX), ("rtol", tol.rtol, MANIFEST_RTOL_MAX)):
+        if not 0 <= value <= most:  # NaN fails too
+            raise ArtifactError(f"artifact {artifact}: its manifest's {precision} tolerance {key}={value:g} is not "
+                                f"between 0 and {most:g}, so it would bound nothing; re-export it, or verify it "
+                                f"where the model's plugin is loaded")
+
+
 def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     """`zoo verify`: re-check an artifact's files, parity and task metric from scratch.
 
@@ -216,9 +235,11 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
         if not sets:
             raise PluginNotLoadedError(needs_plugin(model, "verify this artifact, which predates test vectors"))
         spec = described_spec(art)
+        check_manifest_tolerance(art.name, spec.tolerance(art.precision), art.precision)
         report = {"artifact": art.name, "model": spec.name, "backend": art.backend, "precision": art.precision,
                   "device": art.device, "reference": "test vectors",
-                  "parity": check(spec, art.load(threads=threads), sets, art.precision)}
+                  "parity": {**check(spec, art.load(threads=threads), sets, art.precision),
+                             "tolerance_from": "manifest"}}
         skipped = {"skipped": needs_plugin(model, "run this check")}
         return {**report, **{key: skipped for key in ("domain", "metric") if art.manifest.get(key) is not None}}
     runner = art.load(threads=threads)
