@@ -24,7 +24,7 @@ from zoo_torch import TorchBackend
 
 import zoo
 from zoo import Dataset, Metric, Tolerance, registry
-from zoo.errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, ZooError
+from zoo.errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, UsageError, ZooError
 from zoo.optimize import optimize, print_optimize
 
 FAST = dict(random_init=True, min_time=0.05)
@@ -190,11 +190,12 @@ def test_throughput_is_measured_at_the_typical_batch_and_without_a_bound_int8_qu
 
 @pytest.mark.parametrize("options, error, match", [
     (dict(objective="speed"), ZooError, "unknown objective"),
-    (dict(device="tpu"), UnsupportedError, "runs on 'tpu'"),
+    (dict(device="tpu"), UsageError, "--device: unknown 'tpu'; choose from cpu"),
     (dict(max_metric_drop=-0.01), ZooError, ">= 0"),
     (dict(max_metric_drop=math.nan), ZooError, ">= 0"),
     (dict(batch=1000), ZooError, "outside"),
-    (dict(precisions=["fp64"]), UnsupportedError, "unknown precision"),
+    (dict(precisions=["fp64"]), UsageError, "--precisions: unknown fp64"),
+    (dict(backends=["nosuch"]), UsageError, "--backends: unknown backend 'nosuch'"),
     (dict(backends=["tensorrt"]), UnsupportedError, "no backend named here runs on 'cpu'"),
     pytest.param(dict(device="cuda", backends=["torch"]), BackendUnavailableError, "no backend can run on cuda",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch runs on this machine's GPU")),

@@ -46,12 +46,36 @@ def test_options_no_run_can_use_are_usage_errors(tmp_path, options, match):
     (["--objective", "speed"], "unknown objective"),
     (["--batch", "0"], "outside"),
     (["--max-metric-drop", "nan"], ">= 0"),
+    # names no run can know: usage errors as in `zoo bench`, not exit-1 library errors
+    (["--backends", "nosuch"], "--backends: unknown backend 'nosuch'"),
+    (["--precisions", "int4"], "--precisions: unknown int4"),
+    (["--device", "tpu"], "--device: unknown 'tpu'; choose from cpu"),
+    # a repository that cannot be written, found before the candidates rather than at the final rename
+    (["-r", "afile"], "--repository afile: exists and is not a directory"),
+    (["-r", "afile/sub"], "--repository afile/sub: afile is not a directory"),
+    (["-r", "/proc/zz"], "--repository /proc/zz: /proc is not writable"),
 ])
 def test_the_cli_exits_2_on_a_usage_error(tmp_path, monkeypatch, capsys, args, match):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
     monkeypatch.setattr(sys, "argv", ["zoo", "optimize", "resnet8.digits", "--random-init", *args])
     with pytest.raises(SystemExit) as exited:
         cli.main()
     assert exited.value.code == 2
     assert match in capsys.readouterr().err
     assert not (tmp_path / "exports").exists()
+
+
+def test_a_missing_checkpoint_is_refused_once_before_any_candidate(tmp_path, monkeypatch, capsys):
+    """Without a checkpoint (and without --random-init) every candidate's export would fail
+    alike: one line naming what to run, as `zoo export` gives, not one failed row per candidate."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", "optimize", "resnet8.digits", "--objective", "latency",
+                                      "--max-metric-drop", "0.01", "-r", "optA"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("error: no checkpoint for resnet8.digits at checkpoints/resnet8.digits: run "
+                               "`zoo train resnet8.digits` first") and "--random-init" in lines[0]
+    assert list(tmp_path.iterdir()) == []

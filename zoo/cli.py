@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from . import registry
 from .backend import Availability
-from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
+from .cli_common import (JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options,
+                         known_backend, out, writable_repository)
 from .errors import PluginError, UnknownModelError, UsageError, ZooError, first_line
 
 
@@ -241,6 +242,8 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
 
     if password_env is not None and sign_key is None:
         raise UsageError("--password-env goes with --sign: it unlocks the signing key")
+    _check_export_choices(backend, precision, device, quantization, triton)
+    writable_repository(repository)  # before the export, not at its final rename
     password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
               force=force, quantization=quantization, triton=triton, resign=sign_key is not None)
@@ -265,6 +268,25 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
         facts = {k: v for k, v in art.manifest["domain"].items() if isinstance(v, (int, float, str))}
         out.print("domain check: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                for k, v in facts.items()))
+
+
+def _check_export_choices(backend: str, precision: str, device: str, quantization: Optional[str],
+                          triton: Optional[str]) -> None:
+    """Refuse a name no export knows (backend, precision, device, int8 method, Triton form) as a
+    usage error, exit 2, as `zoo bench` and `zoo optimize` do; a known one that this backend or
+    machine does not offer stays the library's own error (exit 1)."""
+    from .bench.matrix import check_names
+    from .spec import QUANTIZATIONS
+    from .triton import FORMS
+
+    known_backend(backend)
+    check_names([precision], [device])
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"--quantization: unknown {quantization!r}; choose {' or '.join(QUANTIZATIONS)}")
+    if quantization is not None and precision != "int8":
+        raise UsageError(f"--quantization {quantization} applies to int8 exports, not {precision}")
+    if triton is not None and triton not in FORMS:
+        raise UsageError(f"--triton: unknown {triton!r}; choose {' or '.join(FORMS)}")
 
 
 @app.command()
@@ -530,6 +552,9 @@ def serve(ctx: typer.Context,
     from .serve.repository import ServeOptions
     from .serve.server import run
 
+    if repository.exists() and not repository.is_dir():  # it is there: "export a model first" would mislead
+        raise UsageError(f"REPOSITORY {repository} is a file, not a directory: give the directory `zoo export` "
+                         "writes into (default exports)")
     if not repository.is_dir():
         raise ZooError(f"no model repository at {repository}: export a model first (`zoo export MODEL -b BACKEND`)")
     for name, value in {"--max-batch-size": max_batch_size, "--instances": instances, "--threads": threads,
@@ -625,6 +650,7 @@ def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(0.5, help
 
     from .cli_bench import print_bench
 
+    writable_repository(repository)  # before the training and exports
     print_bench(run(repository, min_time=min_time, console=out, only=_csv(backends_) if backends_ else None))
 
 

@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.report import precision_label
-from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
+from .cli_common import (JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out,
+                         writable_repository)
 from .errors import UsageError, ZooError
 from .fsutil import check_destination
 
@@ -42,14 +43,16 @@ def print_bench(report: dict[str, Any], console: Console | None = None) -> None:
     title = f"{', '.join(report.get('models') or [report.get('model', '')])} on {env['cpu']}" + (
         f" + {env['gpu']}" if env.get("gpu") else "")
     _table(["model", "backend", "precision", "device", "batch", "lengths", "p50 ms", "p90 ms", "p99 ms",
-            "samples/s", "peak MB", "export s", "size MB (10^6 B)", "max |err|", "metric Δ"], rows, title=title)
+            "samples/s", "host MB", "export s", "size MB (10^6 B)", "max |err|", "metric Δ"], rows, title=title)
     for line in holes:
         console.print(f"[yellow]{escape(line)}[/]", highlight=False)
 
 
 def _progress() -> Progress:
+    # off where stderr is no terminal (CI logs, a pipe): there it drew nothing but left a blank
+    # line, before a one-line error too; the rows it prints through its console still show
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err, transient=True)
+                    console=err, transient=True, disable=not err.is_terminal)
 
 
 def _row_line(r: dict[str, Any]) -> str:
@@ -142,8 +145,6 @@ def bench(ctx: typer.Context,
     --compare finds a regression or compared nothing (no row pairs with the baseline's), or with
     --strict when one was refused or a compared row was too noisy to judge; 2 for a usage error,
     before anything runs."""
-    from .bench.report import load_report
-
     o = SimpleNamespace(**ctx.params)
     _refuse_ignored(ctx, url, scenario, bool(artifact), find_qps)
     if models is None and not artifact:
@@ -164,10 +165,12 @@ def bench(ctx: typer.Context,
         check_destination(output, "--output", directory=False)
     if url is not None and scenario is None:
         return _sweep_server(o)
-    baseline = load_report(compare) if compare else None  # a bad baseline fails before a long run
+    baseline = _baseline(compare) if compare else None
     directory = (Path(report_dir) if report_dir is not None
                  else Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
     check_destination(directory, "--report-dir")
+    if url is None and not artifact:  # the matrix and in-process LoadGen export into it
+        writable_repository(repository)
     from .bench.matrix import Interrupted
 
     made = not directory.exists()
@@ -177,6 +180,17 @@ def bench(ctx: typer.Context,
         _interrupted(exc.report, directory if made else None, directory, output, as_json)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
             compare_path=compare)
+
+
+def _baseline(compare: Path) -> dict[str, Any]:
+    """The --compare report, read before the run: one that is missing or is no report is a
+    usage error (exit 2), refused before any work, not a failed run (exit 1)."""
+    from .bench.report import load_report
+
+    try:
+        return load_report(compare)
+    except ZooError as exc:
+        raise UsageError(f"--compare: {exc}") from None
 
 
 def _interrupted(report: dict[str, Any], made: Optional[Path], directory: Path, output: Optional[Path],

@@ -31,10 +31,12 @@ from . import registry
 from .artifact import MANIFEST, Artifact
 from .backend import Availability
 from .bench import benchmark
-from .checkpoint import Checkpoint
-from .errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, UsageError, ZooError
+from .checkpoint import Checkpoint, default_path, missing
+from .bench.compare import MAX_THRESHOLD
+from .errors import (BackendUnavailableError, ExportError, ToleranceError, UnknownBackendError, UnsupportedError,
+                     UsageError, ZooError)
 from .export import DEFAULT_REPOSITORY, at_checkpoint_config
-from .fsutil import atomic_directory, sha256_file
+from .fsutil import atomic_directory, check_destination, sha256_file
 from .spec import PRECISIONS, ModelSpec
 from .triton import triton_form, write_repository_files
 from .verify import verify_artifact
@@ -82,14 +84,16 @@ def optimize(model: str | ModelSpec, device: str = "cpu", objective: str = "late
     batch = _batch(spec, objective, batch)
     runnable, rejected = _backends(device, backends)
     wanted = _precisions(spec, device, runnable, precisions)
+    repository = Path(repository)
+    # both before any candidate: found by each export, they were one failed row per candidate,
+    # and a repository that cannot be written was found at the final rename, after all of them
+    check_destination(repository, "--repository")
+    _check_weights(spec, checkpoint, random_init)
     for row in rejected:
         row.update(model=spec.name)
         if on_result:
             on_result(row)
 
-    repository = Path(repository)
-    if repository.exists() and not repository.is_dir():
-        raise ZooError(f"the model repository {repository} is not a directory")
     created = not repository.exists()
     staging = repository / f".optimize-{uuid.uuid4().hex[:12]}"
     staging.mkdir(parents=True)
@@ -136,6 +140,13 @@ def _check_options(spec: ModelSpec, objective: str, bound: float | None, threads
         raise UsageError(f"--min-time must be a positive number of seconds, got {min_time!r}")
 
 
+def _check_weights(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None, random_init: bool) -> None:
+    """Refuse, once, weights every candidate's export would refuse: a trainable model with no
+    checkpoint at its default path and neither --checkpoint nor --random-init (as `zoo export`)."""
+    if checkpoint is None and not random_init and spec.trainable and not default_path(spec.name).exists():
+        raise missing(spec.name, "optimize untrained weights with --random-init")
+
+
 def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
     r = spec.axes["batch"]
     if batch is None:
@@ -148,9 +159,13 @@ def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
 def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict[str, Any]]]:
     """The backends that can run on `device` here, and a row for each that cannot."""
     # an empty list (`--backends ,`) names none: it used to mean every backend, silently
-    chosen = [registry.get_backend(n) for n in names] if names is not None else list(registry.backends().values())
+    every = registry.backends()
+    chosen = [_known_backend(n) for n in names] if names is not None else list(every.values())
     if not chosen:
         raise UsageError("name at least one backend to try (leave --backends out to try every one)")
+    devices = sorted({d for be in every.values() for d in be.devices})
+    if device not in devices:  # a typo (`tpu`, `CPU`): no backend could ever run it
+        raise UsageError(f"--device: unknown {device!r}; choose from {', '.join(devices)}")
     if not any(device in be.precisions for be in chosen):
         known = sorted({d for be in chosen for d in be.devices})
         raise UnsupportedError(f"no backend {'named' if names else 'registered'} here runs on {device!r} "
@@ -176,6 +191,14 @@ def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict
     return runnable, rejected
 
 
+def _known_backend(name: str):
+    """A backend named in `backends`; a name nothing registered is a usage error (exit 2)."""
+    try:
+        return registry.get_backend(name)
+    except UnknownBackendError as exc:
+        raise UsageError(f"--backends: {exc}") from None
+
+
 def _precisions(spec: ModelSpec, device: str, runnable: list, names: Sequence[str] | None) -> list[str]:
     """Every precision some runnable backend offers on `device` that the model states a
     tolerance for, in `PRECISIONS` order; the backends that lack one show up as holes."""
@@ -183,7 +206,7 @@ def _precisions(spec: ModelSpec, device: str, runnable: list, names: Sequence[st
         raise UsageError("name at least one precision to try (leave --precisions out to try every one)")
     unknown = sorted(set(names or ()) - set(PRECISIONS))
     if unknown:
-        raise UnsupportedError(f"unknown precision(s) {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
+        raise UsageError(f"--precisions: unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
     offered = {p for be in runnable for p in be.precisions[device]}
     wanted = [p for p in PRECISIONS if p in offered and p in spec.tolerances and (not names or p in names)]
     if not wanted:
@@ -246,16 +269,22 @@ def _judge(spec: ModelSpec, rows: list[dict[str, Any]], objective: str, bound: f
 
 def _compare(row: Mapping[str, Any], chosen: Mapping[str, Any], key: str) -> str:
     """`row` against the chosen one, flagged when the gap is within twice the measured noise
-    (the relative spread of block medians, `zoo.bench.stats.noise`): too close to call."""
+    (the larger of the two relative spreads of block medians, `zoo.bench.stats.noise`): too
+    close to call. Twice a noise is held to `zoo.bench.compare.MAX_THRESHOLD` (100 %), as
+    the regression gate holds its threshold: past it a 2x gap, or an 8x one, would pass as
+    noise, so such a gap is called inconclusive, not within noise."""
     a, b = row[key], chosen[key]
     if key == "p50_ms":
         text = f"{a:.4g} ms median vs {b:.4g} ms ({a / b - 1:+.1%})" if b else f"{a:.4g} ms median"
     else:
         text = f"{a:.4g} samples/s vs {b:.4g} ({a / b - 1:+.1%})" if b else f"{a:.4g} samples/s"
     noise = max(row.get("noise") or 0.0, chosen.get("noise") or 0.0)
-    if b and abs(a / b - 1) <= 2 * noise:
-        text += f", within the measured noise ({noise:.1%}): re-run on an idle machine to separate them"
-    return text
+    if not b or abs(a / b - 1) > 2 * noise:  # beyond the noise: a real gap
+        return text
+    if 2 * noise > MAX_THRESHOLD:
+        return (text + f", inconclusive: the measured noise ({noise:.1%}) is too large to judge it (twice it is over "
+                f"{MAX_THRESHOLD:.0%}): re-run on an idle machine")
+    return text + f", within twice the measured noise (2 x {noise:.1%}): re-run on an idle machine to separate them"
 
 
 def _nothing_qualifies(spec: ModelSpec, rows: list[dict[str, Any]], objective: str, bound: float | None) -> ZooError:

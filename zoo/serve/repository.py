@@ -139,7 +139,8 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> 
 def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, list]], list[Skipped]]:
     """Load every artifact in `root` that can run here; the others, with the reason."""
     if not root.is_dir():
-        raise ZooError(f"no model repository at {root}: export a model first (`zoo export MODEL -b BACKEND`)")
+        raise ZooError(f"no model repository at {root}: " + ("it is a file, not a directory" if root.exists()
+                                                             else "export a model first (`zoo export MODEL -b BACKEND`)"))
     loaded, skipped = [], []
     for path in list_artifacts(root):
         try:

@@ -1,0 +1,140 @@
+"""Usage errors exit 2 in every command, with one line, before any work: a name no run can
+know (backend, precision, device, int8 method, Triton form), a repository that is a file or
+cannot be written, a --compare baseline that is not there. `zoo export`, `zoo bench` and
+`zoo serve` through `zoo.cli.main`, as a user runs them (`zoo optimize`'s are in
+test_optimize_usage.py). Also: the docs' `zoo optimize` examples and `zoo bench` columns
+match what the commands do, and `zoo optimize` calls a gap noise only where the noise can
+tell one."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import zoo
+import zoo.optimize
+from zoo import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(tmp_path, monkeypatch, capsys, *args: str) -> tuple[int, list[str], str]:
+    """`zoo ARGS` in `tmp_path` (with a regular file `afile` in it): exit code, stderr lines, stdout."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setattr(sys, "argv", ["zoo", *args])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    captured = capsys.readouterr()
+    return exited.value.code, captured.err.strip().splitlines(), captured.out
+
+
+EXPORT = ["export", "resnet8.digits", "--random-init"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-b", "nosuch"], "--backend: unknown backend 'nosuch'; registered: onnxruntime"),
+    (["-b", "onnxruntime", "--precision", "int4"], "--precision: unknown 'int4'; choose from fp32"),
+    (["-b", "onnxruntime", "--device", "tpu"], "--device: unknown 'tpu'; choose from cpu"),
+    (["-b", "onnxruntime", "--precision", "int8", "--quantization", "weird"],
+     "--quantization: unknown 'weird'; choose static or dynamic"),
+    (["-b", "onnxruntime", "--quantization", "dynamic"], "--quantization dynamic applies to int8 exports, not fp32"),
+    (["-b", "onnxruntime", "--triton", "bogus"], "--triton: unknown 'bogus'; choose native or python"),
+    (["-b", "onnxruntime", "-r", "afile"], "--repository afile: exists and is not a directory"),
+    (["-b", "onnxruntime", "-r", "/proc/zz"], "--repository /proc/zz: /proc is not writable"),
+])
+def test_export_refuses_a_request_no_export_can_do_with_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, *EXPORT, *args)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing exported, no repository made
+
+
+BENCH = ["bench", "resnet8.digits", "--random-init", "--backends", "onnxruntime", "--batch-sizes", "1",
+         "--min-time", "0.05", "--report-dir", "rep"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-r", "afile"], "--repository afile: exists and is not a directory"),
+    (["-r", "/proc/zz"], "--repository /proc/zz: /proc is not writable"),
+    (["--compare", "nonexist.json"], "--compare: no benchmark report at nonexist.json"),
+])
+def test_bench_refuses_a_repository_or_baseline_it_cannot_use_before_the_run(tmp_path, monkeypatch, capsys, args,
+                                                                             message):
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, *BENCH, *args)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no report, no export
+
+
+def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, capsys):
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "afile", "--port", "0", "--grpc-port", "0")
+    assert code == 2 and len(lines) == 1, lines
+    assert "afile is a file, not a directory" in lines[0] and "export a model first" not in lines[0]
+
+
+# ---------------------------------------------------------------- the docs say what runs
+
+
+def _optimize_examples() -> list[tuple[str, str]]:
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        found += [(doc.name, line) for line in re.findall(r"^\s*(zoo optimize .*)$", doc.read_text(), re.M)]
+    return found
+
+
+def test_the_docs_optimize_examples_bound_only_a_model_with_a_task_metric():
+    """`--max-metric-drop` on a model without a task metric is refused (exit 2): an example
+    giving it must name a model that has one, or it fails as written."""
+    examples = _optimize_examples()
+    assert examples
+    for doc, line in examples:
+        model = line.split()[2]
+        if "--max-metric-drop" in line:
+            assert zoo.get_model(model).metric is not None, f"{doc}: {line}"
+
+
+def test_the_docs_describe_every_column_of_the_bench_table(capsys):
+    """The columns `zoo bench` prints in the terminal are the ones docs/benchmarks.md explains."""
+    from zoo.cli_bench import print_bench
+
+    row = {"model": "m", "backend": "onnxruntime", "precision": "fp32", "device": "cpu", "batch": 1, "status": "ok",
+           "p50_ms": 1.0, "p90_ms": 1.0, "p99_ms": 1.0, "throughput": 1.0}
+    print_bench({"results": [row], "environment": {"cpu": "cpu"}, "models": ["m"]})
+    header = next(line for line in capsys.readouterr().out.splitlines() if "backend" in line)
+    columns = [c.strip() for c in re.split(r"[┃│|]", header) if c.strip()]
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    explained = docs[docs.index("The columns"):docs.index("**The regression gate.**")]
+    for column in columns:
+        name = re.sub(r" \(.*\)$", "", column)  # "size MB (10^6 B)": its unit
+        assert name in explained, f"the terminal column {column!r} is not explained in docs/benchmarks.md"
+
+
+# ---------------------------------------------------------------- optimize's noise wording
+
+
+def test_optimize_calls_a_gap_noise_only_where_the_noise_can_tell(tmp_path, monkeypatch, capsys):
+    """A gap within twice the measured noise says so (as the docs word the rule); where twice
+    the noise is over 100 %, an 8x gap would pass as noise, so it is inconclusive instead."""
+    real = zoo.optimize.benchmark
+
+    def planted(*args, **kwargs):  # real candidates, with planted figures to judge
+        report = real(*args, **kwargs)
+        ok = [r for r in report["results"] if r["status"] == "ok"]
+        assert len(ok) == 3, report["results"]
+        for r, (p50, noise) in zip(ok, [(1.0, 0.0), (1.05, 0.049), (8.374, 356.314)]):
+            r.update(p50_ms=p50, noise=noise)
+        return report
+
+    monkeypatch.setattr(zoo.optimize, "benchmark", planted)
+    code, lines, out = run_cli(tmp_path, monkeypatch, capsys, "optimize", "resnet8.digits", "--random-init",
+                               "--backends", "torch,onnxruntime,openvino", "--precisions", "fp32",
+                               "--min-time", "0.05", "--json")
+    assert code is None or code == 0, lines
+    reasons = [c["reason"] for c in json.loads(out)["candidates"] if c["decision"] == "slower"]
+    assert any("+5.0%), within twice the measured noise (2 x 4.9%)" in r for r in reasons), reasons
+    inconclusive = next(r for r in reasons if "+737.4%" in r)
+    assert "inconclusive: the measured noise (35631.4%) is too large" in inconclusive
+    assert "within" not in inconclusive
