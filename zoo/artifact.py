@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ArtifactError, BackendUnavailableError, ZooError, first_line
+from .errors import ArtifactError, BackendUnavailableError, UsageError, ZooError, first_line
 from .fsutil import sha256_file
 from .inputs import CheckedRunner
 from .manifest_fields import check_fields
@@ -110,6 +110,10 @@ class Artifact:
     def device(self) -> str:
         return self.manifest["device"]
 
+    def __repr__(self) -> str:  # the manifest (every file's hash, parity, vectors) is its own attribute
+        return (f"Artifact({self.name!r}, path={str(self.path)!r}, model={self.model!r}, backend={self.backend!r}, "
+                f"precision={self.precision!r}, device={self.device!r})")
+
     @property
     def model_file(self) -> Path:
         return safe_member(self.path, self.manifest["model_file"], self.name)
@@ -117,6 +121,8 @@ class Artifact:
     @classmethod
     def open(cls, path: str | Path, check_hashes: bool = True) -> "Artifact":
         """Read and validate an artifact directory; raise `ArtifactError` on any defect."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise UsageError(f"an artifact is opened from a path (str or pathlib.Path), not {path!r}")
         path = Path(path)
         refuse_link_or_missing(path)
         label = path.resolve().name
@@ -179,11 +185,11 @@ class Artifact:
     def load(self, threads: int | None = None, device: str | None = None):
         """A `Runner` for this artifact, after checking the backend can run it here: the
         backend's, behind the input check the server makes (`zoo.inputs.CheckedRunner`)."""
-        from .registry import get_backend
+        from .registry import get_backend, probe
 
         backend = get_backend(self.backend)
         device = device or self.device
-        availability = backend.probe(device)
+        availability = probe(backend, device)
         if not availability.ok:
             raise BackendUnavailableError(f"artifact {self.name}: backend {backend.name} cannot run on "
                                           f"{device} here: {availability.reason}")

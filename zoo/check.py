@@ -102,7 +102,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         except Exception as exc:  # the plugin's code: say whose sample failed, and how
             sample.problems.append(f"{spec.name}: sample({batch}, rng) raised {type(exc).__name__}: {first_line(exc)}")
             inputs = None
-        sizes = _check_sample(spec, inputs, batch, sample.problems) if inputs is not None else None
+        sizes = _check_sample(spec, inputs, batch, sample.problems) if not sample.problems else None
         forward, outputs = Check("forward", batch), Check("outputs", batch)
         report.checks += [forward, outputs]
         if sizes is None:

@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .errors import CheckpointError, first_line
+from .errors import CheckpointError, PluginError, ZooError, first_line
 from .fsutil import atomic_directory
 from .spec import ModelSpec
 from .tensors import state_dict_sha256
@@ -44,6 +44,10 @@ class Checkpoint:
     state: dict[str, torch.Tensor]
     metrics: dict[str, Any] = field(default_factory=dict)  # training and test metrics
     path: Path | None = None
+
+    def __repr__(self) -> str:  # the dataclass's would print every weight tensor
+        path = None if self.path is None else str(self.path)
+        return f"Checkpoint(model={self.model!r}, path={path!r}, config={self.config!r}, tensors={len(self.state)})"
 
     @property
     def sha256(self) -> str:
@@ -73,13 +77,33 @@ class Checkpoint:
         """The spec's module with these weights, in eval mode."""
         if spec.name != self.model:
             raise CheckpointError(f"checkpoint {self.path} holds weights for {self.model}, not {spec.name}")
-        module = spec.configure(**{k: v for k, v in self.config.items() if k in spec.config}).build()
+        module = built(spec.configure(**{k: v for k, v in self.config.items() if k in spec.config}))
         try:
             module.load_state_dict(self.state, strict=True)
         except RuntimeError as exc:
             raise CheckpointError(f"checkpoint {self.path} does not fit {spec.name} with config {self.config}: "
                                   f"{state_mismatch(module.state_dict(), self.state) or first_line(exc)}") from None
         return module.eval()
+
+
+def whose(spec: ModelSpec) -> str:
+    """The model and the plugin it comes from, as a failure in the plugin's code names them."""
+    return f"{spec.name} (plugin {spec.plugin})" if spec.plugin else spec.name
+
+
+def built(spec: ModelSpec) -> torch.nn.Module:
+    """`spec.build()`, the plugin's code: what fails in it is said as the model's and its
+    plugin's failure (`PluginError`, one line), not as a line of torch or of the plugin."""
+    try:
+        module = spec.build()
+    except ZooError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"model {whose(spec)} failed to build: {first_line(exc)}") from exc
+    if not isinstance(module, torch.nn.Module):
+        raise PluginError(f"model {whose(spec)} failed to build: build() returned "
+                          f"{type(module).__name__}, not a torch.nn.Module")
+    return module
 
 
 def state_mismatch(model: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor]) -> str | None:
@@ -119,11 +143,12 @@ def default_path(model: str) -> Path:
     return DEFAULT_ROOT / model
 
 
-def missing(model: str, untrained: str) -> CheckpointError:
+def missing(model: str, untrained: str, other: str = "--checkpoint DIR") -> CheckpointError:
     """No checkpoint at `model`'s default path: what to run instead, `untrained` saying how
-    the command that asked takes untrained weights."""
+    the command that asked takes untrained weights and `other` how it takes a checkpoint
+    (a Python function's message names its argument beside the flag)."""
     return CheckpointError(f"no checkpoint for {model} at {default_path(model)}: run `zoo train {model}` first, "
-                           f"pass --checkpoint DIR, or {untrained}")
+                           f"pass {other}, or {untrained}")
 
 
 def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkpoint:

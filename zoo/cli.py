@@ -14,7 +14,6 @@ import typer
 from rich.markup import escape
 
 from . import registry
-from .backend import Availability
 from .cli_common import (JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options,
                          known_backend, out, writable_repository)
 from .errors import PluginError, UnknownModelError, UsageError, ZooError, first_line
@@ -98,10 +97,7 @@ def backends(device: Optional[str] = typer.Option(None, help="Only this device: 
                 rows.append({"backend": be.name, "device": dev, "available": False, "precisions": [],
                              "versions": be.versions(), "reason": f"does not run on {dev}"})
                 continue
-            try:
-                probe = be.probe(dev)
-            except Exception as exc:  # a third-party probe must not take the listing down
-                probe = Availability(False, f"probe failed: {exc}")
+            probe = registry.probe(be, dev)  # a third-party probe that raises must not take the listing down
             rows.append({"backend": be.name, "device": dev, "available": probe.ok,
                          "precisions": list(be.precisions[dev]), "versions": be.versions(), "reason": probe.reason})
     if as_json:

@@ -16,13 +16,30 @@ from __future__ import annotations
 
 import json
 from typing import Any, Mapping, Sequence
+from urllib.parse import quote
 
 import httpx
 import numpy as np
 
 from .arguments import domain_items
-from .errors import InputError, NoInputsError, ZooError
+from .arrays import as_numpy
+from .errors import InputError, NoInputsError, UsageError, ZooError
+from .inputs import check_type
+from .serve import datatypes as dt
 from .serve.protocol import HEADER_LENGTH, decode_response, encode_request
+
+#: v2 datatype -> zoo dtype, for the datatypes a zoo runner casts to (`zoo.inputs.check_type`)
+_ZOO_DTYPES = {v2: name for name, v2 in dt.V2_NAMES.items()}
+
+
+def model_path(model: str, version: str | None = None) -> str:
+    """`/v2/models/<model>[/versions/<version>]`, each name one escaped path segment: a name
+    holding "?" or "#" would otherwise reach another endpoint, or none. A "/" is refused:
+    servers decode an escaped one before routing (Starlette does), so no escape keeps it."""
+    if not isinstance(model, str) or not model or "/" in model:
+        raise UsageError(f"a model is named by a non-empty str without '/', not {model!r}")
+    path = f"/v2/models/{quote(model, safe='')}"
+    return path + (f"/versions/{quote(str(version), safe='')}" if version else "")
 
 
 class Client:
@@ -61,7 +78,7 @@ class Client:
             return False
 
     def ready(self, model: str | None = None) -> bool:
-        path = f"/v2/models/{model}/ready" if model else "/v2/health/ready"
+        path = f"{model_path(model)}/ready" if model is not None else "/v2/health/ready"
         try:
             return self.http.get(path).status_code == 200
         except httpx.HTTPError:
@@ -71,7 +88,7 @@ class Client:
         return self._request("GET", "/v2").json()
 
     def metadata(self, model: str, version: str | None = None) -> dict[str, Any]:
-        path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        path = model_path(model, version)
         if path not in self._metadata:
             self._metadata[path] = self._request("GET", path).json()
         return self._metadata[path]
@@ -95,28 +112,59 @@ class Client:
         native = (self.metadata(model).get("zoo") or {}).get("domain_native") or {}
         return bool(native.get("binary"))
 
-    def infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
+    def infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | str | None = None,
               binary: bool = True, version: str | None = None, request_id: str | None = None) -> dict[str, np.ndarray]:
         """Run `model` on tensors by name: numpy arrays, torch tensors or nested lists of numbers;
-        lists of bytes/str for BYTES. Anything else is an `InputError` naming the input."""
-        listed = [name for name, value in inputs.items() if isinstance(value, (list, tuple))]
-        # a list of numbers has no dtype of its own: it goes as the datatype the model declares
-        datatypes = {t["name"]: t["datatype"] for t in self.metadata(model, version).get("inputs", [])
-                     if t.get("name") in listed} if listed else None
-        body, headers = encode_request(inputs, binary=binary, outputs=outputs, request_id=request_id,
-                                       datatypes=datatypes)
-        path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
-        response = self._request("POST", path, content=body, headers=headers)
+        lists of bytes/str for BYTES. Anything else is an `InputError` naming the input.
+
+        An array goes as the datatype the model's metadata declares where a local runner
+        (`zoo.load`) would cast it (float64 features to FP32, int32 ids to INT64), and is
+        refused with the runner's message where it would not (floats for integer ids).
+        `outputs`: the names of the outputs to return (one name as a str), default all."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs is a dict of tensors by input name, not {type(inputs).__name__}")
+        path = model_path(model, version)
+        datatypes = self._datatypes(model, version, inputs)
+        # cast here, not only in the encoding: the JSON form writes the array's own values
+        inputs = {name: np.asarray(as_numpy(value), dtype=dt.numpy_of(datatypes[name]))
+                  if name in datatypes and hasattr(value, "dtype") else value for name, value in inputs.items()}
+        body, headers = encode_request(inputs, binary=binary, outputs=[outputs] if isinstance(outputs, str) else outputs,
+                                       request_id=request_id, datatypes=datatypes)
+        response = self._request("POST", f"{path}/infer", content=body, headers=headers)
         _, arrays = decode_response(response.content, response.headers.get(HEADER_LENGTH))
         return arrays
+
+    def _datatypes(self, model: str, version: str | None, inputs: Mapping[str, Any]) -> dict[str, str]:
+        """The datatype each input goes as, by the model's metadata: a list of numbers has no
+        dtype of its own, and an array is cast as the local runner casts it (`check_type`)."""
+        try:
+            declared = {t.get("name"): t.get("datatype") for t in self.metadata(model, version).get("inputs", [])}
+        except ZooError:  # no metadata (an unknown model): the inference request's own answer says why
+            return {}
+        datatypes = {}
+        for name, value in inputs.items():
+            want = declared.get(name)
+            if isinstance(value, (list, tuple)) and want is not None:
+                datatypes[name] = want
+            elif hasattr(value, "dtype") and want in _ZOO_DTYPES and want != "BYTES":
+                check_type(name, _ZOO_DTYPES[want], value, model)
+                datatypes[name] = want
+        return datatypes
 
     def predict(self, model: str, items: Sequence[bytes | str] | bytes | str) -> list[Any]:
         """Domain-native items (text, SMILES, encoded images, JSON observations) -> one result each.
 
-        A lone str or bytes is one item: its result comes back as a list of one."""
+        A lone str or bytes is one item: its result comes back as a list of one. Binary
+        kinds (images) take each item's bytes, never a path: a str item is refused, so pass
+        the file's contents, `open(path, "rb").read()` (`zoo predict` on the command line
+        reads its arguments as paths for these kinds)."""
         kind = self.raw_kind(model)
         if kind is None:
             raise ZooError(self.no_domain_native(model))
+        items = _listed(items)
+        if self.raw_binary(model) and any(isinstance(x, str) for x in items):
+            raise InputError(f"model {model} takes {kind} inputs as bytes, not str (a path is not read): pass the "
+                             f"file's bytes, open(path, 'rb').read()")
         raw = domain_items(items)
         if not raw:
             raise NoInputsError(f"give at least one {kind} input")
@@ -131,3 +179,13 @@ class Client:
                 raise exc.in_chunk(i, step, len(raw)) from None
             results.extend(json.loads(bytes(x)) for x in result)
         return results
+
+
+def _listed(items: Any) -> list[Any]:
+    """Items as a list (a lone str or bytes is one item; a generator is read once)."""
+    if isinstance(items, (str, bytes, bytearray, memoryview)):
+        return [items]
+    try:
+        return list(items)
+    except TypeError:
+        raise InputError(f"items is a list of str or bytes inputs, not {type(items).__name__}") from None

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from .bench import benchmark
 from .export import export
-from .registry import backends
+from .registry import backends, probe as probe_backend
 from .train import train
 from .verify import verify_artifact
 
@@ -37,7 +37,7 @@ def choose(only: list[str] | None = None) -> tuple[list[str], list[str]]:
     for name, be in known.items():
         if only is not None and "all" not in only and name not in only:
             continue
-        probe = be.probe("cpu")
+        probe = probe_backend(be, "cpu")
         if not probe.ok or "fp32" not in be.precisions.get("cpu", ()):
             skipped.append(f"skipping backend {name}: {probe.reason or 'no fp32 on cpu'}")
         elif only is None and be.compiles:

@@ -37,10 +37,11 @@ from .version import __version__
 from .arguments import check_threads
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
-from .checkpoint import Checkpoint, default_path, load_checkpoint, missing
-from .errors import ArtifactError, BackendUnavailableError, UnsupportedError, UsageError, ZooError, first_line
+from .checkpoint import Checkpoint, built, default_path, load_checkpoint, missing, whose
+from .errors import (ArtifactError, BackendUnavailableError, PluginError, UnsupportedError, UsageError, ZooError,
+                     first_line)
 from .fsutil import atomic_directory, sha256_file
-from .registry import get_backend, get_model
+from .registry import get_backend, get_model, probe
 from .spec import QUANTIZATIONS, ModelSpec
 from .signature import binding
 from .signing import SIGNATURE
@@ -65,14 +66,22 @@ def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None
     if spec.trainable and not random_init:
         path = default_path(spec.name)
         if not path.exists():
-            raise missing(spec.name, "export untrained weights with --random-init")
+            # the same message reaches `zoo export` and `zoo.export(...)`: it names both forms
+            raise missing(spec.name, "export untrained weights with --random-init (random_init=True)",
+                          "--checkpoint DIR (checkpoint=DIR)")
         return load_checkpoint(path, spec.name).module(spec), f"checkpoint {path}"
     if spec.pretrained is not None and not random_init:
-        module = spec.build()
-        module.load_state_dict(dict(spec.pretrained()), strict=True)
+        module = built(spec)
+        try:
+            module.load_state_dict(dict(spec.pretrained()), strict=True)
+        except ZooError:
+            raise
+        except Exception as exc:  # the plugin's weights: say whose, not where
+            raise PluginError(f"model {whose(spec)}: its pretrained weights failed to load: "
+                              f"{first_line(exc)}") from exc
         return module.eval(), "pretrained"
     torch.manual_seed(seed)
-    return spec.build().eval(), f"random init (seed {seed})"
+    return built(spec).eval(), f"random init (seed {seed})"
 
 
 def one_source(checkpoint: str | Path | Checkpoint | None, random_init: bool) -> None:
@@ -80,7 +89,7 @@ def one_source(checkpoint: str | Path | Checkpoint | None, random_init: bool) ->
     the checkpoint used to win silently."""
     if random_init and checkpoint is not None:
         raise UsageError(f"--random-init and --checkpoint {getattr(checkpoint, 'path', checkpoint)} name different "
-                         "weights: give one")
+                         "weights (random_init=True and checkpoint= in Python): give one")
 
 
 def at_checkpoint_config(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None,
@@ -131,7 +140,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     be.check_supported(precision, device)
     form = triton_form(be.triton, triton)
     spec.tolerance(precision)
-    if not (availability := be.probe(device)).ok:
+    if not (availability := probe(be, device)).ok:
         raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
 
     module, source = reference_module(spec, checkpoint, random_init)

@@ -43,14 +43,15 @@ class _Inline:
 _plugin = _Inline()
 
 
-def register(spec: ModelSpec) -> None:
-    """Add a model, as a plugin's `zoo_register_models` would.
+def register(spec: ModelSpec | registry.LazySpec) -> None:
+    """Add a model, as a plugin's `zoo_register_models` would: a `ModelSpec`, or a
+    `zoo.LazySpec` whose spec is made when the model is first looked up.
 
     `list_models`, `export`, `load` and `verify` know it in this process from then on. A
     name another plugin registered raises `PluginError` naming both; to change a spec
     registered here, `unregister` its name first."""
-    if not isinstance(spec, ModelSpec):
-        raise PluginError(f"zoo.register takes a zoo.ModelSpec, not {spec!r}")
+    if not isinstance(spec, (ModelSpec, registry.LazySpec)):
+        raise PluginError(f"zoo.register takes a zoo.ModelSpec or a zoo.LazySpec, not {spec!r}")
     _add(_plugin.models, spec, "model", lambda: registry.is_registered(spec.name))
 
 
@@ -70,7 +71,7 @@ def unregister(name: str) -> None:
     registry.invalidate()
 
 
-def _add(table: dict, item: ModelSpec | Backend, kind: str, build: Callable[[], dict]) -> None:
+def _add(table: dict, item: ModelSpec | registry.LazySpec | Backend, kind: str, build: Callable[[], dict]) -> None:
     if item.name in table:
         raise PluginError(f"{kind} {item.name!r} is registered already by {NAME}; "
                           f"zoo.unregister({item.name!r}) first to replace it")

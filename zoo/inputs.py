@@ -104,7 +104,7 @@ def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict
     check_names(inputs, spec, model)
     arrays = {t.name: _array(t.name, inputs[t.name], model) for t in spec.inputs}
     for t in spec.inputs:
-        _check_type(t, arrays[t.name], model)
+        check_type(t.name, t.dtype, arrays[t.name], model)
     check_arrays(arrays, spec, model)
     return arrays
 
@@ -163,14 +163,16 @@ def _element(value: Any) -> tuple[str, int, str]:
     return kind, d.itemsize, _V2_NAMES.get((kind, d.itemsize), str(d).removeprefix("torch."))
 
 
-def _check_type(t: TensorSpec, value: Any, model: str) -> None:
-    """Refuse what the runner's cast to `t.dtype` would change: any float to an integer
-    type (the server refuses it too), an integer the type cannot hold, a non-number."""
+def check_type(name: str, dtype: str, value: Any, model: str) -> None:
+    """Refuse what the runner's cast of input `name` to `dtype` would change: any float to
+    an integer type (the server refuses it too), an integer the type cannot hold, a
+    non-number. `zoo.client` casts by the same rule, so an array a runner takes here is
+    taken by a server too."""
     kind, size, datatype = _element(value)
-    integer = _INTEGER_RANGES.get(t.dtype)
-    takes = "OSU" if t.dtype == "string" else "biu" if integer else "biuf"
+    integer = _INTEGER_RANGES.get(dtype)
+    takes = "OSU" if dtype == "string" else "biu" if integer else "biuf"
     if kind not in takes:
-        raise datatype_error(t.name, datatype, dt.v2_name(t.dtype), model)
+        raise datatype_error(name, datatype, dt.v2_name(dtype), model)
     if integer is None or kind not in "iu":
         return
     source, (low, high) = np.iinfo(f"{kind}{size}"), integer
@@ -178,8 +180,8 @@ def _check_type(t: TensorSpec, value: Any, model: str) -> None:
         return
     array = _numpy(value)
     index = [int(i) for i in np.argwhere((array < low) | (array > high))[0]]
-    raise InputError(f"input {t.name!r} has value {array[tuple(index)].item()} at index {index}, which "
-                     f"{dt.v2_name(t.dtype)} cannot hold; model {model} takes {dt.v2_name(t.dtype)}")
+    raise InputError(f"input {name!r} has value {array[tuple(index)].item()} at index {index}, which "
+                     f"{dt.v2_name(dtype)} cannot hold; model {model} takes {dt.v2_name(dtype)}")
 
 
 def _out_of_range(t: TensorSpec, value: Any) -> str | None:

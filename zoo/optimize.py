@@ -175,10 +175,7 @@ def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict
         if device not in be.precisions:
             availability = Availability(False, f"does not run on {device} (devices: {', '.join(be.devices)})")
         else:
-            try:
-                availability = be.probe(device)
-            except Exception as exc:  # a third-party probe must not take the search down
-                availability = Availability(False, f"probe failed: {exc}")
+            availability = registry.probe(be, device)  # one that raises must not take the search down
         if availability.ok:
             runnable.append(be)
         else:

@@ -62,6 +62,10 @@ def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[by
     if spec.preprocess is None:
         raise ZooError(f"model {spec.name} takes no domain-native inputs (it takes tensors: "
                        f"{', '.join(t.name for t in spec.inputs)})")
+    if spec.raw_binary and any(isinstance(x, str) for x in ([items] if isinstance(items, str) else items)):
+        # as `zoo.client.Client.predict`: a path string would be sent as the image's bytes
+        raise InputError(f"model {spec.name} takes {spec.raw_kind} inputs as bytes, not str (a path is not read): "
+                         f"pass the file's bytes, open(path, 'rb').read()")
     raw = domain_items(items)
     if not raw:
         raise NoInputsError(f"model {spec.name}: give at least one {spec.raw_kind} input")

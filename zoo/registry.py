@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable
 import pluggy
 
 from . import hookspecs
-from .backend import Backend
-from .errors import PluginError, UnknownBackendError, UnknownModelError, first_line
+from .backend import Availability, Backend
+from .errors import PluginError, UnknownBackendError, UnknownModelError, UsageError, first_line
 from .spec import ModelSpec, name_matches
 
 log = logging.getLogger("zoo.plugins")
@@ -385,6 +385,8 @@ def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
     """The spec registered under `name`, for `config` overrides if given."""
     if isinstance(name, ModelSpec):
         return name.configure(**config)
+    if not isinstance(name, str):
+        raise UsageError(f"a model is a registered name (a str) or a zoo.ModelSpec, not {name!r}")
     table = _registered()
     if name not in table:
         # a shared family (`resnet8.nosuch`), else a misspelling (`resnt8.digits`)
@@ -400,6 +402,26 @@ def get_backend(name: str) -> Backend:
     if name not in found:
         raise UnknownBackendError(f"unknown backend {name!r}; registered: {', '.join(found) or 'none'}")
     return _backend(name)
+
+
+def probe(backend: Backend, device: str) -> Availability:
+    """Whether `backend` runs on `device` here. A probe is a plugin's code: one that raises
+    says the backend cannot run, as `zoo backends` lists it, rather than ending the command."""
+    try:
+        answer = backend.probe(device)
+    except Exception as exc:
+        return Availability(False, f"probe failed: {first_line(exc)}")
+    if not isinstance(answer, Availability):
+        return Availability(False, f"probe returned {answer!r}, not a zoo.Availability")
+    return answer
+
+
+def only_here(name: str, backend: bool = False) -> bool:
+    """Whether the model (or `backend`) `name` exists in this process only: registered by
+    its own code (`zoo.register` in a script, `register_plugin` with an object) or not at
+    all, not by an installed plugin or a plugin file, which a fresh process loads too."""
+    table = _registered_backends() if backend else _registered()
+    return name not in table or not _origins.get(table[name][1])
 
 
 def plugin_origin(label: str) -> dict[str, str]:

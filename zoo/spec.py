@@ -60,6 +60,7 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ZooError(f"tensor {self.name!r}: unknown dtype {self.dtype!r} (one of {', '.join(DTYPES)})")
+        self._check_shape()
         if self.value_range is not None:
             low, high = self.value_range
             if self.dtype in ("string", "bool") or not low <= high:
@@ -67,6 +68,18 @@ class TensorSpec:
                                f"numeric dtype, got {self.value_range!r} on {self.dtype}")
         if self.labels is not None:
             self._check_labels()
+
+    def _check_shape(self) -> None:
+        # a str is a sequence too: "batch" would be read as five axes b, a, t, c, h
+        shape = self.shape
+        fine = isinstance(shape, (tuple, list)) and all(
+            isinstance(d, str) and d or isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0
+            for d in shape)
+        if not fine:
+            raise ZooError(f"tensor {self.name!r}: shape must be a tuple of positive sizes and axis names, as "
+                           f"(\"batch\", 3), got {shape!r}")
+        # a list or numpy sizes given: stored as a tuple of ints (hashable, written to JSON)
+        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d) for d in shape))
 
     def _check_labels(self) -> None:
         labels = self.labels

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from .errors import SpecError
 from .inputs import check_names
 from .spec import ModelSpec
 
@@ -52,6 +53,11 @@ def example_inputs(spec: ModelSpec, device: str = "cpu", seed: int = 0) -> dict[
     r = spec.axes["batch"]
     batch = r.opt if r.opt > 1 else min(2, r.max)
     inputs = spec.sample(batch, np.random.default_rng(seed))
+    if not isinstance(inputs, Mapping) or any(t.name not in inputs for t in spec.inputs):
+        # the plugin's sample, as `zoo check` words it (a forward that skips a bad sample passes its check)
+        raise SpecError(f"{spec.name}: sample({batch}, rng) returned {type(inputs).__name__}"
+                        f"{f' with keys {sorted(inputs)}' if isinstance(inputs, Mapping) else ''}; the spec expects "
+                        f"a dict of arrays by input name {[t.name for t in spec.inputs]}")
     for axis, span in spec.axes.items():  # other dynamic axes at 1 (a typical length of 1): 2, for the same reason
         sizes = {inputs[t.name].shape[d] for t in spec.inputs for d, a in t.dynamic_axes.items() if a == axis}
         if axis != "batch" and sizes == {1} and span.max > 1:

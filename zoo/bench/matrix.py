@@ -14,16 +14,21 @@ crash, a time-out) is "failed", each with its reason, and the run goes on.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import time
+import types
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..errors import UnknownModelError, UnsupportedError, UsageError, ZooError, signal_name
 from ..export import DEFAULT_REPOSITORY
+from ..registry import only_here
 from ..spec import ModelSpec
 from .env import environment
-from .measure import artifact_facts, export_job, length_axis, measure_job, run_in_child
+from .measure import artifact_facts, export_job, length_axis, measure_job, outcome_of, run_in_child
 
 __all__ = ["benchmark", "combinations", "environment"]
 
@@ -63,12 +68,34 @@ def _context(start_method: str | None = None):
     return ctx
 
 
+@contextmanager
+def _main_hidden():
+    """This process's `__main__` replaced by an empty module while a worker starts.
+
+    A spawned or forkserver child imports its parent's main module again (by its path, as
+    `__mp_main__`) so that functions defined there can be unpickled: a script or notebook
+    without an `if __name__ == "__main__":` guard would run again in every worker (its
+    training, the benchmark itself), and `python - < script.py` fails on the path
+    '<stdin>'. A worker needs nothing from it: its target is zoo's (`zoo.bench.measure`),
+    its job plain data, and its models come from plugins. multiprocessing reads
+    `sys.modules["__main__"]` (its `__spec__` and `__file__`) only when a process starts
+    (`spawn.get_preparation_data`), so a module with neither, for that moment, tells the
+    child of no main module at all."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method: str | None = None):
     """`fn(job)` in a freshly spawned process; its result, or `_Failed` with the reason."""
     ctx = _context(start_method)
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=run_in_child, args=(send, fn, job), daemon=True)
-    proc.start()
+    with _main_hidden():
+        proc.start()
     send.close()
     try:
         if not receive.poll(timeout):
@@ -101,6 +128,45 @@ def combination(job: dict[str, Any], timeout: float | None, start_method: str | 
                                              start_method))
     except _Failed as exc:
         return exc.status, exc.error
+
+
+def in_this_process(spec: ModelSpec, job: dict[str, Any]) -> tuple[str, Any]:
+    """`combination` for a model or backend only this process has (`zoo.register` in a
+    notebook or script): a fresh process could not rebuild it, so it is exported, then
+    measured, here. No time-out bounds it and a backend's crash is this process's; its rows
+    say "in_process": true and give no host memory (this process's peak is its caller's
+    work too)."""
+    import torch
+
+    threads = torch.get_num_threads()  # the job's count is set for the whole process: restored after
+    try:
+        status, facts = outcome_of(partial(export_job, spec=spec), job)
+        if status != "ok":
+            return status, facts
+        status, measured = outcome_of(measure_job, {**job, "path": facts.pop("path")})
+    finally:
+        torch.set_num_threads(threads)
+    if status != "ok":
+        return status, measured
+    for row in measured:
+        row.update(peak_host_mb=None, baseline_host_mb=None, in_process=True)
+    return "ok", (facts, measured)
+
+
+def _outcomes(planned, local: dict[int, ModelSpec], timeout: float | None, ray: str | None):
+    """Each planned combination's outcome, lazily (None for a hole): in fresh processes, on
+    Ray, or here for the combinations in `local` (by index) that only this process can run."""
+    if ray is None:
+        return (None if job is None else in_this_process(local[i], job) if i in local else combination(job, timeout)
+                for i, (_, job) in enumerate(planned))
+    if local:
+        names = sorted({spec.name for spec in local.values()})
+        raise UsageError(f"{', '.join(names)}: registered in this process only (zoo.register), which Ray's workers "
+                         "cannot rebuild; register it in a plugin file (--plugin FILE, ZOO_PLUGINS), or benchmark "
+                         "without ray")
+    from .ray_sweep import run_on_ray
+
+    return run_on_ray([job for _, job in planned], timeout, ray)
 
 
 def rows_of(base: dict[str, Any], outcome: tuple[str, Any]) -> list[dict[str, Any]]:
@@ -249,7 +315,9 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     """Measure every combination; a JSON-able report (see docs/benchmarks.md).
 
     `model` is a name, a glob ("resnet*"), "all", a spec, or a list of them; a spec is
-    rebuilt in the worker processes from its registered name and config. `lengths` are
+    rebuilt in the worker processes from its registered name and config. A model or backend
+    that only this process has (`zoo.register` in a notebook or script, or a spec no plugin
+    registers) is exported and measured in this process instead (`in_this_process`). `lengths` are
     lengths of the model's non-batch dynamic axis (sequence, atoms) to measure at; models
     without one ignore them. `timeout` bounds each process of a combination.
     `on_result(row)` is called as each row is ready, `on_combination(done, total, label)`
@@ -263,6 +331,7 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     planned = []  # (base row, job) per combination; job None with the row where the combination is a hole
+    local = {}  # index in planned -> spec, for the combinations only this process has the model or backend of
     for spec, name, prec, dev in combinations(specs, backends, precisions, devices):
         base = {"model": spec.name, "backend": name, "precision": prec, "quantization": int8_method(spec, prec),
                 "device": dev}
@@ -271,15 +340,12 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
             planned.append(({**base, "status": "unsupported" if isinstance(hole, UnsupportedError) else "failed",
                              "error": str(hole)}, None))
         else:
+            if only_here(spec.name) or only_here(name, backend=True):
+                local[len(planned)] = spec
             planned.append((base, {**job_for(spec, name, prec, dev, repository, checkpoint, random_init, threads),
                                    "batch_sizes": list(batch_sizes),
                                    "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}))
-    if ray is None:
-        outcomes = (combination(job, timeout) if job is not None else None for _, job in planned)
-    else:
-        from .ray_sweep import run_on_ray
-
-        outcomes = run_on_ray([job for _, job in planned], timeout, ray)
+    outcomes = _outcomes(planned, local, timeout, ray)
     rows: list[dict[str, Any]] = []
 
     def report() -> dict[str, Any]:

@@ -32,13 +32,15 @@ def _setup(job: Mapping[str, Any]) -> None:
         torch.set_num_threads(job["threads"])
 
 
-def export_job(job: Mapping[str, Any]) -> dict[str, Any]:
-    """Export (or reuse) the verified artifact; its path and the facts its manifest holds."""
+def export_job(job: Mapping[str, Any], spec=None) -> dict[str, Any]:
+    """Export (or reuse) the verified artifact; its path and the facts its manifest holds.
+    `spec`: the spec itself, where the job runs in the process that registered it
+    (`zoo.bench.matrix.in_this_process`); a worker rebuilds it from the registry."""
     from ..export import export
     from ..registry import get_model
 
     _setup(job)
-    spec = get_model(job["model"], **job["config"])
+    spec = get_model(job["model"], **job["config"]) if spec is None else spec
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
                  checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"])
     return {"path": str(art.path), **artifact_facts(art, spec)}
@@ -238,8 +240,6 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     import os
     import sys
 
-    from ..errors import UnsupportedError, VerificationError, ZooError
-
     # the parent's stdout carries the report (`--json`): libraries' progress bars and
     # prints in a worker (NNCF's calibration, compilers) go to stderr instead
     sys.stdout.flush()
@@ -248,20 +248,26 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     # a broken plugin was reported once by the parent; a worker rebuilding the registry need not repeat it
     logging.getLogger("zoo.plugins").setLevel(logging.ERROR)
     try:
-        try:
-            reply = ("ok", fn(job))
-        except UnsupportedError as exc:
-            reply = ("unsupported", str(exc))
-        except VerificationError as exc:  # the export ran and verification refused it: an outcome, not a crash
-            reply = ("refused", str(exc))
-        except ZooError as exc:
-            reply = ("failed", str(exc))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a library error inside one backend is this row's failure
-            reply = ("failed", f"{type(exc).__name__}: {exc}")
-        conn.send(reply)
+        conn.send(outcome_of(fn, job))
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(130)
     finally:
         conn.close()
+
+
+def outcome_of(fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str, Any]) -> tuple[str, Any]:
+    """("ok", `fn(job)`), or the row's status and reason for what it raised."""
+    from ..errors import UnsupportedError, VerificationError, ZooError
+
+    try:
+        return "ok", fn(job)
+    except UnsupportedError as exc:
+        return "unsupported", str(exc)
+    except VerificationError as exc:  # the export ran and verification refused it: an outcome, not a crash
+        return "refused", str(exc)
+    except ZooError as exc:
+        return "failed", str(exc)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a library error inside one backend is this row's failure
+        return "failed", f"{type(exc).__name__}: {exc}"
