@@ -49,8 +49,10 @@ class TritonPythonModel:
 
         _utf8_locale()
 
+        from .backend import for_serving, prepare_serving_process
+
+        prepare_serving_process()  # the stub process serves: before the artifact's engine is imported
         from .artifact import Artifact
-        from .backend import for_serving
         from .errors import ZooError
         from .inputs import unchecked
         from .vectors import check

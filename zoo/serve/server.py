@@ -32,6 +32,10 @@ def _loopback(host: str) -> bool:
 def run(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     import uvicorn
 
+    from ..backend import prepare_serving_process
+
+    prepare_serving_process()  # before the artifacts load and import their engines
+
     from .http import JsonErrorProtocol, Limits
 
     handler = logging.StreamHandler(sys.stderr)
