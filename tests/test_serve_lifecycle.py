@@ -360,3 +360,37 @@ def test_a_port_in_use_is_one_line_before_any_model_loads(serve_repo):
             lines = result.stderr.strip().splitlines()
             assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
             assert f"cannot listen on 127.0.0.1:{taken} ({option})" in lines[0]
+
+
+def test_an_unloaded_model_frees_its_runner_at_once(serve_repo, tmp_path):
+    """Model control's unload (and a reload's replaced model) lets go of the runner, and so
+    of its engine's memory, at once: a reviewer's MiniLM, unloaded and loaded ten times
+    under load, took `zoo serve` from 806 to 3032 MB, each session freed only whenever the
+    cycle collector happened to run. The collector is off here, so only references count."""
+    import gc
+    import weakref
+
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    copy_as(serve_repo / ONNX, repo / ONNX)
+
+    def runner_of(client) -> weakref.ref:
+        pool = client.app.state.zoo.models[ONNX].batcher._pool
+        runner = pool.get()
+        pool.put(runner)
+        return weakref.ref(runner)
+
+    gc.disable()
+    try:
+        with TestClient(create_app(Settings(repo, model_control=True))) as client:
+            first = runner_of(client)
+            assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200  # a reload
+            assert first() is None, "the replaced model's runner is still held"
+            second = runner_of(client)
+            assert client.post(f"/v2/repository/models/{ONNX}/unload").status_code == 200
+            assert second() is None, "the unloaded model's runner is still held"
+    finally:
+        gc.enable()

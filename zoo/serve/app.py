@@ -355,8 +355,8 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         loaded, zoo.skipped = await asyncio.to_thread(repository.scan, settings.repository, settings.options)
-        for model, runners in loaded:
-            zoo.add(model, runners)
+        while loaded:  # popped: no name here keeps a model's runners once model control unloads it
+            zoo.add(*loaded.pop(0))
         if not zoo.models:
             log.warning("no artifact in %s can run here; serving none", settings.repository)
         front = None

@@ -217,6 +217,9 @@ class Batcher:
                 w.future.set_exception(ModelNotReadyError(f"model {self.name} stopped before running the request"))
         self._queue.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        # the runners go now (an execution still running holds its own): their engines' memory
+        # is freed with them, not whenever the cycle collector reaches this batcher
+        self._pool = queue.SimpleQueue()
 
     async def _collect(self) -> None:
         while True:
