@@ -29,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+sys.path.insert(0, str(ROOT / "tools"))
+from serve_bench import server_cpu, served_requests  # noqa: E402
 
 
 def serve(cwd: Path, repository: Path, http: int, grpc: int) -> subprocess.Popen:
@@ -55,31 +57,18 @@ def wait_ready(port: int, timeout: float = 120) -> None:
     raise SystemExit(f"the server on port {port} did not become ready in {timeout:.0f} s")
 
 
-def server_cpu(pid: int) -> float:
-    """CPU seconds (user + system) the server process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def answered(http: int, model: str) -> float:
-    """Requests the server has answered for `model`, from its /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("zoo_inference_requests_total") and f'model="{model}"' in line)
-
-
 def load(model: str, pid: int, http: int, grpc: int, protocol: str, concurrency: int,
          seconds: float) -> tuple[float, float]:
     """(requests/s, server CPU ms per answered request) of one load point."""
     url = f"http://127.0.0.1:{http}" if protocol == "http" else f"grpc://127.0.0.1:{grpc}"
     extra = ["--metrics-url", f"http://127.0.0.1:{http}"] if protocol.startswith("grpc") else []
     extra += ["--streaming"] if protocol == "grpc-stream" else []
-    cpu, requests = server_cpu(pid), answered(http, model)
+    metrics = f"http://127.0.0.1:{http}"
+    cpu, requests = server_cpu(pid), served_requests(metrics, model)
     out = subprocess.run([PYTHON, "-m", "zoo", "bench", model, "--url", url, *extra, "--concurrency",
                           str(concurrency), "--min-time", str(seconds), "--json"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
-    count = answered(http, model) - requests
+    count = served_requests(metrics, model) - requests
     return (float(json.loads(out.stdout)["results"][0]["requests_per_s"]),
             (server_cpu(pid) - cpu) * 1e3 / count if count else float("nan"))
 

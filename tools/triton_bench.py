@@ -44,7 +44,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from serve_bench import environment, f, free_port  # noqa: E402
+from serve_bench import environment, f, free_port, server_cpu  # noqa: E402
 from tritonserver import Tritonserver, children, unavailable_reason  # noqa: E402
 
 MODELS = ("resnet8.digits", "minilm-l6.all-v2")
@@ -111,15 +111,6 @@ def zoo_serve(repository: Path, log: Path):
             proc.wait()
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds (user + system) these processes have used so far."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def answered(http: str, model: str) -> int:
     """Requests the server says it answered for `model` (the statistics extension, which
     both servers implement)."""
@@ -131,13 +122,13 @@ def point(urls: dict[str, str], pids: list[int], model: str, protocol: str, conc
           warmup: float) -> dict[str, Any]:
     from zoo.serve.perf import sweep
 
-    cpu, requests = cpu_seconds(pids), answered(urls["http"], model)
+    cpu, requests = sum(map(server_cpu, pids)), answered(urls["http"], model)
     report = sweep(urls["http" if protocol == "http" else "grpc"], served(model), model, [concurrency], [1],
                    duration=duration, warmup=warmup, distinct=64, metrics_url=urls["http"],
                    streaming=protocol == "grpc-stream")
     count = answered(urls["http"], model) - requests
     result = report["results"][0]
-    result["server_cpu_ms_per_request"] = (cpu_seconds(pids) - cpu) * 1e3 / count if count else None
+    result["server_cpu_ms_per_request"] = (sum(map(server_cpu, pids)) - cpu) * 1e3 / count if count else None
     return result
 
 

@@ -15,7 +15,6 @@ PyTorch do not pay for it.
 """
 
 import importlib
-import os
 import sys
 import types
 
@@ -24,7 +23,7 @@ from .version import __version__  # noqa: F401
 from .arguments import check_threads  # noqa: E402
 from .artifact import Artifact  # noqa: E402
 from .backend import Availability, Backend, Runner  # noqa: E402
-from .errors import InputError, UsageError, ZooError  # noqa: E402
+from .errors import InputError, ZooError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .inline import register, register_backend, unregister  # noqa: E402
 from .registry import LazyBackend, LazySpec, get_backend, get_model, list_models  # noqa: E402
@@ -45,7 +44,7 @@ def load(path, threads: int | None = None, device: str | None = None) -> Runner:
     `threads`: intra-op threads, a positive int (None: the runtime's default). ONNX Runtime
     and OpenVINO give each runner its own; torch has one count per process, so for a torch
     artifact it sets that (`torch.set_num_threads`) for every torch model in the process."""
-    return Artifact.open(_artifact_path(path, "zoo.load")).load(threads=check_threads(threads), device=device)
+    return Artifact.open(path).load(threads=check_threads(threads), device=device)
 
 
 def verify(path, threads: int | None = None) -> dict:
@@ -53,14 +52,7 @@ def verify(path, threads: int | None = None) -> dict:
     the report (`zoo.verify.verify_artifact`)."""
     from .verify import verify_artifact
 
-    return verify_artifact(_artifact_path(path, "zoo.verify"), threads)
-
-
-def _artifact_path(path, caller: str):
-    # None or a number would reach pathlib, whose TypeError names neither the call nor the argument
-    if not isinstance(path, (str, os.PathLike)):
-        raise UsageError(f"{caller} takes an artifact directory (a str or a path), not {path!r}")
-    return path
+    return verify_artifact(path, threads)
 
 
 def __getattr__(name: str):

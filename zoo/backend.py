@@ -65,8 +65,9 @@ def serving() -> bool:
 #: what a serving process's environment says unless its user set it, before any engine is
 #: imported (the OpenMP runtime reads it once, when it loads): PyTorch's intra-op OpenMP
 #: threads sleep between parallel regions instead of spinning (`serving`'s reason; a served
-#: `torch` artifact of resnet8.digits answered 1.3x the requests at 0.6x the CPU per
-#: request under 16 clients: docs/benchmarks.md, "Serving: threads that stop spinning")
+#: `torch` artifact of resnet8.digits answered 2.8x the requests at 0.21x the CPU per
+#: request under 16 clients on 2 shared cores: docs/benchmarks.md, "Serving: threads that
+#: stop spinning when a run returns")
 SERVING_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 

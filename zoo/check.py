@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from .errors import PluginError, SpecError, ZooError, first_line
+from .errors import SpecError, ZooError, first_line
 from .spec import ModelSpec, TensorSpec
 from .arrays import as_numpy
 from .tensors import TORCH_DTYPES, call_module, to_torch
@@ -139,12 +139,7 @@ def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_in
 
     if checkpoint is None and spec.trainable and not default_path(spec.name).exists():
         random_init = True
-    try:
-        module, source = reference_module(spec, checkpoint, random_init)
-    except ZooError:
-        raise
-    except Exception as exc:  # the plugin's build: say whose model failed, not where
-        raise PluginError(f"model {spec.name} (plugin {spec.plugin}) failed to build: {first_line(exc)}") from exc
+    module, source = reference_module(spec, checkpoint, random_init)  # a failing build: `checkpoint.built`'s error
     return check(spec, module.to(device), precision, device), source
 
 

@@ -14,9 +14,9 @@ import typer
 from rich.markup import escape
 
 from . import registry
-from .cli_common import (JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options,
-                         known_backend, out, writable_repository)
-from .errors import PluginError, UnknownModelError, UsageError, ZooError, first_line
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
+from .errors import UnknownModelError, UsageError, ZooError
+from .fsutil import check_destination
 
 
 @app.callback()
@@ -69,11 +69,9 @@ def list_(pattern: Optional[str] = typer.Argument(None, help="Wildcard filter, e
 
 
 def _params(spec) -> int:
-    try:
-        module = spec.build()
-    except Exception as exc:  # the plugin's code: say whose model failed, not where
-        raise PluginError(f"model {spec.name} (plugin {spec.plugin}) failed to build: {first_line(exc)}") from exc
-    return sum(p.numel() for p in module.parameters())
+    from .checkpoint import built  # the plugin's build: a failure says whose model, not where
+
+    return sum(p.numel() for p in built(spec).parameters())
 
 
 @app.command()
@@ -239,7 +237,7 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     if password_env is not None and sign_key is None:
         raise UsageError("--password-env goes with --sign: it unlocks the signing key")
     _check_export_choices(backend, precision, device, quantization, triton)
-    writable_repository(repository)  # before the export, not at its final rename
+    check_destination(repository, "--repository")  # before the export, not at its final rename
     password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
               force=force, quantization=quantization, triton=triton, resign=sign_key is not None)
@@ -275,7 +273,7 @@ def _check_export_choices(backend: str, precision: str, device: str, quantizatio
     from .spec import QUANTIZATIONS
     from .triton import FORMS
 
-    known_backend(backend)
+    registry.known_backend(backend, "--backend")
     check_names([precision], [device])
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization: unknown {quantization!r}; choose {' or '.join(QUANTIZATIONS)}")
@@ -646,7 +644,7 @@ def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(0.5, help
 
     from .cli_bench import print_bench
 
-    writable_repository(repository)  # before the training and exports
+    check_destination(repository, "--repository")  # before the training and exports
     print_bench(run(repository, min_time=min_time, console=out, only=_csv(backends_) if backends_ else None))
 
 

@@ -16,8 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.report import precision_label
-from .cli_common import (JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out,
-                         writable_repository)
+from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
 from .errors import UsageError, ZooError
 from .fsutil import check_destination
 
@@ -170,7 +169,7 @@ def bench(ctx: typer.Context,
                  else Path("reports") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
     check_destination(directory, "--report-dir")
     if url is None and not artifact:  # the matrix and in-process LoadGen export into it
-        writable_repository(repository)
+        check_destination(repository, "--repository")
     from .bench.matrix import Interrupted
 
     made = not directory.exists()

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import UsageError, ZooError
-from .fsutil import check_destination
+from .errors import ZooError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
@@ -25,25 +24,6 @@ err = Console(stderr=True, soft_wrap=True)  # an error stays one line, however l
 
 JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
 REPOSITORY = typer.Option(Path("exports"), "--repository", "-r", help="The model repository (export directory).")
-
-
-def writable_repository(repository: Path, option: str = "--repository") -> None:
-    """Refuse a model repository that cannot be written (a file, a file among its parents, a
-    folder this user cannot write, /sys or /proc: `fsutil.check_destination`) before the
-    exports and measurements that fill it: found at the final rename, it cost all of them."""
-    check_destination(repository, option)
-
-
-def known_backend(name: str, option: str = "--backend"):
-    """The backend registered as `name`; a name nothing registered is a usage error (exit 2),
-    as an unknown model is, rather than the library's exit-1 `UnknownBackendError`."""
-    from . import registry
-    from .errors import UnknownBackendError
-
-    try:
-        return registry.get_backend(name)
-    except UnknownBackendError as exc:
-        raise UsageError(f"{option}: {exc}") from None
 
 
 def _emit_json(data: Any) -> None:

@@ -31,10 +31,10 @@ from . import registry
 from .artifact import MANIFEST, Artifact
 from .backend import Availability
 from .bench import benchmark
+from .bench.matrix import check_names
 from .checkpoint import Checkpoint, default_path, missing
 from .bench.compare import MAX_THRESHOLD
-from .errors import (BackendUnavailableError, ExportError, ToleranceError, UnknownBackendError, UnsupportedError,
-                     UsageError, ZooError)
+from .errors import BackendUnavailableError, ExportError, ToleranceError, UnsupportedError, UsageError, ZooError
 from .export import DEFAULT_REPOSITORY, at_checkpoint_config
 from .fsutil import atomic_directory, check_destination, sha256_file
 from .spec import PRECISIONS, ModelSpec
@@ -159,13 +159,11 @@ def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
 def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict[str, Any]]]:
     """The backends that can run on `device` here, and a row for each that cannot."""
     # an empty list (`--backends ,`) names none: it used to mean every backend, silently
-    every = registry.backends()
-    chosen = [_known_backend(n) for n in names] if names is not None else list(every.values())
+    chosen = ([registry.known_backend(n, "--backends") for n in names] if names is not None
+              else list(registry.backends().values()))
     if not chosen:
         raise UsageError("name at least one backend to try (leave --backends out to try every one)")
-    devices = sorted({d for be in every.values() for d in be.devices})
-    if device not in devices:  # a typo (`tpu`, `CPU`): no backend could ever run it
-        raise UsageError(f"--device: unknown {device!r}; choose from {', '.join(devices)}")
+    check_names([], [device])  # a typo (`tpu`, `CPU`): no backend could ever run it
     if not any(device in be.precisions for be in chosen):
         known = sorted({d for be in chosen for d in be.devices})
         raise UnsupportedError(f"no backend {'named' if names else 'registered'} here runs on {device!r} "
@@ -186,14 +184,6 @@ def _backends(device: str, names: Sequence[str] | None) -> tuple[list, list[dict
         raise BackendUnavailableError(f"no backend can run on {device} here: "
                                       + "; ".join(r["error"] for r in rejected))
     return runnable, rejected
-
-
-def _known_backend(name: str):
-    """A backend named in `backends`; a name nothing registered is a usage error (exit 2)."""
-    try:
-        return registry.get_backend(name)
-    except UnknownBackendError as exc:
-        raise UsageError(f"--backends: {exc}") from None
 
 
 def _precisions(spec: ModelSpec, device: str, runnable: list, names: Sequence[str] | None) -> list[str]:

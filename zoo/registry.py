@@ -404,6 +404,15 @@ def get_backend(name: str) -> Backend:
     return _backend(name)
 
 
+def known_backend(name: str, option: str) -> Backend:
+    """The backend registered as `name`; a name nothing registered is a usage error naming
+    the command-line `option` (exit 2), as an unknown model is, not `UnknownBackendError`'s 1."""
+    try:
+        return get_backend(name)
+    except UnknownBackendError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def probe(backend: Backend, device: str) -> Availability:
     """Whether `backend` runs on `device` here. A probe is a plugin's code: one that raises
     says the backend cannot run, as `zoo backends` lists it, rather than ending the command."""

@@ -76,7 +76,7 @@ def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mappi
         text = model_config(name, spec, PYTHON_RUNTIME, None, device)
     else:
         text = model_config(name, spec, runtime, filename, device)
-    (directory / "config.pbtxt").write_text(text)
+    (directory / CONFIG).write_text(text)
 
 
 def config_names(text: str) -> list[str]:
