@@ -199,6 +199,29 @@ def test_reloading_a_served_model_never_leaves_its_name_unserved(faulty_server, 
     assert during and set(during) - {503} == {200}, during  # 503: the old queue was full until the swap
 
 
+def test_a_request_during_an_unload_is_told_the_model_is_unloading(faulty_server, plugin):
+    """While an unloaded model finishes what it had queued (3 x 1.5 s), a new request for it
+    is answered at once that the model is unloading, as the index says, not that the name
+    is unknown; once stopped, that it was unloaded."""
+    pool = ThreadPoolExecutor(4)
+    try:
+        slow = [pool.submit(infer, faulty_server, plugin.SLOW) for _ in range(3)]
+        time.sleep(0.3)
+        unload = pool.submit(httpx.post, f"{faulty_server.url}/v2/repository/models/{FAULTY}/unload", timeout=60)
+        time.sleep(0.3)
+        assert not unload.done(), "the unload did not wait for the queued requests"
+        during = infer(faulty_server, 0.5)
+        assert during.status_code == 404, during.text
+        assert "not served (UNAVAILABLE): unloading" in during.json()["error"], during.text
+        index = {row["name"]: row for row in httpx.post(f"{faulty_server.url}/v2/repository/index").json()}
+        assert index[FAULTY]["reason"] == "unloading"
+        assert unload.result().status_code == 200 and [f.result().status_code for f in slow] == [200] * 3
+        assert "(UNAVAILABLE): unloaded" in infer(faulty_server, 0.5).json()["error"]
+    finally:
+        assert httpx.post(f"{faulty_server.url}/v2/repository/models/{FAULTY}/load", timeout=60).status_code == 200
+        pool.shutdown()
+
+
 def test_model_control_and_shared_memory_over_grpc(faulty_server):
     import tritonclient.grpc as triton_grpc
     from tritonclient.utils import InferenceServerException

@@ -174,8 +174,13 @@ class Server:
             if model is None:  # as Triton answers: nothing to unload is done (Model Analyzer unloads to clean up)
                 return
             self._alias()
+            # requests that arrive while the queued ones finish are told why, as the index says
+            self._mark_unavailable(name, "unloading")
             await model.stop(self.settings.shutdown_timeout)
-            self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, "unloaded")]
+            self._mark_unavailable(name, "unloaded")
+
+    def _mark_unavailable(self, name: str, reason: str) -> None:
+        self.skipped = [*(s for s in self.skipped if s.name != name), repository.Skipped(name, reason)]
 
     def statistics(self, name: str = "", version: str = "") -> list[dict]:
         """Triton's `model_stats`: of one model (and version), or of every loaded one."""
