@@ -270,7 +270,8 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
     parameters = check_parameters(item.get("parameters", ABSENT), where, "input")
     region = region_of(parameters, where)
     size = parameters.get("binary_data_size")
-    given = [what for what, there in (("`data`", "data" in item), ("binary_data_size", size is not None),
+    # `"data": null` is no data: KServe's REST client writes it beside binary_data_size for an empty tensor
+    given = [what for what, there in (("`data`", item.get("data") is not None), ("binary_data_size", size is not None),
                                       ("shared_memory_region", region is not None)) if there]
     if len(given) > 1:
         raise ProtocolError(f"{where} has both {given[0]} and {given[1]}; give one")
@@ -283,7 +284,7 @@ def _input(item: Any, index: int, binary: memoryview, offset: int) -> tuple[Tens
             raise ProtocolError(f"{where}: binary_data_size {size} runs past the end of the body "
                                 f"({len(binary) - offset} bytes of binary data remain)")
         return tensor_from_bytes(name, datatype, shape, binary[offset:offset + size]), offset + size
-    if "data" not in item:
+    if item.get("data") is None:
         raise ProtocolError(f"{where} has neither `data` nor a binary_data_size parameter")
     flat_list = _flatten(item["data"], shape, where)
     return Tensor(name, datatype, shape, _typed(flat_list, datatype, where).reshape(shape)), offset
