@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.errors import BackendUnavailableError, StaleArtifactError, ZooError
+from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, ZooError
 from zoo.tensors import dynamic_shapes
 from zoo_onnx.export import DEFAULT_OPSET, export_onnx
 from zoo_onnxruntime import OnnxRuntimeBackend, OnnxRuntimeTensorRTBackend, zoo_register_backends
@@ -373,3 +373,53 @@ def test_a_served_session_stops_spinning_between_runs_and_an_in_process_one_does
     assert not _spinning_stops(zoo.load(art.path))
     out = runners[0]({"image": np.zeros((2, 1, 8, 8), np.float32)})
     assert out["logits"].shape == (2, 10)
+
+
+def test_a_served_session_takes_tritons_memory_parameters_and_an_in_process_one_ignores_them(tmp_path):
+    """The `parameters` of an artifact's config.pbtxt that Triton's ONNX Runtime backend
+    documents (`zoo export --triton-parameter`) set the session `zoo serve` loads: the
+    arena off, memory patterns off, the CPU arena shrunk after every run; `zoo.load`
+    (bench, verify) keeps ONNX Runtime's defaults. The served runner answers the same."""
+    from zoo.serve.repository import ServeOptions, config_parameters, open_model
+
+    parameters = {"enable_mem_arena": "0", "enable_mem_pattern": "false"}
+    art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path, random_init=True,
+                     triton_parameters=parameters)
+    assert config_parameters((art.path / "config.pbtxt").read_text()) == parameters
+    _, (served,) = open_model(art.path, ServeOptions())
+    in_process = zoo.load(art.path)
+    x = {"image": np.random.default_rng(0).random((3, 1, 8, 8), np.float32)}
+    np.testing.assert_array_equal(served(x)["logits"], in_process(x)["logits"])
+    runner = _ort_runner(served)
+    options = runner.session.get_session_options()
+    assert not options.enable_cpu_mem_arena and not options.enable_mem_pattern and runner.run_options is None
+    default = _ort_runner(in_process).session.get_session_options()
+    assert default.enable_cpu_mem_arena and default.enable_mem_pattern
+
+    shrinking = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path / "s",
+                           random_init=True, triton_parameters={"memory.enable_memory_arena_shrinkage": "cpu:0"})
+    _, (served,) = open_model(shrinking.path, ServeOptions())
+    run_options = _ort_runner(served).run_options
+    assert run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    assert _ort_runner(zoo.load(shrinking.path)).run_options is None
+
+
+def _ort_runner(runner) -> OnnxRuntimeRunner:
+    """The OnnxRuntimeRunner behind the checking runner that `Artifact.load` returns."""
+    assert isinstance(runner.unchecked, OnnxRuntimeRunner)
+    return runner.unchecked
+
+
+@pytest.mark.parametrize("parameters, words", [
+    ({"enable_mem_arena": "maybe"}, "enable_mem_arena must be 1 or 0"),
+    ({"enable_mem_pattern": ""}, "enable_mem_pattern must be 1 or 0"),
+    ({"memory.enable_memory_arena_shrinkage": "cpu"}, "must list devices as cpu:0;gpu:0"),
+    ({"memory.enable_memory_arena_shrinkage": "cpu:0", "enable_mem_arena": "0"}, "which enable_mem_arena 0 turns off"),
+])
+def test_memory_parameters_onnx_runtime_would_misread_are_refused_naming_the_key(parameters, words):
+    import onnxruntime as ort
+
+    from zoo_onnxruntime.backend import serving_options
+
+    with pytest.raises(ArtifactError, match=words):
+        serving_options(ort.SessionOptions(), parameters)

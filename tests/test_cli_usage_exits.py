@@ -46,6 +46,9 @@ EXPORT = ["export", "resnet8.digits", "--random-init"]
     (["-b", "onnxruntime", "--triton", "bogus"], "--triton: unknown 'bogus'; choose native or python"),
     (["-b", "onnxruntime", "-r", "afile"], "--repository afile: exists and is not a directory"),
     (["-b", "onnxruntime", "-r", "/proc/zz"], "--repository /proc/zz: /proc is not writable"),
+    (["-b", "onnxruntime", "--triton-parameter", "enable_mem_arena"], "--triton-parameter takes KEY=VALUE"),
+    (["-b", "onnxruntime", "--triton-parameter", "a b=1"], "Triton parameter key 'a b'"),
+    (["-b", "onnxruntime", "--triton-parameter", 'k="x"'], "Triton parameter k: the value must be"),
 ])
 def test_export_refuses_a_request_no_export_can_do_with_exit_2(tmp_path, monkeypatch, capsys, args, message):
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, *EXPORT, *args)

@@ -106,6 +106,32 @@ def test_reuse_only_with_identical_provenance(repository):
     assert (rebuilt.path / "zoo.json").stat().st_ino != written.st_ino
 
 
+def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository):
+    """`triton_parameters` (`zoo export --triton-parameter`) are written as config.pbtxt's
+    `parameters`, as Triton's ModelConfig parses them, and recorded in the manifest; an
+    export with other parameters rebuilds the artifact, one with the same reuses it. A value
+    the backend refuses (ONNX Runtime's arena flag is 1 or 0) fails the export, and the
+    artifact there stays as it was."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    root = repository / "parameters"
+    plain = zoo.export(SPEC, "onnxruntime", repository=root, random_init=True)
+    assert "parameters" not in (plain.path / "config.pbtxt").read_text() and "parameters" not in plain.manifest["triton"]
+    wanted = {"enable_mem_arena": "0", "memory.enable_memory_arena_shrinkage": ""}
+    art = zoo.export(SPEC, "onnxruntime", repository=root, random_init=True, triton_parameters=wanted)
+    config = text_format.Parse((art.path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert {k: v.string_value for k, v in config.parameters.items()} == wanted == art.manifest["triton"]["parameters"]
+    written = (art.path / "zoo.json").stat().st_ino
+    assert (zoo.export(SPEC, "onnxruntime", repository=root, random_init=True, triton_parameters=wanted).path
+            / "zoo.json").stat().st_ino == written
+    with pytest.raises(zoo.ZooError, match="enable_mem_arena must be 1 or 0"):
+        zoo.export(SPEC, "onnxruntime", repository=root, random_init=True, triton_parameters={"enable_mem_arena": "2"})
+    assert (art.path / "zoo.json").stat().st_ino == written and zoo.verify(art.path)
+    rebuilt = zoo.export(SPEC, "onnxruntime", repository=root, random_init=True)
+    assert "parameters" not in rebuilt.manifest["triton"] and (rebuilt.path / "zoo.json").stat().st_ino != written
+
+
 class Doubled(torch.nn.Module):
     """SPEC's module with a changed forward and the same weights (no new parameter)."""
 

@@ -509,6 +509,40 @@ def test_a_load_time_configuration_that_departs_from_the_spec_is_refused(triton,
             http.close()
 
 
+def test_configuration_parameters_reach_the_engine_in_tritons_python_backend(triton, repository):
+    """The `parameters` of the configuration Triton loads reach the artifact's engine, as
+    `zoo serve` passes those of config.pbtxt (Triton's own ONNX Runtime backend documents
+    `enable_mem_arena`): a value ONNX Runtime cannot read leaves the model UNAVAILABLE with
+    the reason naming the key; with 0 the model is READY and answers as its own runner."""
+    import json
+
+    from tritonclient.utils import InferenceServerException
+
+    _, arts = repository
+    model = f"{POOLER.name}.onnxruntime.fp32"
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    config = http.get_model_config(model)
+    try:
+        http.unload_model(model)
+        bad = {**config, "parameters": {"enable_mem_arena": {"string_value": "maybe"}}}
+        with pytest.raises(InferenceServerException, match="enable_mem_arena must be 1 or 0"):
+            http.load_model(model, config=json.dumps(bad))
+        assert triton.index()[model]["state"] == "UNAVAILABLE"
+        http.load_model(model, config=json.dumps({**config, "parameters": {"enable_mem_arena": {"string_value": "0"}}}))
+        assert triton.index()[model]["state"] == "READY"
+        inputs = request(arts[model], 2, 5)
+        expected = zoo.load(arts[model].path)(inputs)
+        got = infer(tritonclient_http, http, model, inputs)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(got[key].reshape(np.shape(value)), np.asarray(value), err_msg=key)
+    finally:
+        try:
+            http.load_model(model)
+            assert triton.index()[model]["state"] == "READY"
+        finally:
+            http.close()
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_the_script_stops_tritonserver_when_it_is_terminated(tmp_path, sig):
     """`python tools/tritonserver.py REPOSITORY` started tritonserver in a session of its own:

@@ -47,7 +47,8 @@ class Runner(Protocol):
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
-_serving = contextvars.ContextVar("zoo_serving", default=False)
+#: None outside `for_serving`; inside, the served model's Triton configuration parameters
+_serving: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("zoo_serving", default=None)
 
 
 def serving() -> bool:
@@ -59,7 +60,16 @@ def serving() -> bool:
     cost `zoo serve` 1.8x the CPU per request and 12% of its requests/s
     (docs/benchmarks.md, "Serving: threads that stop spinning when a run returns").
     In-process benchmarks load without it."""
-    return _serving.get()
+    return _serving.get() is not None
+
+
+def serving_parameters() -> Mapping[str, str]:
+    """The `parameters` of the served model's Triton configuration (its `config.pbtxt`,
+    string values; empty when not serving). A backend honours the keys that Triton's own
+    backend for its engine documents, so one configuration means the same under `zoo serve`
+    and under Triton (ONNX Runtime's `enable_mem_arena`, for one), and refuses a value it
+    cannot read with an error naming the key."""
+    return _serving.get() or {}
 
 
 #: what a serving process's environment says unless its user set it, before any engine is
@@ -79,9 +89,10 @@ def prepare_serving_process() -> None:
 
 
 @contextlib.contextmanager
-def for_serving():
-    """Runners loaded inside this block serve requests (`serving`)."""
-    token = _serving.set(True)
+def for_serving(parameters: Mapping[str, str] | None = None):
+    """Runners loaded inside this block serve requests (`serving`), under the served
+    model's Triton configuration `parameters` (`serving_parameters`)."""
+    token = _serving.set(dict(parameters or {}))
     try:
         yield
     finally:

@@ -46,6 +46,17 @@ def _config(pairs: list[str]) -> dict[str, Any]:
     return config
 
 
+def _strings(pairs: list[str], flag: str) -> dict[str, str]:
+    """KEY=VALUE pairs, values as given (a usage error for a pair without a key)."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, got {pair[:80]!r}")
+        found[key] = value
+    return found
+
+
 def _signature(spec) -> str:
     return ", ".join(f"{t.name}[{','.join(map(str, t.shape))}]" for t in spec.inputs)
 
@@ -224,6 +235,10 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
                None, help="Triton form of the repository files: native (the engine's own Triton backend) or "
                           "python (Triton's Python backend runs the artifact through zoo's runner). Default: "
                           "native where Triton has a backend for the engine, else python."),
+           triton_parameter: List[str] = typer.Option(
+               [], help="KEY=VALUE, repeatable: a parameter of config.pbtxt that the backend honours when "
+                          "served (by zoo serve or Triton), as Triton's backend for the engine documents it, "
+                          "e.g. enable_mem_arena=0 for ONNX Runtime (docs/serving.md, Memory)."),
            sign_key: Optional[Path] = typer.Option(None, "--sign", help="Sign the artifact with this elliptic-curve "
                                                    "private key (PEM), as `zoo sign` does."),
            password_env: Optional[str] = typer.Option(None, help="With --sign: the environment variable holding an "
@@ -237,10 +252,12 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     if password_env is not None and sign_key is None:
         raise UsageError("--password-env goes with --sign: it unlocks the signing key")
     _check_export_choices(backend, precision, device, quantization, triton)
+    parameters = _strings(triton_parameter, "--triton-parameter")
     check_destination(repository, "--repository")  # before the export, not at its final rename
     password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
-              force=force, quantization=quantization, triton=triton, resign=sign_key is not None)
+              force=force, quantization=quantization, triton=triton, resign=sign_key is not None,
+              triton_parameters=parameters)
     if sign_key is not None:
         from .signing import sign as sign_artifact
 

@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from . import vectors
 from .version import __version__
 from .arguments import check_threads
+from .backend import for_serving
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, built, default_path, load_checkpoint, missing, whose
@@ -48,7 +49,7 @@ from .signing import SIGNATURE
 from .standalone import model_record, signature
 from .tensors import cpu_state_dict, example_inputs, state_dict_sha256
 from .train import module_fn
-from .triton import triton_form, write_repository_files
+from .triton import check_parameters, triton_form, write_repository_files
 from .verify import domain_report, metric_report, parity
 
 log = logging.getLogger("zoo")
@@ -122,7 +123,8 @@ def device_facts(device: str) -> dict[str, Any]:
 def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str = "fp32", device: str = "cpu",
            repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
            random_init: bool = False, force: bool = False, threads: int | None = None,
-           quantization: str | None = None, triton: str | None = None, resign: bool = False) -> Artifact:
+           quantization: str | None = None, triton: str | None = None, resign: bool = False,
+           triton_parameters: Mapping[str, str] | None = None) -> Artifact:
     """Export `model` through `backend` and write a verified artifact into `repository`.
 
     `model` is a registered name or a `ModelSpec`, registered or not: the artifact describes its
@@ -132,13 +134,16 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     written as `<model>.<backend>.int8-<method>`. `triton` ("native" | "python") is the Triton form
     of its repository files (`zoo.triton`); by default native where Triton has a backend for the
     engine, else python. `resign`: the caller signs the new artifact (`zoo export --sign`): no warning.
+    `triton_parameters` become the `parameters` of its `config.pbtxt`, which the backend honours
+    where Triton's backend for the engine documents them (`zoo.backend.serving_parameters`): the
+    artifact's runner, loaded as a server loads it, must reproduce the test vectors under them.
     """
     spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
     declared, checkpoint = at_checkpoint_config(spec, checkpoint, random_init)
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
-    form = triton_form(be.triton, triton)
+    form, parameters = triton_form(be.triton, triton), check_parameters(triton_parameters)
     spec.tolerance(precision)
     if not (availability := probe(be, device)).ok:
         raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
@@ -146,10 +151,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     module, source = reference_module(spec, checkpoint, random_init)
     module = module.to(device)
     state = cpu_state_dict(module)
-    provenance = {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
-                  "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
-                  "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
-                  "triton": form}
+    provenance = _provenance(state, spec, be, precision, device, form, parameters)
     other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
     final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
     # the manifest's account of the model: compared with an existing artifact's, then written
@@ -158,11 +160,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     if reused is not None:
         return reused
 
-    # what every step below relies on, before any backend work: one line per departure
-    checked = check(spec, module, precision, device)
-    for warning in checked.warnings:
-        log.warning("%s", warning)
-    checked.raise_for_failures()
+    _check_module(spec, module, precision, device)
 
     start = time.perf_counter()
     with _replacing(final, resign) as tmp:
@@ -180,9 +178,10 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         metric = metric_report(spec, reference, runner, precision)
         vector_sets, test_data = vectors.record(spec, reference, tmp)
         vectors.check(spec, runner, vector_sets, precision)  # so that `zoo verify` passes on what is written
+        _check_served(be, (model_file, spec, precision, device, threads, info), parameters, vector_sets)
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
-        write_repository_files(tmp, name, spec, be.triton, be.filename, device, form)
+        write_repository_files(tmp, name, spec, be.triton, be.filename, device, form, parameters)
         files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {
             "format": FORMAT, "name": name, "zoo_version": __version__,
@@ -191,7 +190,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
-            "triton": {"form": form, **(dict(be.triton) if form == "native" else {"backend": "python"})},
+            "triton": _triton_record(be, form, parameters),
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
             "signature": described["signature"], "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
@@ -199,6 +198,40 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "parity": report, "domain": domain, "metric": metric}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return Artifact(final, manifest)
+
+
+def _check_module(spec: ModelSpec, module, precision: str, device: str) -> None:
+    """What every step of an export relies on, before any backend work: one line per departure."""
+    checked = check(spec, module, precision, device)
+    for warning in checked.warnings:
+        log.warning("%s", warning)
+    checked.raise_for_failures()
+
+
+def _triton_record(be, form: str, parameters: Mapping[str, str]) -> dict[str, Any]:
+    """The manifest's `triton`: the form, Triton's platform or backend, the config's parameters."""
+    return {"form": form, **(dict(be.triton) if form == "native" else {"backend": "python"}),
+            **({"parameters": dict(parameters)} if parameters else {})}
+
+
+def _provenance(state, spec: ModelSpec, be, precision: str, device: str, form: str,
+                parameters: Mapping[str, str]) -> dict[str, Any]:
+    """What an artifact was built from: an existing one is reused only where all of it is the same."""
+    return {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
+            "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
+            "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
+            "triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
+
+
+def _check_served(be, load_arguments: tuple, parameters: Mapping[str, str], vector_sets) -> None:
+    """With `parameters` in its configuration, the runner a server loads (`for_serving`)
+    reproduces the test vectors too: a value its backend refuses is refused here, at export."""
+    if not parameters:
+        return
+    with for_serving(parameters):
+        served = be.load(*load_arguments)
+    spec, precision = load_arguments[1:3]
+    vectors.check(spec, served, vector_sets, precision)
 
 
 @contextmanager
@@ -256,7 +289,9 @@ def _reusable(final: Path, provenance: Mapping[str, Any], described: Mapping[str
                 "precision": m["precision"], "device": m["device"], "quantization": m.get("quantization"),
                 "device_name": m.get("device_name"),
                 "compute_capability": m.get("compute_capability"),
-                "triton": (m.get("triton") or {}).get("form")}
+                "triton": (m.get("triton") or {}).get("form"),
+                **({"triton_parameters": m["triton"]["parameters"]} if (m.get("triton") or {}).get("parameters")
+                   else {})}
     if "test_data" not in m or recorded != dict(provenance):  # (artifacts from before test vectors: rebuilt)
         return None
 

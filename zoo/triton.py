@@ -62,8 +62,29 @@ def triton_form(runtime: Mapping[str, str], requested: str | None) -> str:
     return requested
 
 
+#: a model configuration parameter as `zoo export --triton-parameter` takes it: a key as Triton's
+#: backends name theirs ("enable_mem_arena", "memory.enable_memory_arena_shrinkage"), and a value
+#: of printable ASCII that needs no escaping in config.pbtxt
+PARAMETER_KEY, PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.:-]{1,128}"), re.compile(r"[ !#-\[\]-~]{0,1024}")
+
+
+def check_parameters(parameters: Mapping[str, str] | None) -> dict[str, str]:
+    """`parameters` for a `config.pbtxt`, or a usage error naming the first bad one."""
+    from .errors import UsageError
+
+    checked = {}
+    for key, value in (parameters or {}).items():
+        if not isinstance(key, str) or not PARAMETER_KEY.fullmatch(key):
+            raise UsageError(f"Triton parameter key {str(key)[:80]!r}: letters, digits, '_', '.', ':' and '-' only")
+        if not isinstance(value, str) or not PARAMETER_VALUE.fullmatch(value):
+            raise UsageError(f"Triton parameter {key}: the value must be a string of printable ASCII without "
+                             f"quotes or backslashes, not {str(value)[:80]!r}")
+        checked[key] = value
+    return checked
+
+
 def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str,
-                           device: str, form: str) -> None:
+                           device: str, form: str, parameters: Mapping[str, str] | None = None) -> None:
     """`config.pbtxt` (and for the python form `1/model.py`) inside artifact `directory`."""
     from pathlib import Path
 
@@ -73,9 +94,9 @@ def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mappi
             (directory / label_file(t)).write_text("".join(f"{label}\n" for label in t.labels))
     if form == "python":
         (directory / "1" / "model.py").write_text(MODEL_PY)
-        text = model_config(name, spec, PYTHON_RUNTIME, None, device)
+        text = model_config(name, spec, PYTHON_RUNTIME, None, device, parameters)
     else:
-        text = model_config(name, spec, runtime, filename, device)
+        text = model_config(name, spec, runtime, filename, device, parameters)
     (directory / CONFIG).write_text(text)
 
 
@@ -136,7 +157,7 @@ def _tensor(t: TensorSpec, drop_batch: bool) -> str:
 
 
 def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str | None,
-                 device: str) -> str:
+                 device: str, parameters: Mapping[str, str] | None = None) -> str:
     """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`
     (`filename`: the model file Triton loads; None for the Python backend's `model.py`)."""
     is_batched = batched(spec)
@@ -159,4 +180,6 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     lines.append(f"instance_group [\n  {{\n    count: 1\n    kind: {kind}\n  }}\n]")
     if filename is not None:
         lines.append(f"default_model_filename: {json.dumps(filename)}")
+    lines += [f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{value}" }}\n}}'
+              for key, value in (parameters or {}).items()]
     return "\n".join(lines) + "\n"

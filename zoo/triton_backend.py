@@ -68,7 +68,9 @@ class TritonPythonModel:
         if departures:  # before the runner loads: the reason Triton gives for UNAVAILABLE
             raise ZooError(f"model {self.name}: its Triton configuration does not match the artifact's spec "
                            f"(the exported config.pbtxt does): " + "; ".join(departures))
-        with for_serving():  # the same runner as `zoo serve`'s, loaded the same way
+        parameters = {key: str(value.get("string_value", "")) for key, value in (config.get("parameters") or {}).items()
+                      if isinstance(value, dict)}
+        with for_serving(parameters):  # the same runner as `zoo serve`'s, loaded the same way
             self.runner = art.load(device=device)
         self.run = unchecked(self.runner)  # each request is checked alone in execute, before it is grouped
         sets = art.test_vectors()

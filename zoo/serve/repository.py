@@ -19,7 +19,7 @@ import numpy as np
 
 from ..artifact import MANIFEST, Artifact, list_artifacts
 from ..backend import for_serving
-from ..errors import ZooError, first_line
+from ..errors import ArtifactError, ZooError, first_line
 from ..padding import padding_safe, ragged_axes
 from ..triton import rows_batched
 from ..vectors import sampler
@@ -73,6 +73,22 @@ def triton_settings(config_text: str) -> dict:
     return found
 
 
+def config_parameters(config_text: str) -> dict[str, str]:
+    """A `config.pbtxt`'s model `parameters` (Triton's `ModelConfig.parameters`, string
+    values), read with the `ModelConfig` message tritonclient ships: the backend that loads
+    the artifact for serving honours the ones Triton's backend for its engine documents."""
+    if "parameters" not in config_text:  # the common case: no protobuf import
+        return {}
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    try:
+        config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        raise ArtifactError(f"config.pbtxt is not a Triton model configuration: {first_line(exc)}") from None
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
 def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
     config_path = art.path / "config.pbtxt"
     config = triton_settings(config_path.read_text()) if config_path.is_file() else {}
@@ -104,8 +120,11 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     policy = policy_for(art, spec, options)
     threads = options.threads or (max(1, (os.cpu_count() or 1) // policy.instances) if policy.instances > 1 else None)
 
+    config = art.path / "config.pbtxt"
+    parameters = config_parameters(config.read_text()) if config.is_file() else {}
+
     def load_runners() -> list:
-        with for_serving():
+        with for_serving(parameters):
             return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
 
     runners = load_runners()

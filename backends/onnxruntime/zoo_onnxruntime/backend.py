@@ -9,11 +9,12 @@ work, and say what is missing, on a machine without it.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from zoo.backend import Availability, Backend, device_kind, release, serving
+from zoo.backend import Availability, Backend, device_kind, release, serving, serving_parameters
 from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, first_line
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ class OnnxRuntimeBackend(Backend):
             stream = torch.cuda.Stream(device=_index(device))  # the device the provider is given
         session = self.session(Path(path), spec, precision, device, threads, info=info,
                                stream=stream.cuda_stream if stream is not None else None)
-        return OnnxRuntimeRunner(session, spec, device, stream=stream)
+        run_options = serving_options(None, serving_parameters()) if serving() else None
+        return OnnxRuntimeRunner(session, spec, device, stream=stream, run_options=run_options)
 
     def session(self, path: Path, spec: "ModelSpec", precision: str, device: str,
                 threads: int | None = None, *, info: Mapping[str, Any] | None = None,
@@ -124,6 +126,7 @@ class OnnxRuntimeBackend(Backend):
             options.intra_op_num_threads = threads
         if serving():  # its threads spin within a run but stop when it returns, leaving the cores to the front end
             options.add_session_config_entry("session.force_spinning_stop", "1")
+            serving_options(options, serving_parameters())
         providers = self.providers(path, spec, precision, device, info=info, stream=stream)
         wanted = providers[0][0]
         if wanted not in ort.get_available_providers():
@@ -171,6 +174,46 @@ class OnnxRuntimeBackend(Backend):
                 raise StaleArtifactError(
                     f"artifact {artifact} was built with {lib} {version}, newer than this machine's {lib} {now}; "
                     f"upgrade {lib} or re-export it here with `zoo export --force`")
+
+
+#: the model configuration parameters of Triton's ONNX Runtime backend that set how a
+#: session holds memory (onnxruntime_backend's README, "Model Config Options"), honoured by
+#: `zoo serve` and zoo's Triton Python-backend model alike: the arena keeps the largest
+#: working set a request ever needed (docs/serving.md, "Memory")
+ARENA, PATTERN, SHRINKAGE = "enable_mem_arena", "enable_mem_pattern", "memory.enable_memory_arena_shrinkage"
+_BOOLEANS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}  # Triton's ParseBoolValue
+
+
+def serving_options(options: "onnxruntime.SessionOptions | None",
+                    parameters: Mapping[str, str]) -> "onnxruntime.RunOptions | None":
+    """Apply the served model's `parameters` to its session `options` (when given), and
+    return the run options they ask for (None: ONNX Runtime's defaults). A value ONNX
+    Runtime would misread is an error naming the key."""
+    import onnxruntime as ort
+
+    flags = {}
+    for key in (ARENA, PATTERN):
+        if key in parameters:
+            flags[key] = _BOOLEANS.get(parameters[key].strip().lower())
+            if flags[key] is None:
+                raise ArtifactError(f"config.pbtxt parameter {key} must be 1 or 0 (or true/false), "
+                                    f"not {parameters[key][:40]!r}")
+    shrinkage = parameters.get(SHRINKAGE, "")
+    if shrinkage and not re.fullmatch(r"(cpu|gpu):\d+(;(cpu|gpu):\d+)*", shrinkage):
+        raise ArtifactError(f"config.pbtxt parameter {SHRINKAGE} must list devices as cpu:0;gpu:0, "
+                            f"not {shrinkage[:40]!r}")
+    if "cpu" in shrinkage and flags.get(ARENA) is False:
+        raise ArtifactError(f"config.pbtxt parameter {SHRINKAGE} shrinks the CPU arena, which {ARENA} 0 turns off")
+    if options is not None:
+        if ARENA in flags:
+            options.enable_cpu_mem_arena = flags[ARENA]
+        if PATTERN in flags:
+            options.enable_mem_pattern = flags[PATTERN]
+    if not shrinkage:
+        return None
+    run = ort.RunOptions()
+    run.add_run_config_entry(SHRINKAGE, shrinkage)
+    return run
 
 
 def _onnxruntime() -> "onnxruntime | None":

@@ -68,8 +68,10 @@ class OnnxRuntimeRunner:
     """
 
     def __init__(self, session: "onnxruntime.InferenceSession", spec: ModelSpec, device: str = "cpu",
-                 bind: bool | None = None, stream: "torch.cuda.Stream | None" = None) -> None:
+                 bind: bool | None = None, stream: "torch.cuda.Stream | None" = None,
+                 run_options: "onnxruntime.RunOptions | None" = None) -> None:
         self.session = session
+        self.run_options = run_options  # every run's (the served model's configuration: `serving_options`)
         self.spec = spec
         self.device_type, _, index = str(device).partition(":")
         self.device_index = int(index or 0)
@@ -101,7 +103,7 @@ class OnnxRuntimeRunner:
 
     def _run_numpy(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         feeds = {name: self._numpy(name, inputs[name]) for name in self.input_names}
-        outputs = self.session.run(list(self.output_names), feeds)
+        outputs = self.session.run(list(self.output_names), feeds, self.run_options)
         return dict(zip(self.output_names, outputs, strict=True))
 
     def _numpy(self, name: str, value: Any) -> np.ndarray:
@@ -139,7 +141,7 @@ class OnnxRuntimeRunner:
                     tensor.record_stream(self.stream)
             else:  # the session computes on a stream of its own, unknown to torch
                 caller.synchronize()
-        self.session.run_with_iobinding(binding)  # returns once its compute stream is done
+        self.session.run_with_iobinding(binding, self.run_options)  # returns once its compute stream is done
         if self.device_type == "cuda" and self.stream is not None:
             # ordered both ways even where a run returned before its stream finished
             # (issue 17, finding 4); after a synchronized run this costs nothing
