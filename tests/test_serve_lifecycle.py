@@ -242,7 +242,11 @@ def test_model_control_and_shared_memory_over_grpc(faulty_server):
             client.register_system_shared_memory("r", "/zoo-none", 64)
         assert info.value.status() == "StatusCode.UNIMPLEMENTED" and "--shared-memory system" in info.value.message()
         assert "system_shared_memory" not in client.get_server_metadata(as_json=True)["extensions"]
-    refused = httpx.get(f"{faulty_server.url}/v2/systemsharedmemory/status")
+    # status answers no regions when off, as Triton answers it; registering is refused
+    status = httpx.get(f"{faulty_server.url}/v2/systemsharedmemory/status")
+    assert status.status_code == 200 and status.json() == [], status.text
+    refused = httpx.post(f"{faulty_server.url}/v2/systemsharedmemory/region/r/register",
+                         json={"key": "/zoo-none", "offset": 0, "byte_size": 64})
     assert refused.status_code == 403 and "--shared-memory system" in refused.json()["error"]
 
 

@@ -19,7 +19,7 @@ import pytest
 import tritonclient.utils.shared_memory as client
 
 from zoo.serve import shm
-from zoo.serve.errors import FeatureOffError, SharedMemoryError, status_for
+from zoo.serve.errors import FeatureOffError, RegionExistsError, RegionNotFoundError, SharedMemoryError, status_for
 from zoo.serve.shm import Regions
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="system shared memory needs Linux's /dev/shm")
@@ -275,7 +275,7 @@ def test_a_name_registered_twice_is_refused_and_the_first_stays(regions, make_re
     second, _ = make_region(8)
     client.set_shared_memory_region(handle, [np.array([7], np.float64)])
     regions.register("r", first, 0, 8)
-    message = error(regions.register, "r", second, 0, 8)
+    message = error(regions.register, "r", second, 0, 8, kind=RegionExistsError)
     assert message == "a shared memory region of that name is already registered; unregister it first"
     assert regions.status("r")[0]["key"] == first
     assert np.frombuffer(regions.read("r", 0, 8), np.float64)[0] == 7
@@ -292,7 +292,7 @@ def test_status_with_and_without_a_name(regions, make_region):
                                 {"name": "mid", "key": key_a, "offset": 0, "byte_size": 4},
                                 {"name": "zeta", "key": key_a, "offset": 8, "byte_size": 24}]
     assert regions.status("zeta") == [{"name": "zeta", "key": key_a, "offset": 8, "byte_size": 24}]
-    assert error(regions.status, "absent").startswith("unknown shared memory region")
+    assert error(regions.status, "absent", kind=RegionNotFoundError).startswith("unknown shared memory region")
     assert Regions(enabled=True).status() == []
 
 
@@ -315,7 +315,7 @@ def test_unknown_regions(regions):
     unknown = "unknown shared memory region: register it first (POST /v2/systemsharedmemory/region/NAME/register)"
     assert error(regions.read, "nope", 0, 1) == unknown
     assert error(regions.write, "nope", 0, b"x") == unknown
-    assert error(regions.status, "nope") == unknown
+    assert error(regions.status, "nope", kind=RegionNotFoundError) == unknown
 
 
 @needs_proc_fd
@@ -342,7 +342,7 @@ def test_failed_registrations_leave_no_descriptor_open(regions, plain_object):
     error(regions.register, "r", key, 0, 4097)  # larger than the object: opened, then refused
     assert open_fds(path) == 0
     regions.register("r", key, 0, 8)
-    error(regions.register, "r", key, 0, 8)  # a duplicate name
+    error(regions.register, "r", key, 0, 8, kind=RegionExistsError)  # a duplicate name
     assert open_fds(path) == 1
 
 
@@ -459,16 +459,19 @@ def test_at_most_256_regions(regions, make_region):
 
 # -- the extension turned off ------------------------------------------------------------------------------------
 
-def test_disabled_regions_refuse_everything_but_close(make_region):
+def test_disabled_regions_refuse_everything_but_status_and_close(make_region):
     key, _ = make_region(8)
     off = Regions(enabled=False)
     assert off.enabled is False
-    calls = [(off.register, "r", key, 0, 8), (off.unregister,), (off.unregister, "r"), (off.status,),
-             (off.status, "r"), (off.read, "r", 0, 1), (off.write, "r", 0, b"x")]
+    calls = [(off.register, "r", key, 0, 8), (off.unregister,), (off.unregister, "r"), (off.read, "r", 0, 1),
+             (off.write, "r", 0, b"x"), (off.take, [("r", 0, 1)])]
     for call, *args in calls:
         assert error(call, *args, kind=FeatureOffError) == (
             "system shared memory is off; start the server with --shared-memory system to use it")
+    assert off.status() == [] and off.take([]) == {}  # as Triton: status answers, with no regions
+    assert error(off.status, "r", kind=RegionNotFoundError).startswith("unknown shared memory region")
     assert status_for(FeatureOffError("x")) == 403 and status_for(SharedMemoryError("x")) == 400
+    assert status_for(RegionNotFoundError("x")) == 404 and status_for(RegionExistsError("x")) == 400
     off.close()
     off.close()
 
@@ -482,12 +485,14 @@ def test_errors_never_echo_a_region_name_or_key(regions, make_region):
     os.symlink(f"/dev/shm{key}", f"/dev/shm/{link}")
     try:
         messages = [error(regions.read, SECRET, 0, 1), error(regions.write, SECRET, 0, b"x"),
-                    error(regions.status, SECRET), error(regions.register, SECRET, missing, 0, 8),
+                    error(regions.status, SECRET, kind=RegionNotFoundError),
+                    error(regions.register, SECRET, missing, 0, 8),
                     error(regions.register, SECRET, link, 0, 8),
                     error(regions.register, SECRET, "../secret-key-xyz", 0, 8),
                     error(regions.register, SECRET, key, 0, 65)]
         regions.register(SECRET, key, 0, 64)
-        messages += [error(regions.register, SECRET, key, 0, 8), error(regions.read, SECRET, 60, 8),
+        messages += [error(regions.register, SECRET, key, 0, 8, kind=RegionExistsError),
+                     error(regions.read, SECRET, 60, 8),
                      error(regions.write, SECRET, 0, b"x" * 65), error(regions.read, SECRET, -1, 8)]
     finally:
         os.unlink(f"/dev/shm/{link}")
@@ -594,3 +599,86 @@ def test_concurrent_reads_writes_and_unregisters(regions, make_region):
         for w in workers:
             w.join(10)
     assert failures == []
+
+
+# -- requests holding regions (take / release) ---------------------------------------------------------------------
+
+@needs_proc_fd
+def test_an_unregister_waits_for_the_requests_holding_the_region(regions, plain_object):
+    """As Triton: unregistering a region in-flight requests use succeeds, the region stays listed (its name taken)
+    until the last of them ends, and is closed then; a new request naming it meanwhile is refused."""
+    key, path = plain_object
+    regions.register("in", key, 0, 16)
+    regions.register("out", key, 16, 16)
+    first = regions.take([("in", 0, 16), ("out", 0, 8), ("out", 8, 8)])
+    second = regions.take([("in", 4, 4)])
+    assert [r.users for r in (first["in"], first["out"])] == [2, 1]
+    regions.unregister()
+    assert [r["name"] for r in regions.status()] == ["in", "out"] and regions.status("in")[0]["byte_size"] == 16
+    assert error(regions.take, [("in", 0, 1)]).startswith("unknown shared memory region")
+    assert error(regions.read, "out", 0, 1).startswith("unknown shared memory region")
+    assert error(regions.register, "in", key, 0, 16, kind=RegionExistsError).startswith("a shared memory region")
+    regions.write(first["out"], 0, b"\x05" * 16)  # the requests go on through the regions they hold
+    assert regions.read(first["in"], 16, 0) == b"" and regions.read(second["in"], 16, 0) == b""
+    assert regions.read(first["out"], 0, 16) == b"\x05" * 16 and regions.read(second["in"], 0, 16) == bytes(16)
+    regions.release(first)
+    assert [r["name"] for r in regions.status()] == ["in"] and open_fds(path) == 1
+    regions.release(second)
+    assert regions.status() == [] and open_fds(path) == 0
+    regions.register("in", key, 0, 16)  # the name is free again
+
+
+def test_take_checks_every_part_before_holding_any(regions, make_region):
+    key, _ = make_region(64)
+    regions.register("x", key, 0, 64)
+    regions.register("y", key, 32, 32)
+    assert regions.take([]) == {}
+    for parts, words in [([("x", 0, 64), ("y", 1, 32)], "offset 1 + 32 bytes runs past the end of the region (32"),
+                         ([("x", 0, 64), ("y", 32, 2**64 - 32)], f"offset 32 + {2**64 - 32} bytes runs past"),
+                         ([("x", 2**64 - 32, 64)], f"offset {2**64 - 32} + 64 bytes runs past"),
+                         ([("x", 0, 1), (SECRET, 0, 1)], "unknown shared memory region"),
+                         ([("x", -1, 1)], "offset must be at least 0")]:
+        message = error(regions.take, parts)
+        assert message.startswith(words) and "secret" not in message and key[1:] not in message, message
+    assert all(r.users == 0 for r in regions._regions.values())  # a refused request holds nothing
+    regions.unregister()
+    assert regions.status() == []
+
+
+@needs_proc_fd
+def test_close_closes_the_regions_requests_hold(regions, plain_object):
+    """Shutdown closes every region, held or not: a request still holding one gets an error, and its descriptor
+    number (perhaps another file's by then) is never used."""
+    key, path = plain_object
+    regions.register(SECRET, key, 0, 16)
+    held = regions.take([(SECRET, 0, 16)])
+    regions.close()
+    assert regions.status() == [] and open_fds(path) == 0 and held[SECRET].fd == -1
+    for message in (error(regions.read, held[SECRET], 0, 4), error(regions.write, held[SECRET], 0, b"x")):
+        assert message == "the shared memory region was closed (the server is shutting down)"
+    regions.release(held)
+    assert regions.status() == []
+
+
+@needs_proc_fd
+def test_a_copy_in_progress_outlives_the_request_that_started_it(regions, make_region, monkeypatch):
+    """A request cancelled while its copy runs in a worker thread releases its hold; the descriptor stays open
+    until the copy ends."""
+    key, handle = make_region(16)
+    path = f"/dev/shm{key}"
+    client.set_shared_memory_region(handle, [np.arange(16, dtype=np.uint8)])
+    client_fds = open_fds(path)
+    regions.register("r", key, 0, 16)
+    held = regions.take([("r", 0, 16)])
+    stalling = Stalling(shm._read_at)
+    monkeypatch.setattr(shm, "_read_at", stalling)
+    results: list = []
+    reader = threading.Thread(target=lambda: results.append(regions.read(held["r"], 0, 16)))
+    reader.start()
+    assert stalling.copying.wait(10)
+    regions.unregister("r")
+    regions.release(held)  # the request ends (cancelled) with its copy still running
+    assert regions.status() == [] and open_fds(path) == client_fds + 1
+    stalling.go.set()
+    reader.join(10)
+    assert results == [bytes(range(16))] and open_fds(path) == client_fds

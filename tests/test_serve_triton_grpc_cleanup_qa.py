@@ -554,11 +554,6 @@ def test_simple_infer_shutdownserver(own_server, plugin):
     assert own_server.proc.wait(DEADLINE) in (0, 128 + signal.SIGINT, -signal.SIGINT)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="a stream open at shutdown ends with UNKNOWN 'Unexpected <class "
-                   "'asyncio.exceptions.InvalidStateError'>: Result is not set.' and its requests in flight are "
-                   "cancelled, not answered: Service._until_draining reads the result of the read it has just "
-                   "cancelled (zoo/serve/grpc_service.py)")
 def test_streaming_infer_shutdownserver(own_server, plugin):
     # Triton: test_streaming_infer_shutdownserver (SIGINT after 5 of 10 requests on a stream):
     # the 5 in flight are answered, then the stream ends UNAVAILABLE (what is sent on it from

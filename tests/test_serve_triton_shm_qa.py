@@ -217,18 +217,16 @@ def test_unregister_after_register(server, client, region):
 
 def test_reregister_after_register(server, client, protocol, region):
     # Triton: test_reregister_after_register ("shared memory region 'dummy_data' already in
-    # manager", 400 over HTTP). Ours does not echo the name; gRPC's code: see the xfail below.
+    # manager", 400 over HTTP, ALREADY_EXISTS over gRPC). Ours does not echo the name.
     key, _ = region(8)
     client.register_system_shared_memory("dummy_data", key, 8)
     message = refused(lambda: client.register_system_shared_memory("dummy_data", key, 8), protocol, 400,
-                      "INVALID_ARGUMENT")
+                      "ALREADY_EXISTS")
     assert "already registered" in message and "dummy_data" not in message and key not in message
     assert names(client) == ["dummy_data"]
     assert_live(server)
 
 
-@pytest.mark.xfail(strict=True, reason="a duplicate registration is INVALID_ARGUMENT over gRPC; Triton answers "
-                                       "ALREADY_EXISTS (TRITONSERVER_ERROR_ALREADY_EXISTS)")
 def test_reregister_after_register_grpc_code(server, region):
     # Triton: test_reregister_after_register over gRPC, the status code.
     c = make_client(server, "grpc")
@@ -281,7 +279,7 @@ def test_client_shm_disabled(servers, protocol, region):
     # Triton: test_client_shm_disabled_by_default ("Client shared memory is disabled. Start
     # the server with '--allow-client-shm=true' to enable.", UNSUPPORTED: HTTP 501, gRPC
     # UNIMPLEMENTED). Ours: 403 over HTTP (docs/serving.md, status codes), UNIMPLEMENTED
-    # over gRPC, naming --shared-memory system. Status while off: see the xfail below.
+    # over gRPC, naming --shared-memory system. Status while off: see the test below.
     off = servers[1]
     c = make_client(off, protocol)
     key, _ = region(8)
@@ -294,8 +292,6 @@ def test_client_shm_disabled(servers, protocol, region):
     assert_live(off)
 
 
-@pytest.mark.xfail(strict=True, reason="with shared memory off the status call is refused (403 / UNIMPLEMENTED); "
-                                       "Triton answers it with no regions")
 def test_client_shm_disabled_status_is_empty(servers, protocol):
     # Triton: test_client_shm_disabled_by_default: "querying status remains allowed (empty)".
     c = make_client(servers[1], protocol)
@@ -305,13 +301,11 @@ def test_client_shm_disabled_status_is_empty(servers, protocol):
 def test_status_of_an_unknown_region(server, client, protocol):
     # Triton: TestSharedMemoryUnregister._test_shm_not_found (status of a region that is not
     # registered raises). Triton's text: "Unable to find system shared memory region: 'x'".
-    message = refused(lambda: client.get_system_shared_memory_status("x"), protocol, 400, "INVALID_ARGUMENT")
+    message = refused(lambda: client.get_system_shared_memory_status("x"), protocol, 404, "NOT_FOUND")
     assert message.startswith("unknown shared memory region")
     assert_live(server)
 
 
-@pytest.mark.xfail(strict=True, reason="an unknown region is 400 / INVALID_ARGUMENT; Triton answers NOT_FOUND "
-                                       "(HTTP 404, gRPC NOT_FOUND), in status and in inference alike")
 def test_status_of_an_unknown_region_is_not_found(server, protocol):
     # Triton: GetStatus / GetMemoryInfo in src/shared_memory_manager.cc, TRITONSERVER_ERROR_NOT_FOUND.
     c = make_client(server, protocol)
@@ -392,9 +386,6 @@ def test_mixed_raw_shm_http(server, region):
     assert_live(server)
 
 
-@pytest.mark.xfail(strict=True, reason="gRPC takes raw_input_contents only as one entry per input, shared-memory "
-                                       "inputs included; Triton (and tritonclient) give entries only to the inputs "
-                                       "not in shared memory")
 def test_mixed_raw_shm_grpc(server, region):
     # Triton: test_mixed_raw_shm over gRPC. tritonclient sends one raw_input_contents entry
     # (scale's) for two inputs; Triton indexes them over the inputs without a region
@@ -430,21 +421,18 @@ def test_infer_byte_size_out_of_bound(server, client, protocol, region):
 def test_infer_integer_overflow(server, client, protocol, region):
     # Triton: test_infer_integer_overflow: output offset 32, byte size 2**64 - 32. Triton over
     # HTTP: 400 "Integer overflow detected: byte_size (...) + offset (32) exceeds maximum
-    # value ..."; ours refuses the 64-byte write past the region. Over gRPC the client
-    # itself refuses the value (int64_param).
+    # value ..."; ours refuses the requested part past the region, before the model runs.
+    # Over gRPC the client itself refuses the value (int64_param).
     configure(client, region)
     if protocol == "http":
         message = refused(lambda: basic_infer(client, protocol, out_offset=32, out_size=2**64 - 32), protocol, 400, "")
-        assert message == "offset 32 + 64 bytes runs past the end of the region (64 bytes)"
+        assert message == f"offset 32 + {2**64 - 32} bytes runs past the end of the region (64 bytes)"
     else:
         with pytest.raises(ValueError, match="Value out of range:"):
             basic_infer(client, protocol, out_offset=32, out_size=2**64 - 32)
     assert_live(server)
 
 
-@pytest.mark.xfail(strict=True, reason="an output's shared_memory_offset + shared_memory_byte_size is never checked "
-                                       "against its region, only the bytes the output fills: a request Triton refuses "
-                                       "runs")
 @pytest.mark.parametrize("offset, size", [(1, SIZE), (32, 2**64 - 32)], ids=["byte_size", "overflow"])
 def test_infer_requested_output_region_out_of_bound(server, region, offset, size):
     # Triton: test_infer_byte_size_out_of_bound and test_infer_integer_overflow (HTTP), with an
@@ -519,9 +507,6 @@ def test_unregister_shm_after_inference(server, client, protocol, region):
     assert_live(server)
 
 
-@pytest.mark.xfail(strict=True, reason="unregistering a region an in-flight request uses drops it at once: the "
-                                       "request then fails with 'unknown shared memory region' when it writes its "
-                                       "output; Triton lets it finish and unregisters the region after it")
 def test_unregister_shm_during_inference_single_req(server, protocol, region):
     # Triton: test_unregister_shm_during_inference_single_req_{http,grpc}: unregister all
     # (from a second client) while the request runs is no error, the regions stay listed

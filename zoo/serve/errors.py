@@ -51,6 +51,15 @@ class SharedMemoryError(InputError):
     region, bad key, offset or size outside the region. Never echoes a region name."""
 
 
+class RegionNotFoundError(SharedMemoryError):
+    """The status of a region that is not registered (404, NOT_FOUND over gRPC, as Triton).
+    An inference request naming one stays a plain `SharedMemoryError` (400)."""
+
+
+class RegionExistsError(SharedMemoryError):
+    """A registration under a name already registered (400; ALREADY_EXISTS over gRPC, as Triton)."""
+
+
 class UnsupportedMediaError(ZooError):
     """A Content-Encoding or Content-Type the server does not read (415)."""
 
@@ -75,6 +84,7 @@ STATUS: dict[type[BaseException], int] = {
     RequestFailedError: 400,
     ProtocolError: 400,
     InputError: 400,
+    RegionNotFoundError: 404,
     FeatureOffError: 403,
     ModelLoadError: 400,
     ModelNotFoundError: 404,

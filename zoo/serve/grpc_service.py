@@ -7,12 +7,13 @@ speak, none written by hand. It is served by grpcio's asyncio server on the even
 of the HTTP front end, on its own port, over the same `service.Server`: the same loaded
 models, batcher, queue limit, request size limit (`grpc.max_receive_message_length`),
 timeout, metrics, statistics and shared-memory regions, and the same error messages,
-with the status code Triton gives each (`CODES`).
+with the status code Triton gives each (`CODES`, `OWN_CODES`).
 
-Inputs arrive in `raw_input_contents` (one entry per input, in order; BYTES as
-length-prefixed items) or in typed `contents`; outputs go back in
-`raw_output_contents`, as Triton sends them. A domain-native request is one BYTES input
-named for the model's raw kind (`text`, `image`, ...), as over HTTP.
+Inputs arrive in `raw_input_contents` (one entry per input not in shared memory, in
+order, as Triton takes them; BYTES as length-prefixed items), in typed `contents` or in
+a shared-memory region; outputs go back in `raw_output_contents`, as Triton sends them.
+A domain-native request is one BYTES input named for the model's raw kind (`text`,
+`image`, ...), as over HTTP.
 
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
 error as `error_message` on that response, the stream going on). CUDA shared memory,
@@ -43,7 +44,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ..version import __version__
 from ..errors import ZooError
 from . import datatypes as dt
-from .errors import FeatureOffError, ModelNotFoundError, ProtocolError, message_for, status_for
+from .errors import FeatureOffError, ModelNotFoundError, ProtocolError, RegionExistsError, message_for, status_for
 from .protocol import (
     InferRequest,
     Tensor,
@@ -61,6 +62,8 @@ log = logging.getLogger("zoo.serve")
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.UNIMPLEMENTED, 404: grpc.StatusCode.NOT_FOUND,
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
          500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
+#: error types Triton answers over gRPC with a code of their own, not the one their HTTP status maps to
+OWN_CODES = {RegionExistsError: grpc.StatusCode.ALREADY_EXISTS}
 INTERNAL = "internal server error; the server log has the details"
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 #: v2 datatype -> the typed `contents` field that carries it (FP16 and BF16 travel only as raw bytes)
@@ -75,7 +78,8 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     status = status_for(exc)
     if status is None:
         return grpc.StatusCode.INTERNAL, INTERNAL
-    return CODES.get(status, grpc.StatusCode.INTERNAL), message_for(exc)
+    own = next((OWN_CODES[cls] for cls in type(exc).__mro__ if cls in OWN_CODES), None)
+    return own or CODES.get(status, grpc.StatusCode.INTERNAL), message_for(exc)
 
 
 def parsed(message_type: type, raw: bytes) -> Any:
@@ -132,12 +136,14 @@ def decode(message: pb.ModelInferRequest) -> InferRequest:
     """A ModelInferRequest as the request `service.Server.infer` takes."""
     params = check_parameters(parameters(message.parameters), "request", "request")
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
-        raise ProtocolError(f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; give one "
-                            "per input, in the order of `inputs`")
-    inputs, seen = [], set()
+    # as Triton (InferGRPCToInput): the entries go to the inputs not in shared memory, in order
+    plain = [parameters(item.parameters).get("shared_memory_region") is None for item in message.inputs]
+    if raw and len(raw) != sum(plain):
+        raise ProtocolError(f"raw_input_contents has {len(raw)} entries for {sum(plain)} inputs not in shared memory; "
+                            "give one per such input, in the order of `inputs`")
+    inputs, seen, entries = [], set(), iter(raw)
     for i, item in enumerate(message.inputs):
-        tensor = _input(item, i, raw[i] if raw else None)
+        tensor = _input(item, i, next(entries) if raw and plain[i] else None)
         if tensor.name in seen:
             raise ProtocolError(f"input {tensor.name!r} is given more than once")
         seen.add(tensor.name)
@@ -335,9 +341,10 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
             finally:  # also when the stream is cancelled
                 stop.cancel()
-                if not following.done():
+                unread = not following.done()
+                if unread:  # cancel() only asks: the task is not done until the loop runs it again
                     following.cancel()
-            if following.cancelled():
+            if unread or following.cancelled():
                 return
             try:
                 message = following.result()

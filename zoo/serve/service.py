@@ -30,7 +30,7 @@ from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundErro
 from .metrics import Metrics
 from .model import ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
-from .shm import Regions
+from . import shm
 from .stats import ModelStats
 
 log = logging.getLogger("zoo.serve")
@@ -53,7 +53,7 @@ class Server:
         self.skipped: list[repository.Skipped] = []
         self.metrics = Metrics()
         self.stats: dict[str, ModelStats] = {}
-        self.regions = Regions(enabled=settings.shared_memory)
+        self.regions = shm.Regions(enabled=settings.shared_memory)
         self.control = asyncio.Lock()
         #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
         #: end stops taking calls then too, so both transports drain side by side
@@ -208,9 +208,13 @@ class Server:
         self.metrics.child(self.metrics.requests, *labels).inc()
         try:
             request = await decode(model)
-            await self._read_regions(model, request)
-            outputs, work = await model.infer(request, self.settings.request_timeout)
-            outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name)) for t in outputs]
+            held = self.regions.take(_parts(request))  # every part checked against its region before the model runs
+            try:
+                await self._read_regions(model, request, held)
+                outputs, work = await model.infer(request, self.settings.request_timeout)
+                outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name), held) for t in outputs]
+            finally:
+                self.regions.release(held)
         except (Exception, asyncio.CancelledError) as exc:  # cancelled: the client cancelled the call, or shutdown
             reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else \
                 "disconnected" if isinstance(exc, Disconnected) else reason_for(exc)
@@ -222,7 +226,7 @@ class Server:
         stats.request(True, total, work.rows, queue, (work.compute_input, work.compute, work.compute_output))
         return model, request, outputs
 
-    async def _read_regions(self, model: ServedModel, request: InferRequest) -> None:
+    async def _read_regions(self, model: ServedModel, request: InferRequest, held: dict[str, shm.Region]) -> None:
         for t in request.inputs:
             if t.region is None:
                 continue
@@ -233,8 +237,9 @@ class Server:
                 raise ProtocolError(f"input {t.name!r} of shape {list(t.shape)} ({t.datatype}) is {expected} bytes; "
                                     f"its shared memory part (shared_memory_byte_size) is {r.byte_size}")
             self._check_region_size(model, t)
-            raw = (await asyncio.to_thread(self.regions.read, r.name, r.offset, r.byte_size)
-                   if r.byte_size > OFFLOAD_BYTES else self.regions.read(r.name, r.offset, r.byte_size))
+            region = held[r.name]
+            raw = (await asyncio.to_thread(self.regions.read, region, r.offset, r.byte_size)
+                   if r.byte_size > OFFLOAD_BYTES else self.regions.read(region, r.offset, r.byte_size))
             t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
 
     def _check_region_size(self, model: ServedModel, t: Tensor) -> None:
@@ -257,8 +262,9 @@ class Server:
             raise ProtocolError(f"input {t.name!r} has shape {list(t.shape)}; model {model.name} takes "
                                 f"{wire_shape(spec.shape)}, at most {largest}")
 
-    async def _deliver(self, model: ServedModel, t: Tensor, wanted) -> Tensor:
-        """An output as the request asked for it: the top classes, and/or in shared memory."""
+    async def _deliver(self, model: ServedModel, t: Tensor, wanted, held: dict[str, shm.Region]) -> Tensor:
+        """An output as the request asked for it: the top classes, and/or in shared memory (a region the request
+        holds, found as it was when the request started)."""
         if wanted is None:
             return t
         if wanted.classification is not None:
@@ -271,9 +277,16 @@ class Server:
             if len(raw) > wanted.region.byte_size:
                 raise ProtocolError(f"output {t.name!r} needs {len(raw)} bytes; its shared memory part "
                                     f"(shared_memory_byte_size) has {wanted.region.byte_size}")
+            region = held[wanted.region.name]
             if len(raw) > OFFLOAD_BYTES:
-                await asyncio.to_thread(self.regions.write, wanted.region.name, wanted.region.offset, raw)
+                await asyncio.to_thread(self.regions.write, region, wanted.region.offset, raw)
             else:
-                self.regions.write(wanted.region.name, wanted.region.offset, raw)
+                self.regions.write(region, wanted.region.offset, raw)
             t = Tensor(t.name, t.datatype, t.shape, None, Region(wanted.region.name, wanted.region.offset, len(raw)))
         return t
+
+
+def _parts(request: InferRequest) -> list[tuple[str, int, int]]:
+    """The shared-memory parts a request names, inputs and outputs: (region, offset, byte size)."""
+    wanted = [w.region for w in (request.outputs or {}).values()]
+    return [(r.name, r.offset, r.byte_size) for r in [t.region for t in request.inputs] + wanted if r is not None]

@@ -6,19 +6,27 @@ object's name in /dev/shm), an offset and a byte size, and then names the region
 output `parameters` (`shared_memory_region`, `shared_memory_offset`, `shared_memory_byte_size`): the server reads
 that input from the region, or writes that output into it, instead of carrying the bytes in the request.
 
-The extension is off by default (`zoo serve --shared-memory system` turns it on); while it is off every call but
-`close` raises `FeatureOffError` (403). The rules, Triton's fixes for its shared memory CVEs among them:
+The extension is off by default (`zoo serve --shared-memory system` turns it on); while it is off `register`,
+`unregister`, `read`, `write` and `take` raise `FeatureOffError` (403), and `status` lists no regions (as Triton answers
+it). The rules, Triton's fixes for its shared memory CVEs among them:
 
 - a key is one file name in /dev/shm (`^/?[A-Za-z0-9_.-]{1,255}$`, no "..", no other slash), so a registration can
   never reach a file elsewhere; the object is opened with O_NOFOLLOW (a symbolic link is refused), must already exist
   (it is never created), must be a regular file and must hold `offset + byte_size` bytes;
 - the object's descriptor is opened once at registration and kept while the region is registered; `unregister` and
   `close` close it (once: closing again is a no-op, so a recycled descriptor number is never closed);
+- an inference request `take`s the regions it names when it starts (each part it names checked against the region's
+  size before the model runs) and `release`s them when it ends. Unregistering a region a request holds succeeds, as in
+  Triton, but the region stays registered (listed in `status`, its name taken) until the last request holding it ends;
+  a new request naming it meanwhile is refused as naming an unknown region (Triton would still serve it: refusing is
+  the safe choice, nothing new starts on a region its owner has let go). `close` (shutdown) closes every region,
+  held or not;
 - every read and write is checked against the region's registered size and copies, with `os.pread` and `os.pwrite` at
   the region's offset: nothing the server holds aliases the object's memory. A copy holds its region (a count taken
   under the registry's lock, which is held only to look regions up, never over a copy), and an unregistered region's
-  descriptor is closed when its last copy ends: an unregister never closes a descriptor in the middle of a copy, and a
-  large copy in a worker thread never makes a small one on the event loop wait;
+  descriptor is closed when its last copy (and the last request holding it) ends: an unregister never closes a
+  descriptor in the middle of a copy, and a large copy in a worker thread never makes a small one on the event loop
+  wait;
 - an error never echoes a region's name or key (another client could probe for them); it may state offsets and sizes;
 - at most `MAX_REGIONS` regions (each holding one open descriptor) are registered at a time.
 
@@ -45,7 +53,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FeatureOffError, SharedMemoryError
+from .errors import FeatureOffError, RegionExistsError, RegionNotFoundError, SharedMemoryError
 
 log = logging.getLogger("zoo.serve")
 
@@ -56,6 +64,7 @@ MAX_NAME = 256  # characters in a region name
 KEY = re.compile(r"^/?[A-Za-z0-9_.\-]{1,255}$")
 OFF = "system shared memory is off; start the server with --shared-memory system to use it"
 UNKNOWN = "unknown shared memory region: register it first (POST /v2/systemsharedmemory/region/NAME/register)"
+CLOSED = "the shared memory region was closed (the server is shutting down)"
 DUPLICATE = "a shared memory region of that name is already registered; unregister it first"
 SHRUNK = ("the shared memory object is now smaller than when it was registered (its owner shrank it): register it "
           "again once it holds the region")
@@ -70,8 +79,9 @@ class Region:
     offset: int  # where the region starts in the shared memory object
     byte_size: int
     fd: int  # -1 once closed
-    copies: int = 0  # copies in progress (the registry's lock guards it)
-    dropped: bool = False  # unregistered: closed when `copies` falls to 0
+    copies: int = 0  # copies in progress (the registry's lock guards it, as the two fields below)
+    users: int = 0  # requests holding it (`Regions.take`): unregistered, it stays registered until they end
+    dropped: bool = False  # unregistered: closed when `copies` and `users` fall to 0
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -188,16 +198,17 @@ class Regions:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._regions: dict[str, Region] = {}
-        self._lock = threading.Lock()  # guards `_regions` and each region's `copies`; never held over a copy
+        self._lock = threading.Lock()  # guards `_regions` and each region's counts; never held over a copy
 
     def _on(self) -> None:
         if not self.enabled:
             raise FeatureOffError(OFF)
 
     def _region(self, name: str) -> Region:
-        """The region registered as `name`; the caller holds the lock."""
+        """The region registered as `name` for a new use (not one unregistered while requests still hold it); the
+        caller holds the lock."""
         region = self._regions.get(name) if isinstance(name, str) else None
-        if region is None:
+        if region is None or region.dropped:
             raise SharedMemoryError(UNKNOWN)
         return region
 
@@ -221,73 +232,111 @@ class Regions:
             self._regions[name] = Region(name, key, offset, byte_size, fd)
 
     def _may_add(self, name: str) -> None:
-        if name in self._regions:
-            raise SharedMemoryError(DUPLICATE)
+        if name in self._regions:  # also while requests still hold it after an unregister, as in Triton
+            raise RegionExistsError(DUPLICATE)
         if len(self._regions) >= MAX_REGIONS:
             raise SharedMemoryError(f"{MAX_REGIONS} shared memory regions are registered, the most the server "
                                     "keeps: unregister one first")
 
     def unregister(self, name: str | None = None) -> None:
-        """Drop the region `name`, or every region, closing its descriptor; a name that is not registered is no error
-        (as in Triton)."""
+        """Drop the region `name`, or every region, closing its descriptor once no request holds it; a name that is
+        not registered is no error (as in Triton)."""
         self._on()
-        self._drop(name)
+        self._drop(name, shutdown=False)
 
-    def _drop(self, name: str | None) -> None:
+    def _drop(self, name: str | None, shutdown: bool) -> None:
+        """Mark regions unregistered; remove those no request holds (at shutdown, all) and close those no copy uses."""
         with self._lock:
             if name is None:
                 dropped = list(self._regions.values())
-                self._regions.clear()
             else:
-                region = self._regions.pop(name, None) if isinstance(name, str) else None
+                region = self._regions.get(name) if isinstance(name, str) else None
                 dropped = [region] if region is not None else []
             for region in dropped:
                 region.dropped = True
-                if not region.copies:  # else the last copy closes it
-                    region.close()
+                if shutdown:
+                    del self._regions[region.name]
+                self._settle(region)
+
+    def _settle(self, region: Region) -> None:
+        """Remove an unregistered region no request holds, and close a removed one no copy uses (else the last
+        request or copy to end does); the caller holds the lock."""
+        if not region.dropped:
+            return
+        if not region.users and self._regions.get(region.name) is region:
+            del self._regions[region.name]
+        if not region.copies and self._regions.get(region.name) is not region:
+            region.close()
 
     def status(self, name: str | None = None) -> list[dict]:
-        """The regions, sorted by name, or only `name` (which must be registered)."""
-        self._on()
+        """The registered regions, sorted by name, or only `name` (which must be registered). With the extension
+        off there are none, as Triton answers."""
         with self._lock:
             if name is not None:
-                return [self._region(name).to_json()]
+                region = self._regions.get(name) if isinstance(name, str) else None
+                if region is None:
+                    raise RegionNotFoundError(UNKNOWN)
+                return [region.to_json()]
             return [self._regions[n].to_json() for n in sorted(self._regions)]
 
-    def read(self, name: str, offset: int, byte_size: int) -> bytes:
-        """A copy of `byte_size` bytes at `offset` within the region `name`."""
+    def take(self, parts: list[tuple[str, int, int]]) -> dict[str, Region]:
+        """The regions an inference request names, by name, held until `release`: each `(name, offset, byte_size)`
+        part must lie inside its region, checked here, before the model runs. An unregister while the request runs
+        waits for it (Triton's rule) instead of failing it halfway."""
+        if not parts:
+            return {}
+        self._on()
+        checked = [(name, _count(offset, "offset", 0), _count(size, "byte size", 0)) for name, offset, size in parts]
+        held: dict[str, Region] = {}
+        with self._lock:
+            for name, offset, size in checked:
+                region = held.get(name) or self._region(name)
+                self._span(region, offset, size)
+                held[name] = region
+            for region in held.values():
+                region.users += 1
+        return held
+
+    def release(self, held: dict[str, Region]) -> None:
+        """End a request's hold (`take`); a region unregistered meanwhile goes now if no other request holds it."""
+        with self._lock:
+            for region in held.values():
+                region.users -= 1
+                self._settle(region)
+
+    def read(self, region: str | Region, offset: int, byte_size: int) -> bytes:
+        """A copy of `byte_size` bytes at `offset` within `region`: a registered one's name, or one the caller holds
+        (`take`)."""
         self._on()
         offset = _count(offset, "offset", 0)
         byte_size = _count(byte_size, "byte size", 0)
+        held, start = self._hold(region, offset, byte_size)
         if not byte_size:
-            with self._lock:
-                self._span(self._region(name), offset, 0)
+            self._release(held)
             return b""
-        region, start = self._hold(name, offset, byte_size)
         try:
-            return _read_at(region.fd, byte_size, start)
+            return _read_at(held.fd, byte_size, start)
         finally:
-            self._release(region)
+            self._release(held)
 
-    def write(self, name: str, offset: int, data: Any) -> None:
-        """Copy `data` (bytes-like or a numpy array) into the region `name` at `offset`."""
+    def write(self, region: str | Region, offset: int, data: Any) -> None:
+        """Copy `data` (bytes-like or a numpy array) into `region` (as `read` takes it) at `offset`."""
         self._on()
         offset = _count(offset, "offset", 0)
         view = _buffer(data)
-        if not view.nbytes:
-            with self._lock:
-                self._span(self._region(name), offset, 0)
-            return
-        region, start = self._hold(name, offset, view.nbytes)
+        held, start = self._hold(region, offset, view.nbytes)
         try:
-            _write_at(region.fd, view, start)
+            if view.nbytes:
+                _write_at(held.fd, view, start)
         finally:
-            self._release(region)
+            self._release(held)
 
-    def _hold(self, name: str, offset: int, size: int) -> tuple[Region, int]:
-        """The region `name`, held for one copy of `size` bytes at `offset`, and where they start in the object."""
+    def _hold(self, which: str | Region, offset: int, size: int) -> tuple[Region, int]:
+        """The region, held for one copy of `size` bytes at `offset`, and where they start in the object."""
         with self._lock:
-            region = self._region(name)
+            region = which if isinstance(which, Region) else self._region(which)
+            if region.fd < 0:  # a held region closed at shutdown: its descriptor number may be another file's now
+                raise SharedMemoryError(CLOSED)
             start = self._span(region, offset, size)
             region.copies += 1
             return region, start
@@ -295,8 +344,7 @@ class Regions:
     def _release(self, region: Region) -> None:
         with self._lock:
             region.copies -= 1
-            if region.dropped and not region.copies:
-                region.close()
+            self._settle(region)
 
     @staticmethod
     def _span(region: Region, offset: int, size: int) -> int:
@@ -307,5 +355,6 @@ class Regions:
         return region.offset + offset
 
     def close(self) -> None:
-        """Drop every region (server shutdown); closing twice is fine, and so is closing a disabled registry."""
-        self._drop(None)
+        """Drop every region, held by a request or not (server shutdown); closing twice is fine, and so is closing a
+        disabled registry."""
+        self._drop(None, shutdown=True)
