@@ -14,7 +14,7 @@ Not ported, and why:
 - test_load_model / test_unload_model with polling: we have no polling mode; with model
   control off the answer is ours (docs/serving.md, "model control off").
 - qa/L0_grpc_state_cleanup/cleanup_test.py (stream cancellation, a client closing mid-stream):
-  not yet ported; test_serve_grpc.py and test_serve_lifecycle.py cover streams and shutdown.
+  ported in test_serve_triton_grpc_cleanup_qa.py.
 """
 
 from __future__ import annotations
