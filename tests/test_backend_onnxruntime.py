@@ -386,7 +386,9 @@ def test_a_served_session_takes_tritons_memory_parameters_and_an_in_process_one_
     art = zoo.export(zoo.get_model("resnet8.digits").tiny(), "onnxruntime", repository=tmp_path, random_init=True,
                      triton_parameters=parameters)
     assert config_parameters((art.path / "config.pbtxt").read_text()) == parameters
-    _, (served,) = open_model(art.path, ServeOptions())
+    model, (served,) = open_model(art.path, ServeOptions())
+    # the model configuration the server answers (GET .../config, gRPC ModelConfig) has them, as Triton's does
+    assert model.config()["parameters"] == {k: {"string_value": v} for k, v in parameters.items()}
     in_process = zoo.load(art.path)
     x = {"image": np.random.default_rng(0).random((3, 1, 8, 8), np.float32)}
     np.testing.assert_array_equal(served(x)["logits"], in_process(x)["logits"])

@@ -290,6 +290,9 @@ class ServedModel:
         if self.batched and p.batching:
             config["dynamic_batching"] = {"preferred_batch_size": list(p.preferred_batch_sizes),
                                           "max_queue_delay_microseconds": int(p.max_queue_delay * 1e6)}
+        parameters = (self.artifact.manifest.get("triton") or {}).get("parameters")
+        if parameters:  # config.pbtxt's, which the backend was loaded under (`zoo export --triton-parameter`)
+            config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
         return config
 
 
