@@ -106,7 +106,7 @@ def test_reuse_only_with_identical_provenance(repository):
     assert (rebuilt.path / "zoo.json").stat().st_ino != written.st_ino
 
 
-def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository):
+def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository, caplog):
     """`triton_parameters` (`zoo export --triton-parameter`) are written as config.pbtxt's
     `parameters`, as Triton's ModelConfig parses them, and recorded in the manifest; an
     export with other parameters rebuilds the artifact, one with the same reuses it. A value
@@ -130,6 +130,13 @@ def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository
     assert (art.path / "zoo.json").stat().st_ino == written and zoo.verify(art.path)
     rebuilt = zoo.export(SPEC, "onnxruntime", repository=root, random_init=True)
     assert "parameters" not in rebuilt.manifest["triton"] and (rebuilt.path / "zoo.json").stat().st_ino != written
+    # a key the backend does not read when zoo serves it: written (Triton's backend may read it), and said so
+    with caplog.at_level("WARNING", logger="zoo"):
+        other = zoo.export(SPEC, "onnxruntime", repository=root, random_init=True,
+                           triton_parameters={"intra_op_thread_count": "1"})
+    assert other.manifest["triton"]["parameters"] == {"intra_op_thread_count": "1"}
+    assert any("does not read the config.pbtxt parameters intra_op_thread_count" in r.getMessage()
+               for r in caplog.records), caplog.text
 
 
 class Doubled(torch.nn.Module):

@@ -114,6 +114,9 @@ class Backend(abc.ABC):
     #: export compiles native code (Inductor, an engine builder): a minute or more per model
     #: on a small CPU. `zoo demo` leaves such backends to `--backends` so it stays quick.
     compiles: ClassVar[bool] = False
+    #: the config.pbtxt `parameters` its runner reads when served (`serving_parameters`);
+    #: an export given others warns that only Triton's own backend may read them
+    parameters: ClassVar[tuple[str, ...]] = ()
 
     @property
     def devices(self) -> tuple[str, ...]:

@@ -228,6 +228,11 @@ def _check_served(be, load_arguments: tuple, parameters: Mapping[str, str], vect
     reproduces the test vectors too: a value its backend refuses is refused here, at export."""
     if not parameters:
         return
+    unread = sorted(set(parameters) - set(be.parameters))
+    if unread:
+        log.warning("backend %s does not read the config.pbtxt parameters %s when zoo serves the artifact (it reads "
+                    "%s); Triton's own backend for the engine may", be.name, ", ".join(unread),
+                    ", ".join(be.parameters) or "none")
     with for_serving(parameters):
         served = be.load(*load_arguments)
     spec, precision = load_arguments[1:3]

@@ -39,6 +39,8 @@ class OnnxRuntimeBackend(Backend):
     triton: ClassVar[Mapping[str, str]] = {"platform": "onnxruntime_onnx"}
     #: the execution provider that must run the graph, per device type.
     provider_names: ClassVar[Mapping[str, str]] = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+    parameters: ClassVar[tuple[str, ...]] = ("enable_mem_arena", "enable_mem_pattern",
+                                             "memory.enable_memory_arena_shrinkage")  # `serving_options`
 
     def versions(self) -> dict[str, str]:
         ort = _onnxruntime()
@@ -180,7 +182,7 @@ class OnnxRuntimeBackend(Backend):
 #: session holds memory (onnxruntime_backend's README, "Model Config Options"), honoured by
 #: `zoo serve` and zoo's Triton Python-backend model alike: the arena keeps the largest
 #: working set a request ever needed (docs/serving.md, "Memory")
-ARENA, PATTERN, SHRINKAGE = "enable_mem_arena", "enable_mem_pattern", "memory.enable_memory_arena_shrinkage"
+ARENA, PATTERN, SHRINKAGE = OnnxRuntimeBackend.parameters
 _BOOLEANS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}  # Triton's ParseBoolValue
 
 
