@@ -202,7 +202,7 @@ class Artifact:
             raise
         except Exception as exc:  # a library's own error while reading a file that hashed fine
             raise ArtifactError(f"artifact {self.name}: backend {backend.name} failed to load it: {exc}") from exc
-        return CheckedRunner(runner, spec, self.name)
+        return CheckedRunner(runner, spec, self.name, self.precision)
 
     def weights(self):
         from safetensors import SafetensorError

@@ -18,6 +18,14 @@ spec, one line each naming the model, the field and what was expected:
   fixed sizes exact, each symbolic size equal to that axis's size in the inputs, and
   every floating value finite.
 
+After the last batch, the module's parameters and buffers must be as they were before
+the first (a forward that updates them in place answers differently on every call, which no
+export can capture; they are put back). On the CPU, an integer input without `value_range`
+that the module indexes a table with (an id out of it raises IndexError) is a warning
+naming the range to declare: without it, ONNX Runtime and OpenVINO answer such an id with
+an engine error, a row of zeros or the last row, and only the declared range has every
+runner and the server refuse it by name.
+
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
 (`zoo.verify.effective_atol`), and when zero-padding a dynamic axis changes its outputs
@@ -47,7 +55,7 @@ from .verify import RELATIVE_BELOW
 class Check:
     """One check at one batch size: what it is and what was wrong (nothing: it passed)."""
 
-    name: str  # "sample" | "forward" | "outputs"
+    name: str  # "sample" | "forward" | "outputs" | "state"
     batch: int
     problems: list[str] = field(default_factory=list)
     skipped: str | None = None  # why it did not run (the sample it needs is wrong)
@@ -94,6 +102,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
     report = Report(spec.name, precision)
     rng = np.random.default_rng(seed)
     typical = spec.axes["batch"].opt
+    state = _state(module)
     for batch in spec.batch_sizes():
         sample = Check("sample", batch)
         report.checks.append(sample)
@@ -121,6 +130,11 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         _check_outputs(spec, result, batch, sizes, outputs.problems)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
+    stateful = Check("state", typical, _state_changed(spec, module, state))
+    report.checks.append(stateful)
+    integer = [t for t in spec.inputs if t.value_range is None and t.dtype in ("int64", "int32", "int8", "uint8")]
+    if report.passed and integer and device == "cpu":  # on CUDA an id out of range is a device-side assert
+        report.warnings += _unbounded_ids(spec, module, integer, seed)
     if report.passed and ragged_axes(spec):
         safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
         if not safe:
@@ -146,6 +160,75 @@ def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_in
 def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], device: str) -> dict[str, Any]:
     with torch.inference_mode(), ieee_fp32(device):
         return call_module(module, spec, to_torch(inputs, spec, device))
+
+
+def _state(module: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Every tensor the module keeps between calls (parameters, buffers persistent or not),
+    by name: the tensor itself and a CPU copy of its values."""
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    return {name: (t, t.detach().to("cpu", copy=True)) for name, t in tensors.items()}
+
+
+def _state_changed(spec: ModelSpec, module: torch.nn.Module,
+                   before: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> list[str]:
+    """A forward that updates its own buffers (a call counter, a running mean kept in eval)
+    answers differently on every call, and an export captures one call of it: the torch
+    artifact then drifts call by call and the others bake in one state, so parity cannot
+    say what is wrong. Each changed tensor is put back as it was."""
+    now = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    changed = [name for name, (tensor, saved) in before.items()
+               if now.get(name) is not tensor or not _same(tensor.detach().cpu(), saved)]
+    with torch.no_grad():
+        for name in changed:
+            tensor, saved = before[name]
+            prefix, _, leaf = name.rpartition(".")
+            setattr(module.get_submodule(prefix), leaf, tensor)
+            if tensor.shape == saved.shape:
+                tensor.copy_(saved)
+    if not changed:
+        return []
+    params = {name for name, _ in module.named_parameters()}
+    kinds = [f"{kind} {', '.join(names)}" for kind, names in
+             (("buffers", [n for n in changed if n not in params]), ("parameters", [n for n in changed if n in params]))
+             if names]
+    return [f"{spec.name}: forward changes {' and '.join(kinds)} in place: an exported model must not keep state "
+            f"between calls (compute such values without assigning them to the module, or fix them at build)"]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and (
+        torch.equal(a, b) or (a.is_floating_point() and bool(torch.isclose(a, b, 0, 0, equal_nan=True).all())))
+
+
+def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[TensorSpec], seed: int) -> list[str]:
+    """Integer inputs without `value_range` that the module indexes a table with: an id
+    out of the table is an IndexError in PyTorch, but on ONNX Runtime and OpenVINO a raw
+    Gather error, a row of zeros or the last row (-1), silently. With a range declared,
+    every runner and the server refuse such ids by name. Probed at the smallest batch with
+    the input set to one past the largest table (every first dimension of the module's
+    tensors: large enough for any table, small enough to allocate) and to -1."""
+    problems: list[str] = []
+    tables = [m for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+    past = max([t.shape[0] for t in module.state_dict().values() if t.ndim] + [2 ** 16])
+    batch = spec.axes["batch"].min
+    for t in integer:
+        for value in (min(past, int(np.iinfo(t.dtype).max)), -1)[:1 if t.dtype == "uint8" else 2]:
+            inputs = dict(spec.sample(batch, np.random.default_rng(seed)))
+            inputs[t.name] = np.full(np.shape(inputs[t.name]), value, dtype=t.dtype)
+            try:
+                _run(module, spec, inputs, "cpu")
+            except Exception as exc:
+                if not isinstance(exc, IndexError) and "index out of range" not in str(exc):
+                    continue
+                rows = (f"value_range=(0, {tables[0].num_embeddings - 1}) on it (its nn.Embedding has "
+                        f"{tables[0].num_embeddings} rows)" if len(tables) == 1 else
+                        "value_range=(0, N-1) on it, N the rows of the table it indexes")
+                problems.append(f"{spec.name}: input {t.name!r} has no value_range, and the forward raises "
+                                f"{type(exc).__name__} for id {value} ({first_line(exc)}): declare {rows}, so that "
+                                "every runner and the server refuse ids out of the table; without it ONNX Runtime "
+                                "and OpenVINO answer one with an engine error, zeros or the last row")
+                break
+    return problems
 
 
 def _shape(t: TensorSpec) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .arrays import as_numpy
-from .errors import InputError, first_line
+from .errors import InputError, VerificationError, first_line
 from .serve import datatypes as dt
 from .spec import ModelSpec, TensorSpec
 
@@ -115,16 +115,43 @@ class CheckedRunner:
     `compiles`, `input_names` ...); `unchecked` is that runner, for callers that check
     inputs themselves (the server)."""
 
-    def __init__(self, runner: Callable[..., dict[str, Any]], spec: ModelSpec, model: str) -> None:
+    def __init__(self, runner: Callable[..., dict[str, Any]], spec: ModelSpec, model: str,
+                 precision: str = "fp32") -> None:
         self.unchecked, self._spec, self._model = runner, spec, model
+        self._typed = precision in TYPED_PRECISIONS
 
     def __call__(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self.unchecked(check_inputs(inputs, self._spec, self._model), *args, **kwargs)
+        outputs = self.unchecked(check_inputs(inputs, self._spec, self._model), *args, **kwargs)
+        if self._typed:
+            check_output_types(outputs, self._spec, self._model)
+        return outputs
 
     def __getattr__(self, name: str) -> Any:  # only for what the instance lacks: the runner's own attributes
         if name.startswith("__") or "unchecked" not in self.__dict__:  # copy and pickle, before __init__ ran
             raise AttributeError(name)
         return getattr(self.unchecked, name)
+
+
+#: precisions whose runners answer exactly the spec's output types (at fp16/bf16 an engine
+#: may answer a float32 output in its own precision)
+TYPED_PRECISIONS = ("fp32", "int8")
+
+
+def check_output_types(outputs: Mapping[str, Any], spec: ModelSpec, model: str) -> None:
+    """Refuse an output of another element type than the spec declares (bfloat16: as
+    float32 too, which numpy has). Parity compares values, not types: the torch runner once
+    returned a float16 output as float32, and every export and `zoo verify` passed."""
+    for t in spec.outputs:
+        value = outputs.get(t.name)
+        if t.dtype == "string" or not hasattr(value, "dtype"):
+            continue
+        kind, size, name = _element(value)
+        declared = np.dtype("float32" if t.dtype == "bfloat16" else t.dtype)
+        want = {(declared.kind, declared.itemsize)} | ({("f", 2)} if t.dtype == "bfloat16" else set())
+        if (kind, size) not in want:
+            raise VerificationError(f"model {model}: output {t.name!r} is {name}, but its spec declares "
+                                    f"{dt.v2_name(t.dtype)}: the artifact's backend returns another type than its "
+                                    f"signature states")
 
 
 def unchecked(runner: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:

@@ -335,6 +335,9 @@ class ModelSpec:
             raise ZooError(f"model {self.name} states an int8 tolerance but no `quantization` method "
                            f"({' or '.join(QUANTIZATIONS)})")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
+            if not tensors:  # nothing to trace, serve or compare: every exporter fails on it, each its own way
+                raise ZooError(f"model {self.name}: the spec declares no {kind}s; declare at least one "
+                               f"zoo.TensorSpec in `{kind}s`")
             names = [t.name for t in tensors]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:

@@ -21,6 +21,7 @@ import numpy as np
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
+from .inputs import TYPED_PRECISIONS, check_output_types
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
@@ -102,9 +103,11 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
             shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
             raise VerificationError(f"{spec.name}: the artifact failed to run inputs of shapes {shapes}: "
                                     f"{first_line(exc)}") from exc
+        if set(produced) != set(want):
+            raise ShapeError(f"{spec.name}: outputs {sorted(produced)} differ from the reference's {sorted(want)}")
+        if precision in TYPED_PRECISIONS:  # values are compared below, types here: an artifact answers its spec's
+            check_output_types(produced, spec, spec.name)
         got = {k: as_numpy(v) for k, v in produced.items()}
-        if set(got) != set(want):
-            raise ShapeError(f"{spec.name}: outputs {sorted(got)} differ from the reference's {sorted(want)}")
         for name, ref in want.items():
             out = got[name]
             if out.shape != ref.shape:

@@ -23,7 +23,7 @@ import torch
 from zoo import Availability, Backend, ModelSpec
 from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.signature import Signature
-from zoo.tensors import PRECISION_DTYPES, dynamic_shapes, to_torch
+from zoo.tensors import PRECISION_DTYPES, TORCH_DTYPES, dynamic_shapes, to_torch
 
 from .shapes import check_shapes, row_major
 
@@ -93,12 +93,16 @@ def _check_record(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, c
 
 def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, torch.Tensor],
                    precision: str) -> torch.export.ExportedProgram:
-    """`module` in `precision` captured by `torch.export` with the spec's dynamic axes."""
-    dtype = PRECISION_DTYPES[precision]
+    """`module` in `precision` captured by `torch.export` with the spec's dynamic axes.
+
+    fp32 is the reference as it is: its weights and the spec's input dtypes unchanged (a
+    float16 model stays float16, as `zoo check` ran it); fp16 and bf16 cast every float."""
+    dtype = cast_dtype(precision)
     # a copy: the program keeps references to the module's parameters, and the
-    # caller's reference must stay fp32
-    module = Signature(copy.deepcopy(module).to(dtype), spec)
-    args = tuple(v.to(dtype) if v.is_floating_point() else v for v in (example[t.name] for t in spec.inputs))
+    # caller's reference must stay as it is
+    module = Signature(copy.deepcopy(module) if dtype is None else copy.deepcopy(module).to(dtype), spec)
+    args = tuple(v.to(dtype) if dtype is not None and v.is_floating_point() else v
+                 for v in (example[t.name] for t in spec.inputs))
     try:
         # keyed by the signature's one (variadic) parameter; the program takes the inputs
         # in spec order and returns a plain tuple, so loading it needs no plugin's classes
@@ -108,6 +112,11 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
         raise ExportError(f"torch.export could not capture {spec.name}: {_reason(exc)}") from exc
     return program
+
+
+def cast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype a program casts its module and float inputs to; None at fp32 (the spec's own)."""
+    return None if precision == "fp32" else PRECISION_DTYPES[precision]
 
 
 def _reason(exc: BaseException) -> str:
@@ -139,17 +148,20 @@ def ieee_fp32_process() -> None:
 
 
 class TorchRunner:
-    """Runs a torch callable in spec order; casts inputs to the artifact's precision,
-    outputs to fp32, and checks shapes against the exported ranges first (a compiled
-    package does not check them itself)."""
+    """Runs a torch callable in spec order; casts float inputs to the artifact's precision
+    (fp16, bf16; at fp32 they stay as the spec declares them), float outputs back to the
+    spec's dtypes (bfloat16 as float32, which numpy has), and checks shapes against the
+    exported ranges first (a compiled package does not check them itself)."""
 
     def __init__(self, fn: Callable[..., Any], spec: ModelSpec, precision: str, device: str,
                  compiled: bool = False) -> None:
         self.fn, self.spec, self.device = fn, spec, device
         self.compiled = compiled  # compiled code: give it row-major inputs (see `shapes.row_major`)
-        self.dtype = PRECISION_DTYPES[precision]
+        self.dtype = cast_dtype(precision)
         self.input_names = tuple(t.name for t in spec.inputs)
         self.output_names = tuple(t.name for t in spec.outputs)
+        self.output_dtypes = tuple(torch.float32 if t.dtype == "bfloat16" else TORCH_DTYPES.get(t.dtype)
+                                   for t in spec.outputs)
         if precision == "fp32" and device.startswith("cuda"):
             ieee_fp32_process()
 
@@ -168,7 +180,7 @@ class TorchRunner:
 
     def cast(self, tensor: torch.Tensor) -> torch.Tensor:
         """One input in the dtype and memory layout the program runs in."""
-        tensor = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+        tensor = tensor.to(self.dtype) if self.dtype is not None and tensor.is_floating_point() else tensor
         return row_major(tensor) if self.compiled else tensor
 
     def run(self, args: Sequence[torch.Tensor]) -> Any:
@@ -178,7 +190,8 @@ class TorchRunner:
         if isinstance(result, Mapping):
             result = tuple(result[name] for name in self.output_names)
         result = (result,) if isinstance(result, torch.Tensor) else tuple(result)
-        return {name: r.float() if r.is_floating_point() else r for name, r in zip(self.output_names, result)}
+        return {name: r.to(dtype) if r.is_floating_point() and dtype is not None else r
+                for name, r, dtype in zip(self.output_names, result, self.output_dtypes)}
 
 
 def probe_torch(device: str) -> Availability:

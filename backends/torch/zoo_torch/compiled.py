@@ -184,8 +184,8 @@ class CompiledRunner(TorchRunner):
         self.channels_last = bool(plan.get("channels_last"))
         #: the half type autocast runs convolutions and matmuls in, or None (a cast program)
         self.autocast = PRECISION_DTYPES[precision] if plan.get("autocast") else None
-        if self.autocast is not None:  # inputs stay fp32: autocast casts them where an op runs in half
-            self.dtype = torch.float32
+        if self.autocast is not None:  # inputs stay as declared: autocast casts them where an op runs in half
+            self.dtype = None
         #: one entry per graph compiled: {"shapes": {input: shape}, "seconds": s, "cache": how
         #: Inductor's FX graph cache answered: "hit" (reused an earlier compile), "miss", "bypass"}
         self.compiles: list[dict[str, Any]] = []
@@ -203,7 +203,7 @@ class CompiledRunner(TorchRunner):
         return self.graphs.uncaptured if self.graphs is not None else []
 
     def cast(self, tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.is_floating_point() and tensor.dtype != self.dtype:
+        if self.dtype is not None and tensor.is_floating_point() and tensor.dtype != self.dtype:
             tensor = tensor.to(self.dtype)
         # one channel: NCHW and NHWC are the same bytes, and only the stride of the size-1
         # axis would differ, which made Inductor's frozen oneDNN convolutions fail a stride

@@ -88,6 +88,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     try:
         with _quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
+            _refuse_narrowed_axes(spec, program)
             # no key (no weights hashed) where the cache is off
             key = None if program is None or cache.cache_dir() is None else cache.program_key(program, options)
             if key is not None and cache.fetch(key, path):
@@ -107,6 +108,10 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         cause = _zoo_cause(dynamo_exc)
         if cause is not None:  # the module does not fit its spec: no exporter can help
             raise cause from None
+        violated = _constraint_violation(dynamo_exc)
+        if violated is not None:  # a traced graph would keep the example's branch for every size
+            raise ExportError(f"could not export {spec.name} to ONNX: torch.export found the spec's axes "
+                              f"constrained by the forward: {violated}") from None
         try:
             with _quiet(), warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -194,6 +199,50 @@ def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc:
                       f"({where}). The dynamo exporter cannot capture that ({_summary(dynamo_exc)}), and the "
                       "TorchScript tracer would keep only the branch its example took, for every input. Write "
                       "the condition as tensor operations (torch.where, torch.clamp) or with torch.cond")
+
+
+def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None) -> None:
+    """Refuse a capture that holds a dynamic axis to fewer sizes than the spec declares.
+
+    Where `torch.export` alone raises a constraint violation (a branch on a size, `if
+    x.shape[1] > 10`: the torch backend refuses it so), the ONNX exporter's capture turns
+    the guard into a runtime assertion and narrows the axis's range; the graph written
+    computes the example's branch and drops the assertion, so other sizes are wrong and
+    parity found it only on test vectors, naming neither the axis nor the branch."""
+    if program is None:
+        return
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for t, name in zip(spec.inputs, program.graph_signature.user_inputs):  # the spec's order (`Signature`)
+        value = nodes[name].meta.get("val")
+        for d, axis in t.dynamic_axes.items():
+            declared = spec.axes[axis]
+            size = value.shape[d] if value is not None and d < value.dim() else None
+            bounds = program.range_constraints.get(size.node.expr) if isinstance(size, torch.SymInt) else None
+            if declared.min == declared.max or bounds is None:
+                continue
+            low, high = bounds.lower, bounds.upper
+            if (high.is_finite and int(high) < declared.max) or int(low) > max(declared.min, 2):
+                raise ExportError(
+                    f"could not export {spec.name} to ONNX: its forward holds axis {axis!r} (input {t.name!r}, "
+                    f"dimension {d}) to sizes {int(low)} to {high}, where the spec's range is {declared.min} to "
+                    f"{declared.max}: it branches on or checks that size, and the graph would compute the example's "
+                    f"branch for every size. Declare the range the forward takes in the spec's axes, or write the "
+                    f"condition with tensor operations (torch.where) or torch.cond")
+
+
+def _constraint_violation(exc: BaseException) -> str | None:
+    """torch.export's constraint violation under the exporter's wrapping, in one line (its
+    first and each "- ..." line saying which axis and why), or None for other failures."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConstraintViolationError):
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            return " ".join([lines[0], *(line[2:] for line in lines[1:] if line.startswith("- "))])[:1500]
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _capture(module: torch.nn.Module, args: tuple, dynamic: Mapping[str, Any]) -> torch.export.ExportedProgram | None:

@@ -1,0 +1,169 @@
+"""Models a user registers that the zoo once took and then served wrongly, or refused
+with another backend's internal error: each is refused at once, naming the model, the
+tensor and what to do, or now works as its spec says.
+
+The models are the plugin tests/user_plugins/refused.py (loaded as `zoo --plugin` loads
+it) and specs written inline; tiny, exported only to the CPU backends.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from zoo.check import check
+from zoo.errors import ExportError, SpecError, VerificationError, ZooError
+from zoo.inputs import CheckedRunner
+
+PLUGIN = Path(__file__).parent / "user_plugins" / "refused.py"
+
+
+def plugin_specs() -> dict[str, zoo.ModelSpec]:
+    loaded = importlib.util.spec_from_file_location("refused_plugin", PLUGIN)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    specs: list[zoo.ModelSpec] = []
+    module.zoo_register_models(specs.append)
+    return {s.name: s for s in specs}
+
+
+SPECS = plugin_specs()
+
+
+def zoo_check(model: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    return subprocess.run([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "check", model], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+class Half(torch.nn.Module):
+    """float16 weights, float16 in and out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4).half()
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def half_spec() -> zoo.ModelSpec:
+    return zoo.ModelSpec(
+        name="half.weights", domain="tabular", task="regression",
+        inputs=(zoo.TensorSpec("x", "float16", ("batch", 8)),), outputs=(zoo.TensorSpec("y", "float16", ("batch", 4)),),
+        build=Half, sample=lambda batch, rng: {"x": rng.standard_normal((batch, 8)).astype(np.float16)},
+        axes={"batch": zoo.AxisRange(1, 4, 16)}, tolerances={"fp32": zoo.Tolerance(1e-3, 1e-3)})
+
+
+def test_zoo_check_refuses_a_forward_that_updates_its_buffers(tmp_path):
+    checked = zoo_check("counter.buffer", tmp_path)
+    assert checked.returncode != 0
+    assert ("counter.buffer: forward changes buffers calls, running in place: an exported model must not keep "
+            "state between calls") in checked.stderr
+
+
+def test_the_state_check_puts_the_buffers_back_and_export_refuses_before_any_backend(tmp_path):
+    spec = SPECS["counter.buffer"]
+    module = spec.build().eval()
+    report = check(spec, module)
+    assert [p for p in report.failures if "forward changes buffers calls, running" in p], report.failures
+    assert module.calls.item() == 0 and not module.running.any()
+    with pytest.raises(SpecError, match="forward changes buffers calls, running in place"):
+        zoo.export(spec, backend="onnxruntime", random_init=True, repository=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_parameter_updated_in_place_is_named_too():
+    class Drift(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(6))
+
+        def forward(self, x):
+            self.scale.add_(1)
+            return x * self.scale
+
+    spec = zoo.ModelSpec(name="drift.param", domain="tabular", task="regression",
+                         inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 6)),),
+                         build=Drift, sample=SPECS["counter.buffer"].sample, axes={"batch": zoo.AxisRange(1, 4, 16)})
+    module = Drift()
+    assert any("forward changes parameters scale in place" in p for p in check(spec, module).failures)
+    assert torch.equal(module.scale, torch.ones(6))
+
+
+def test_zoo_check_warns_of_ids_that_index_a_table_without_a_value_range(tmp_path):
+    """A warning, not a refusal: the model runs, but only a declared range has every
+    runner refuse an id out of the table (OpenVINO answers id 10 of 10 rows with zeros)."""
+    checked = zoo_check("bag.norange", tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "warning" in checked.stderr and "bag.norange: input 'ids' has no value_range" in checked.stderr
+    assert "declare value_range=(0, 9) on it (its nn.Embedding has 10 rows)" in checked.stderr
+    report = check(SPECS["bag.norange"], SPECS["bag.norange"].build().eval())
+    assert report.passed and any("declare value_range=(0, 9)" in w for w in report.warnings)
+
+
+def test_ids_with_their_value_range_pass():
+    spec = SPECS["bag.norange"]
+    bounded = zoo.ModelSpec(**{**{f: getattr(spec, f) for f in ("name", "domain", "task", "outputs", "build",
+                                                                "sample", "axes")},
+                               "inputs": (zoo.TensorSpec("ids", "int64", ("batch", 6), value_range=(0, 9)),)})
+    report = check(bounded, bounded.build().eval())
+    assert report.passed and not any("value_range" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("kind", ["inputs", "outputs"])
+def test_a_spec_without_inputs_or_outputs_is_refused_when_made(kind):
+    tensors = {"inputs": (zoo.TensorSpec("x", "float32", ("batch", 4)),),
+               "outputs": (zoo.TensorSpec("y", "float32", ("batch", 4)),)}
+    with pytest.raises(ZooError, match=f"model nothing.out: the spec declares no {kind}"):
+        zoo.ModelSpec(name="nothing.out", domain="tabular", task="none", build=torch.nn.Identity,
+                      sample=lambda batch, rng: {}, **{**tensors, kind: ()})
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime", "openvino"])
+def test_a_float16_model_answers_float16_on_every_backend(tmp_path, backend):
+    artifact = zoo.export(half_spec(), backend=backend, random_init=True, repository=tmp_path)
+    out = zoo.load(artifact.path)({"x": np.ones((2, 8), np.float16)})
+    assert out["y"].dtype == np.float16 and out["y"].shape == (2, 4)
+
+
+def test_a_runner_answering_another_dtype_than_the_spec_is_refused():
+    spec = half_spec()
+    runner = CheckedRunner(lambda inputs: {"y": np.zeros((2, 4), np.float32)}, spec, "half.weights.mine.fp32")
+    with pytest.raises(VerificationError, match="output 'y' is FP32, but its spec declares FP16"):
+        runner({"x": np.ones((2, 8), np.float16)})
+
+
+def test_parity_refuses_an_artifact_answering_another_dtype_so_no_export_writes_one():
+    """Export's parity (and `zoo verify`'s) refuses the artifact before it is written; at
+    fp16 an engine may answer in its own precision, and only values are compared."""
+    from zoo.verify import parity
+
+    spec = half_spec()
+    reference = spec.build().eval()
+
+    def ref(inputs):
+        return {"y": reference(torch.as_tensor(inputs["x"])).detach().numpy()}
+
+    def widened(inputs):
+        return {"y": ref(inputs)["y"].astype(np.float32)}
+
+    with pytest.raises(VerificationError, match="output 'y' is FP32, but its spec declares FP16"):
+        parity(spec, ref, widened, "fp32", batch_sizes=(2,))
+    assert parity(spec, ref, ref, "fp32", batch_sizes=(2,))["max_abs_error"] == 0
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_onnx_export_refuses_a_branch_on_a_dynamic_axis(tmp_path, backend):
+    with pytest.raises(ExportError, match=r"holds axis 'seq' \(input 'tokens', dimension 1\) to sizes 0 to 10, "
+                                          r"where the spec's range is 1 to 32"):
+        zoo.export(SPECS["clip.seqbranch"], backend=backend, random_init=True, repository=tmp_path)

@@ -1,0 +1,73 @@
+"""A user's plugin of models the zoo must refuse at once, by name, with what to do (or, for
+`bag.norange`, warn of): each once passed `zoo check` silently and failed later, or exported
+an artifact that answered wrongly."""
+
+import numpy as np
+import torch
+
+import zoo
+
+
+class Counter(torch.nn.Module):
+    """Keeps state between calls: a call counter and a running mean, updated in eval too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+        self.register_buffer("calls", torch.zeros(1))
+        self.register_buffer("running", torch.zeros(6))
+
+    def forward(self, x):
+        self.calls += 1
+        self.running.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.linear(x - self.running) * self.calls
+
+
+class Bag(torch.nn.Module):
+    """Token ids into a table of 10 rows, declared without a value_range."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.embedding(ids).sum(1)
+
+
+class Clipped(torch.nn.Module):
+    """Branches on a dynamic axis: sequences over 10 tokens are cut to 10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 4)
+
+    def forward(self, tokens):
+        t = self.embedding(tokens)
+        if t.shape[1] > 10:
+            t = t[:, :10]
+        return t.mean(dim=1)
+
+
+def features(batch, rng):
+    return {"x": (rng.standard_normal((batch, 6)) * 3 + 1).astype(np.float32)}
+
+
+@zoo.hookimpl
+def zoo_register_models(register):
+    register(zoo.ModelSpec(
+        name="counter.buffer", domain="tabular", task="regression",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
+        build=Counter, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    register(zoo.ModelSpec(
+        name="bag.norange", domain="nlp", task="embedding",
+        inputs=(zoo.TensorSpec("ids", "int64", ("batch", 6)),),
+        outputs=(zoo.TensorSpec("vec", "float32", ("batch", 4)),),
+        build=Bag, sample=lambda batch, rng: {"ids": rng.integers(0, 10, (batch, 6))},
+        axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    register(zoo.ModelSpec(
+        name="clip.seqbranch", domain="nlp", task="embedding",
+        inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 49)),),
+        outputs=(zoo.TensorSpec("vec", "float32", ("batch", 4)),),
+        build=Clipped, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 7))},
+        axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(1, 7, 32)}))
