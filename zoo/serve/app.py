@@ -215,12 +215,12 @@ async def shm_status(request: Request) -> Response:
 SHM = "/v2/systemsharedmemory"
 MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version}"
+INFER_ROUTES = (Route(MODEL + "/infer", infer, methods=["POST"]), Route(VERSION + "/infer", infer, methods=["POST"]))
 ROUTES = [
     # inference first: Starlette tries routes in order until one matches, so the hot path
     # matches at once instead of after every metadata and shared-memory route (no earlier
     # pattern can match an .../infer path, so the order changes no routing)
-    Route(MODEL + "/infer", infer, methods=["POST"]),
-    Route(VERSION + "/infer", infer, methods=["POST"]),
+    *INFER_ROUTES,
     Route("/v2", server_metadata, methods=["GET"]),
     Route("/v2/health/live", live, methods=["GET"]),
     Route("/v2/health/ready", ready, methods=["GET"]),
@@ -349,6 +349,38 @@ def _route_of(scope: dict) -> Route | None:
 # ---------------------------------------------------------------- the application
 
 
+class App(Starlette):
+    """The application, with one shortcut: an inference request goes from the request guard
+    straight to its handler, without Starlette's error middlewares and router, which cost
+    the event loop's one thread a measurable share of every small request
+    (docs/benchmarks.md, "Serving: inference past the router"). The guard (size limit,
+    encodings, per-route counts, the 500 for anything unforeseen) and the handler's error
+    answers are the same either way."""
+
+    infer: "Guard"  # `_infer` behind the request guard: set by `create_app`
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].endswith("/infer"):
+            for route in INFER_ROUTES:
+                match, child = route.matches(scope)
+                if match == Match.FULL:
+                    scope.update(child, route=route, app=self)
+                    return await self.infer(scope, receive, send)
+        await super().__call__(scope, receive, send)
+
+
+async def _infer(scope: dict, receive: Any, send: Any) -> None:
+    """`infer` with the answers the application's exception handlers would give."""
+    request = Request(scope, receive)
+    try:
+        response = await infer(request)
+    except (Disconnected, ClientDisconnect) as exc:
+        response = await on_disconnect(request, exc)
+    except ZooError as exc:
+        response = await on_error(request, exc)
+    await response(scope, receive, send)
+
+
 def create_app(settings: Settings) -> Starlette:
     zoo = Server(settings)
 
@@ -372,10 +404,11 @@ def create_app(settings: Settings) -> Starlette:
                 await front.stop(settings.shutdown_timeout)
             await zoo.stop()
 
-    app = Starlette(routes=ROUTES, lifespan=lifespan,
-                    exception_handlers={HTTPException: on_http_error, ZooError: on_error,
-                                        Disconnected: on_disconnect, ClientDisconnect: on_disconnect})
+    app = App(routes=ROUTES, lifespan=lifespan,
+              exception_handlers={HTTPException: on_http_error, ZooError: on_error,
+                                  Disconnected: on_disconnect, ClientDisconnect: on_disconnect})
     app.router.redirect_slashes = False
     app.state.zoo = zoo
     app.add_middleware(Guard, limit=settings.max_request_bytes, metrics=zoo.metrics)
+    app.infer = Guard(_infer, settings.max_request_bytes, zoo.metrics)
     return app
