@@ -185,3 +185,18 @@ def test_accepts_ir_from_this_or_an_older_openvino_only(monkeypatch):
     monkeypatch.setattr(backend, "versions", lambda: {})
     with pytest.raises(BackendUnavailableError, match="not installed"):
         backend.check_compatible({"openvino": "2025.2.0"}, "m.openvino.fp32")
+
+
+def test_a_conversion_failure_says_what_failed_not_only_where():
+    """OpenVINO's first line is a source location; what failed comes after it (an ONNX
+    export with ops it cannot convert, found with an nn.EmbeddingBag model)."""
+    from zoo_openvino.convert import reason
+
+    exc = RuntimeError("Exception from src/inference/src/cpp/core.cpp:84:\n"
+                       "Check 'false' failed at src/frontends/common/src/frontend.cpp:54:\n"
+                       "FrontEnd API failed with OpConversionFailure:\n"
+                       "Model wasn't fully converted. Failed operations detailed log:\n"
+                       "-- ReduceMean-18 with a message:\nUnsupported input type dynamic\n")
+    said = reason(exc)
+    assert "core.cpp" not in said and "Model wasn't fully converted" in said and "ReduceMean-18" in said
+    assert reason(RuntimeError("x" * 1000)).endswith("...") and len(reason(RuntimeError("x" * 1000))) == 400

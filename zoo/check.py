@@ -162,37 +162,49 @@ def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], de
         return call_module(module, spec, to_torch(inputs, spec, device))
 
 
-def _state(module: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Every tensor the module keeps between calls (parameters, buffers persistent or not),
-    by name: the tensor itself and a CPU copy of its values."""
-    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-    return {name: (t, t.detach().to("cpu", copy=True)) for name, t in tensors.items()}
+def _state(module: torch.nn.Module) -> dict[str, tuple[Any, Any]]:
+    """Everything the module keeps between calls, by name: parameters, buffers (persistent
+    or not), and the plain tensors and numbers its submodules hold as attributes (a cache
+    tensor, a call counter); each with a copy of its value (CPU for a tensor)."""
+    found: dict[str, Any] = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    for prefix, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if not attr.startswith("_") and attr != "training" and isinstance(value, (torch.Tensor, int, float)):
+                found.setdefault(f"{prefix}.{attr}" if prefix else attr, value)
+    return {name: (v, v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
+            for name, v in found.items()}
 
 
-def _state_changed(spec: ModelSpec, module: torch.nn.Module,
-                   before: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> list[str]:
-    """A forward that updates its own buffers (a call counter, a running mean kept in eval)
-    answers differently on every call, and an export captures one call of it: the torch
-    artifact then drifts call by call and the others bake in one state, so parity cannot
-    say what is wrong. Each changed tensor is put back as it was."""
-    now = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-    changed = [name for name, (tensor, saved) in before.items()
-               if now.get(name) is not tensor or not _same(tensor.detach().cpu(), saved)]
+def _state_changed(spec: ModelSpec, module: torch.nn.Module, before: Mapping[str, tuple[Any, Any]]) -> list[str]:
+    """A forward that updates its own state (a call counter, a running mean kept in eval, a
+    cache tensor) answers differently on every call, and an export captures one call of it:
+    the torch artifact then drifts call by call and the others bake in one state, so parity
+    cannot say what is wrong. Each changed value is put back as it was."""
+    def place(name: str) -> tuple[torch.nn.Module, str]:
+        prefix, _, leaf = name.rpartition(".")
+        return module.get_submodule(prefix), leaf
+
+    changed = [name for name, (kept, saved) in before.items() if _moved(getattr(*place(name), None), kept, saved)]
     with torch.no_grad():
         for name in changed:
-            tensor, saved = before[name]
-            prefix, _, leaf = name.rpartition(".")
-            setattr(module.get_submodule(prefix), leaf, tensor)
-            if tensor.shape == saved.shape:
-                tensor.copy_(saved)
+            kept, saved = before[name]
+            setattr(*place(name), kept if isinstance(saved, torch.Tensor) else saved)
+            if isinstance(saved, torch.Tensor) and kept.shape == saved.shape:
+                kept.copy_(saved)
     if not changed:
         return []
-    params = {name for name, _ in module.named_parameters()}
+    params, buffers = {n for n, _ in module.named_parameters()}, {n for n, _ in module.named_buffers()}
     kinds = [f"{kind} {', '.join(names)}" for kind, names in
-             (("buffers", [n for n in changed if n not in params]), ("parameters", [n for n in changed if n in params]))
-             if names]
-    return [f"{spec.name}: forward changes {' and '.join(kinds)} in place: an exported model must not keep state "
+             (("buffers", [n for n in changed if n in buffers]), ("parameters", [n for n in changed if n in params]),
+              ("attributes", [n for n in changed if n not in buffers and n not in params])) if names]
+    return [f"{spec.name}: forward changes {' and '.join(kinds)}: an exported model must not keep state "
             f"between calls (compute such values without assigning them to the module, or fix them at build)"]
+
+
+def _moved(now: Any, kept: Any, saved: Any) -> bool:
+    if isinstance(saved, torch.Tensor):
+        return now is not kept or not _same(kept.detach().cpu(), saved)
+    return type(now) is not type(saved) or (now != saved and not (now != now and saved != saved))  # NaN stays NaN
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -201,8 +213,9 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[TensorSpec], seed: int) -> list[str]:
-    """Integer inputs without `value_range` that the module indexes a table with: an id
-    out of the table is an IndexError in PyTorch, but on ONNX Runtime and OpenVINO a raw
+    """Integer inputs without `value_range` that the module indexes a table with (or that
+    otherwise fail for an id out of range: one_hot, EmbeddingBag): an id
+    out of the table is an error in PyTorch, but on ONNX Runtime and OpenVINO a raw
     Gather error, a row of zeros or the last row (-1), silently. With a range declared,
     every runner and the server refuse such ids by name. Probed at the smallest batch with
     the input set to one past the largest table (every first dimension of the module's
@@ -217,9 +230,7 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
             inputs[t.name] = np.full(np.shape(inputs[t.name]), value, dtype=t.dtype)
             try:
                 _run(module, spec, inputs, "cpu")
-            except Exception as exc:
-                if not isinstance(exc, IndexError) and "index out of range" not in str(exc):
-                    continue
+            except Exception as exc:  # noqa: BLE001 - the sample ran: only the id changed
                 rows = (f"value_range=(0, {tables[0].num_embeddings - 1}) on it (its nn.Embedding has "
                         f"{tables[0].num_embeddings} rows)" if len(tables) == 1 else
                         "value_range=(0, N-1) on it, N the rows of the table it indexes")

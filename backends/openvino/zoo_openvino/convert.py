@@ -40,7 +40,7 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
         try:
             model = ov.Core().read_model(onnx_path)
         except RuntimeError as exc:  # OpenVINO reports unsupported ops as RuntimeError
-            raise ExportError(f"OpenVINO cannot read the ONNX export of {spec.name}: {first_line(exc)}") from exc
+            raise ExportError(f"OpenVINO cannot read the ONNX export of {spec.name}: {reason(exc)}") from exc
         if precision == "int8":
             from .quantize import quantize
 
@@ -49,3 +49,14 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
         # so an "fp32" artifact would not hold the fp32 weights it was verified against.
         ov.save_model(model, str(path), compress_to_fp16=False)
     return info
+
+
+def reason(exc: BaseException, limit: int = 400) -> str:
+    """OpenVINO's error without its source locations: its first line is only "Exception
+    from src/inference/src/cpp/core.cpp:84:", and what failed ("Model wasn't fully
+    converted ... ReduceMean-18 ...") follows on the next ones."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    said = [line for line in lines if line and not line.startswith(("Exception from ", "Check '"))
+            and not line.endswith((".cpp:", ".hpp:"))]
+    text = "; ".join(said) or first_line(exc)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
