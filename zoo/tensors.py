@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from .errors import SpecError
+from .errors import SpecError, first_line
 from .inputs import check_names
 from .spec import ModelSpec
 
@@ -39,6 +39,19 @@ def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
     dims = {name: torch.export.Dim(_identifier(name), min=r.min, max=r.max) for name, r in spec.axes.items()
             if r.min < r.max}
     return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items() if axis in dims} for t in spec.inputs)
+
+
+def export_reason(exc: BaseException) -> str:
+    """torch.export's error in one line: its first, and for violated constraints each
+    "- ..." line under it that says which axis and why ("... specialized it to be a
+    constant (6)"), which the first line only announces."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    details = [line[2:] for line in lines[1:] if line.startswith("- ")]
+    reason = " ".join([first_line(exc), *details])
+    if "specialized it to be a constant" in reason:
+        reason += (" (the model's code fixes that axis to the example's size: give it one size in the spec's axes, "
+                   "AxisRange(n, n, n), or remove what fixes it)")
+    return reason if len(reason) <= 1500 else reason[:1500] + "..."
 
 
 def _identifier(axis: str) -> str:

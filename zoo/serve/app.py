@@ -370,15 +370,19 @@ class App(Starlette):
 
 
 async def _infer(scope: dict, receive: Any, send: Any) -> None:
-    """`infer` with the answers the application's exception handlers would give."""
+    """`infer` with the answers the application's exception handlers (`HANDLERS`) give."""
     request = Request(scope, receive)
     try:
         response = await infer(request)
-    except (Disconnected, ClientDisconnect) as exc:
-        response = await on_disconnect(request, exc)
-    except ZooError as exc:
-        response = await on_error(request, exc)
+    except tuple(HANDLERS) as exc:
+        handler = next(HANDLERS[cls] for cls in type(exc).__mro__ if cls in HANDLERS)  # as Starlette looks it up
+        response = await handler(request, exc)
     await response(scope, receive, send)
+
+
+#: the answer to each kind of error a route raises, by type
+HANDLERS = {HTTPException: on_http_error, ZooError: on_error, Disconnected: on_disconnect,
+            ClientDisconnect: on_disconnect}
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -404,9 +408,7 @@ def create_app(settings: Settings) -> Starlette:
                 await front.stop(settings.shutdown_timeout)
             await zoo.stop()
 
-    app = App(routes=ROUTES, lifespan=lifespan,
-              exception_handlers={HTTPException: on_http_error, ZooError: on_error,
-                                  Disconnected: on_disconnect, ClientDisconnect: on_disconnect})
+    app = App(routes=ROUTES, lifespan=lifespan, exception_handlers=HANDLERS)
     app.router.redirect_slashes = False
     app.state.zoo = zoo
     app.add_middleware(Guard, limit=settings.max_request_bytes, metrics=zoo.metrics)

@@ -89,9 +89,9 @@ def config_parameters(config_text: str) -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
-def policy_for(art: Artifact, spec, options: ServeOptions) -> BatchPolicy:
-    config_path = art.path / "config.pbtxt"
-    config = triton_settings(config_path.read_text()) if config_path.is_file() else {}
+def policy_for(spec, options: ServeOptions, config_text: str) -> BatchPolicy:
+    """The batching policy: the command line's settings, else the artifact's `config.pbtxt`'s."""
+    config = triton_settings(config_text)
     axis_max = spec.axes["batch"].max
     can_batch = rows_batched(spec)
     max_batch = min(options.max_batch_size or config.get("max_batch_size") or axis_max, axis_max)
@@ -117,11 +117,10 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
         verify_signature(path, options.require_signature)
     art = Artifact.open(path)
     spec = art.spec()
-    policy = policy_for(art, spec, options)
-    threads = options.threads or (max(1, (os.cpu_count() or 1) // policy.instances) if policy.instances > 1 else None)
-
     config = art.path / "config.pbtxt"
-    parameters = config_parameters(config.read_text()) if config.is_file() else {}
+    config_text = config.read_text() if config.is_file() else ""  # read once: batching settings and parameters
+    policy, parameters = policy_for(spec, options, config_text), config_parameters(config_text)
+    threads = options.threads or (max(1, (os.cpu_count() or 1) // policy.instances) if policy.instances > 1 else None)
 
     def load_runners() -> list:
         with for_serving(parameters):

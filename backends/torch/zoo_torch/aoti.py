@@ -42,10 +42,10 @@ from typing import Any
 import torch
 
 from zoo import Availability, Backend
-from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError, signal_name
+from zoo.errors import ArtifactError, BackendUnavailableError, ExportError, StaleArtifactError, first_line, signal_name
 from zoo.tensors import PRECISION_DTYPES
 
-from .backend import TorchRunner, check_no_pickle, export_program, first_line, probe_torch, use_threads
+from .backend import TorchRunner, check_no_pickle, export_program, probe_torch, use_threads
 from .compiled import probe_inductor
 
 #: x86 vector ISAs as `torch.backends.cpu.get_cpu_capability()` names them, narrowest first

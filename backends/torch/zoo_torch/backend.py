@@ -21,9 +21,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from zoo import Availability, Backend, ModelSpec
-from zoo.errors import ArtifactError, ExportError, ZooError, first_line
+from zoo.errors import ArtifactError, ExportError, ZooError
 from zoo.signature import Signature
-from zoo.tensors import PRECISION_DTYPES, TORCH_DTYPES, dynamic_shapes, to_torch
+from zoo.tensors import PRECISION_DTYPES, TORCH_DTYPES, dynamic_shapes, export_reason, to_torch
 
 from .shapes import check_shapes, row_major
 
@@ -110,26 +110,13 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
-        raise ExportError(f"torch.export could not capture {spec.name}: {_reason(exc)}") from exc
+        raise ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}") from exc
     return program
 
 
 def cast_dtype(precision: str) -> torch.dtype | None:
     """The dtype a program casts its module and float inputs to; None at fp32 (the spec's own)."""
     return None if precision == "fp32" else PRECISION_DTYPES[precision]
-
-
-def _reason(exc: BaseException) -> str:
-    """torch.export's error in one line: its first, and for violated constraints each
-    "- ..." line under it that says which axis and why ("... specialized it to be a
-    constant (6)"), which the first line only announces."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    details = [line[2:] for line in lines[1:] if line.startswith("- ")]
-    reason = " ".join([first_line(exc), *details])
-    if "specialized it to be a constant" in reason:
-        reason += (" (the model's code fixes that axis to the example's size: give it one size in the spec's axes, "
-                   "AxisRange(n, n, n), or remove what fixes it)")
-    return reason if len(reason) <= 1500 else reason[:1500] + "..."
 
 
 def save_program(program: torch.export.ExportedProgram, path: Path) -> None:

@@ -67,10 +67,10 @@ import numpy as np
 import torch
 
 from zoo import Availability, ModelSpec
-from zoo.errors import ExportError, ZooError
+from zoo.errors import ExportError, ZooError, first_line
 from zoo.tensors import PRECISION_DTYPES, to_torch
 
-from .backend import TorchBackend, TorchRunner, export_program, first_line, probe_torch, save_program
+from .backend import TorchBackend, TorchRunner, export_program, probe_torch, save_program
 from .cudagraphs import CudaGraphs
 from .shapes import check_shapes, row_major
 

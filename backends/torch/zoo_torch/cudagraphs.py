@@ -40,7 +40,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .backend import first_line
+from zoo.errors import first_line
+
 
 #: warm-up calls before each capture; the notes use a few, Inductor's trees one
 WARMUP_CALLS = 2

@@ -28,7 +28,7 @@ import torch
 from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
 from zoo.signature import Signature
-from zoo.tensors import dynamic_shapes
+from zoo.tensors import dynamic_shapes, export_reason
 
 from . import cache
 
@@ -231,15 +231,14 @@ def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram
 
 
 def _constraint_violation(exc: BaseException) -> str | None:
-    """torch.export's constraint violation under the exporter's wrapping, in one line (its
-    first and each "- ..." line saying which axis and why), or None for other failures."""
+    """torch.export's constraint violation under the exporter's wrapping, in one line
+    (`export_reason`), or None for other failures."""
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, ConstraintViolationError):
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            return " ".join([lines[0], *(line[2:] for line in lines[1:] if line.startswith("- "))])[:1500]
+            return export_reason(exc)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
