@@ -72,6 +72,14 @@ def test_bench_refuses_a_repository_or_baseline_it_cannot_use_before_the_run(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no report, no export
 
 
+@pytest.mark.parametrize("command", [["train", "--out", "o"], ["check", "--random-init"]])
+def test_a_config_pair_without_a_key_is_a_usage_error_in_every_command(tmp_path, monkeypatch, capsys, command):
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, command[0], "resnet8.digits", *command[1:],
+                             "--config", "width")
+    assert code == 2 and lines == ["error: --config takes KEY=VALUE, got 'width'"], (code, lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, capsys):
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "afile", "--port", "0", "--grpc-port", "0")
     assert code == 2 and len(lines) == 1, lines

@@ -35,10 +35,7 @@ class _WarningLine(logging.Handler):
 def _config(pairs: list[str]) -> dict[str, Any]:
     """KEY=VALUE pairs; values are JSON where they parse (64, 0.5, true), else strings."""
     config: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ZooError(f"--config takes KEY=VALUE, got {pair!r}")
+    for key, value in _strings(pairs, "--config").items():
         try:
             config[key] = json.loads(value)
         except ValueError:
