@@ -215,3 +215,39 @@ def test_onnx_export_refuses_a_branch_on_a_dynamic_axis(tmp_path, backend):
     with pytest.raises(ExportError, match=r"holds axis 'seq' \(input 'tokens', dimension 1\) to sizes 0 to 10, "
                                           r"where the spec's range is 1 to 32"):
         zoo.export(SPECS["clip.seqbranch"], backend=backend, random_init=True, repository=tmp_path)
+
+
+def test_onnx_export_refuses_a_forward_that_needs_an_even_length(tmp_path):
+    """A branch on seq % 2: the ONNX exporter's capture defers torch.export's guard to an
+    assertion the graph drops, and the artifact, whose parity samples were all of even
+    length, answered odd lengths with the even branch."""
+    with pytest.raises(ExportError, match=r"input 'tokens' axis 1 \('seq'\) must be even \(torch.export found "
+                                          r".*Mod\(seq, 2\).*\), so sizes 3, 5, 7, 9, 11, \.\.\. of the spec's "
+                                          r"range 2 to 32 break it.*Declare the axis static"):
+        zoo.export(SPECS["pairs.evenseq"], backend="onnxruntime", random_init=True, repository=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_zoo_check_refuses_ids_the_forward_fails_at_the_end_of_their_value_range(tmp_path):
+    """value_range=(0, 100) on a table of 100 rows: the server would pass id 100 to every
+    runner, and PyTorch raises for it where ONNX Runtime answers an engine error or zeros."""
+    report = check(SPECS["table.pastend"], SPECS["table.pastend"].build().eval())
+    assert any("table.pastend: input 'ids' at 100, the high end of its value_range (0, 100): the forward raises "
+               "IndexError" in p for p in report.failures), report.failures
+    checked = zoo_check("table.pastend", tmp_path)
+    assert checked.returncode != 0 and "input 'ids' at 100, the high end of its value_range" in checked.stderr
+
+
+def test_a_forward_that_makes_float32_is_refused_at_bf16_naming_the_fix(tmp_path):
+    with pytest.raises(ExportError, match=r"widened.fp32: its forward mixes dtypes at bf16 \(.*same dtype.*\): "
+                                          r".*Cast it back.*torch.autocast.*export at fp32"):
+        zoo.export(SPECS["widened.fp32"], backend="torch", precision="bf16", random_init=True, repository=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_torch_export_of_a_constrained_axis_names_the_fix(tmp_path):
+    """The torch backend's own torch.export raises the violation: its message says what to do."""
+    with pytest.raises(ExportError, match=r"torch.export could not capture pairs.evenseq: .*seq.*: declare the "
+                                          r"axis static in the spec's axes with one size, AxisRange\(n, n, n\), or "
+                                          r"remove the condition on its size from forward"):
+        zoo.export(SPECS["pairs.evenseq"], backend="torch", random_init=True, repository=tmp_path)

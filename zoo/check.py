@@ -24,7 +24,10 @@ export can capture; they are put back). On the CPU, an integer input without `va
 that the module indexes a table with (an id out of it raises IndexError) is a warning
 naming the range to declare: without it, ONNX Runtime and OpenVINO answer such an id with
 an engine error, a row of zeros or the last row, and only the declared range has every
-runner and the server refuse it by name.
+runner and the server refuse it by name. An integer input with `value_range` is run at both
+ends of it (every such input at its low end, then at its high end, at the smallest batch):
+a forward that raises there (ids up to 100 into a table of 100 rows) fails the check,
+naming the input, the value and the error, since the server takes every value in range.
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
@@ -35,6 +38,7 @@ precision's `atol` that parity holds it relative to its scale instead
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -55,7 +59,7 @@ from .verify import RELATIVE_BELOW
 class Check:
     """One check at one batch size: what it is and what was wrong (nothing: it passed)."""
 
-    name: str  # "sample" | "forward" | "outputs" | "state"
+    name: str  # "sample" | "forward" | "outputs" | "state" | "value_range"
     batch: int
     problems: list[str] = field(default_factory=list)
     skipped: str | None = None  # why it did not run (the sample it needs is wrong)
@@ -132,9 +136,12 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             report.warnings += _small_outputs(spec, result, batch, precision)
     stateful = Check("state", typical, _state_changed(spec, module, state))
     report.checks.append(stateful)
-    integer = [t for t in spec.inputs if t.value_range is None and t.dtype in ("int64", "int32", "int8", "uint8")]
-    if report.passed and integer and device == "cpu":  # on CUDA an id out of range is a device-side assert
-        report.warnings += _unbounded_ids(spec, module, integer, seed)
+    integer = [t for t in spec.inputs if t.dtype in ("int64", "int32", "int8", "uint8")]
+    bounded = [t for t in integer if t.value_range is not None]
+    if report.passed and bounded and device == "cpu":  # on CUDA an id out of range is a device-side assert
+        report.checks.append(Check("value_range", spec.axes["batch"].min, _range_ends(spec, module, bounded, seed)))
+    if report.passed and len(bounded) < len(integer) and device == "cpu":
+        report.warnings += _unbounded_ids(spec, module, [t for t in integer if t.value_range is None], seed)
     if report.passed and ragged_axes(spec):
         safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
         if not safe:
@@ -240,6 +247,44 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
                                 "and OpenVINO answer one with an engine error, zeros or the last row")
                 break
     return problems
+
+
+def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSpec], seed: int) -> list[str]:
+    """Integer inputs the forward fails at an end of their declared `value_range` (ids up to
+    100 into a table of 100 rows): the server and every runner take such a value, and
+    PyTorch raises for it where ONNX Runtime and OpenVINO answer an engine error, zeros or
+    the last row. Two forwards at the smallest batch, every such input at its low end, then
+    at its high end; where several fail together, each is tried alone to name it."""
+    dtypes = {t.name: t.dtype for t in bounded}
+
+    def fails(ends: Mapping[str, int]) -> Exception | None:
+        inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
+        for name, value in ends.items():
+            inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
+        try:
+            _run(module, spec, inputs, "cpu")
+        except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
+            return exc
+        return None
+
+    tables = [m.num_embeddings for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+    rows = (f" (its nn.Embedding has {tables[0]} rows: value_range=(0, {tables[0] - 1}))" if len(tables) == 1 else "")
+    for which, ends in (("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
+                        ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})):
+        exc = fails(ends)
+        if exc is None:
+            continue
+        alone = [(t, e) for t in bounded if (e := fails({t.name: ends[t.name]}) if len(bounded) > 1 else exc)]
+        named = alone or [(t, exc) for t in bounded]
+        return [f"{spec.name}: input {t.name!r} at {ends[t.name]}, the {which} end of its value_range "
+                f"({_number(t.value_range[0])}, {_number(t.value_range[1])}): the forward raises "
+                f"{type(e).__name__} ({first_line(e)}); declare the range the forward takes{rows}, so that every "
+                f"runner and the server refuse values it cannot take" for t, e in named]
+    return []
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def _shape(t: TensorSpec) -> str:

@@ -48,10 +48,31 @@ def export_reason(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     details = [line[2:] for line in lines[1:] if line.startswith("- ")]
     reason = " ".join([first_line(exc), *details])
-    if "specialized it to be a constant" in reason:
+    specialized = "specialized it to be a constant" in reason
+    reason = reason if len(reason) <= 1500 else reason[:1500] + "..."  # the advice below is never cut
+    if specialized:
         reason += (" (the model's code fixes that axis to the example's size: give it one size in the spec's axes, "
                    "AxisRange(n, n, n), or remove what fixes it)")
-    return reason if len(reason) <= 1500 else reason[:1500] + "..."
+    elif _constraint_violation(exc):
+        reason = (reason.rstrip(".") + ": declare the axis static in the spec's axes with one size, AxisRange(n, n, "
+                  "n), or remove the condition on its size from forward (write it with tensor operations, "
+                  "torch.where, or torch.cond, or make the forward accept every size in the range)")
+    return reason
+
+
+def _constraint_violation(exc: BaseException | None) -> bool:
+    """Whether torch.export refused a dynamic axis the forward constrains (a branch on its
+    size, a reshape that needs an even length), under any wrapping of that error."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        kind = getattr(getattr(exc, "error_type", None), "name", None)  # torch._dynamo's UserError
+        if isinstance(exc, ConstraintViolationError) or kind == "CONSTRAINT_VIOLATION":
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _identifier(axis: str) -> str:

@@ -48,6 +48,43 @@ class Clipped(torch.nn.Module):
         return t.mean(dim=1)
 
 
+class Pairs(torch.nn.Module):
+    """Branches on the parity of a dynamic axis: the tokens are read two at a time, and an
+    odd last token is dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 4)
+
+    def forward(self, tokens):
+        t = self.embedding(tokens)
+        if t.shape[1] % 2:
+            t = t[:, :-1]
+        return t.reshape(t.shape[0], t.shape[1] // 2, 8).mean(dim=1)
+
+
+class Table(torch.nn.Module):
+    """A table of 100 rows, declared with ids up to 100: id 100 is one past it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(100, 4)
+
+    def forward(self, ids):
+        return self.embedding(ids).sum(1)
+
+
+class Widened(torch.nn.Module):
+    """Makes float32 in forward: fine at fp32, mixed dtypes once cast to bf16 or fp16."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.head = torch.nn.Linear(6, 4), torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(self.inner(x).float())
+
+
 def features(batch, rng):
     return {"x": (rng.standard_normal((batch, 6)) * 3 + 1).astype(np.float32)}
 
@@ -71,3 +108,20 @@ def zoo_register_models(register):
         outputs=(zoo.TensorSpec("vec", "float32", ("batch", 4)),),
         build=Clipped, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 7))},
         axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(1, 7, 32)}))
+    register(zoo.ModelSpec(
+        name="pairs.evenseq", domain="nlp", task="embedding",
+        inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 49)),),
+        outputs=(zoo.TensorSpec("vec", "float32", ("batch", 8)),),
+        build=Pairs, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 8))},
+        axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(2, 8, 32)}))
+    register(zoo.ModelSpec(
+        name="table.pastend", domain="nlp", task="embedding",
+        inputs=(zoo.TensorSpec("ids", "int64", ("batch", 6), value_range=(0, 100)),),
+        outputs=(zoo.TensorSpec("vec", "float32", ("batch", 4)),),
+        build=Table, sample=lambda batch, rng: {"ids": rng.integers(0, 100, (batch, 6))},
+        axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    register(zoo.ModelSpec(
+        name="widened.fp32", domain="tabular", task="regression",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
+        build=Widened, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from zoo import Availability, Backend, ModelSpec
-from zoo.errors import ArtifactError, ExportError, ZooError
+from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.signature import Signature
 from zoo.tensors import PRECISION_DTYPES, TORCH_DTYPES, dynamic_shapes, export_reason, to_torch
 
@@ -111,7 +111,34 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
         raise ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}") from exc
+    if dtype is not None:
+        _refuse_mixed_dtypes(program, spec, args, precision)
     return program
+
+
+#: PyTorch's words for an op given tensors of two dtypes ("mat1 and mat2 must have the same
+#: dtype", "expected scalar type BFloat16 but found Float", "Input type (float) and bias type
+#: (c10::BFloat16) should be the same")
+_MIXED_DTYPES = re.compile(r"same dtype|scalar type|type \(.*\) and .* should be the same", re.IGNORECASE)
+
+
+def _refuse_mixed_dtypes(program: torch.export.ExportedProgram, spec: ModelSpec, args: tuple,
+                         precision: str) -> None:
+    """Run the program cast to `precision` once on the example, where a forward that makes
+    float32 tensors (`.float()`, a float32 tensor created in forward) fails: the capture's
+    fake tensors do not check an op's dtypes, so it passed, and parity later answered
+    PyTorch's bare "mat1 and mat2 must have the same dtype". Other failures are parity's."""
+    try:
+        with torch.no_grad():
+            program.module()(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's forward: any other failure is parity's to report
+        if not _MIXED_DTYPES.search(str(exc)):
+            return
+        raise ExportError(
+            f"{spec.name}: its forward mixes dtypes at {precision} ({first_line(exc)}): the module is cast to "
+            f"{str(PRECISION_DTYPES[precision]).removeprefix('torch.')}, but the forward makes float32 tensors "
+            f"(.float(), or a tensor created as float32). Cast it back to its input's dtype (.to(x.dtype)), create "
+            f"it with the input's dtype, run that part under torch.autocast, or export at fp32") from exc
 
 
 def cast_dtype(precision: str) -> torch.dtype | None:

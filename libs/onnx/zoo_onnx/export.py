@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import onnx
+import sympy
 import torch
 
 from zoo.errors import ExportError, UnsupportedError, ZooError
@@ -89,6 +90,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         with _quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
             _refuse_narrowed_axes(spec, program)
+            _refuse_guarded_axes(spec, program, args)
             # no key (no weights hashed) where the cache is off
             key = None if program is None or cache.cache_dir() is None else cache.program_key(program, options)
             if key is not None and cache.fetch(key, path):
@@ -228,6 +230,68 @@ def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram
                     f"{declared.max}: it branches on or checks that size, and the graph would compute the example's "
                     f"branch for every size. Declare the range the forward takes in the spec's axes, or write the "
                     f"condition with tensor operations (torch.where) or torch.cond")
+
+
+def _refuse_guarded_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None, args: tuple) -> None:
+    """Refuse a capture that holds a dynamic axis to a condition other than a range.
+
+    A forward that needs an even length (`if x.shape[1] % 2`, a reshape into pairs) makes
+    `torch.export` guard on it; alone it raises a constraint violation (the torch backend
+    refuses it so), but the ONNX exporter's capture defers such a guard to a runtime
+    assertion, which the graph written drops: it keeps the example's branch for every size
+    (or fails in the engine), and parity, whose samples had the example's length, passed.
+    The deferred assertions are read from the capture's `ShapeEnv`; one that a size in the
+    spec's range fails (the other axes at the example's sizes) is refused, naming it."""
+    if program is None:
+        return
+    axes = _axis_symbols(spec, program, args)
+    shape_env = next((size.node.shape_env for size, *_ in axes.values()), None)
+    asserts = getattr(shape_env, "deferred_runtime_asserts", None) or {}
+    for held in [a.expr for found in asserts.values() for a in found]:
+        if not held.free_symbols <= axes.keys():
+            continue  # on a data-dependent (unbacked) size too: not the spec's axes alone
+        for symbol in sorted(held.free_symbols, key=str):
+            _, name, d, axis, example = axes[symbol]
+            declared = spec.axes[axis]
+            others = {s: sympy.Integer(axes[s][4]) for s in held.free_symbols if s != symbol}
+            # from 2: sizes 0 and 1 are the capture's own (`backed_size_oblivious`), as in `_refuse_narrowed_axes`
+            failing = [n for n in range(max(declared.min, 2), min(declared.max, declared.min + 4096) + 1)
+                       if held.xreplace({**others, symbol: sympy.Integer(n)}) == sympy.false]
+            if not failing:
+                continue
+            names = {s: sympy.Symbol(axes[s][3]) for s in held.free_symbols}
+            raise ExportError(
+                f"could not export {spec.name} to ONNX: input {name!r} axis {d} ({axis!r}) {_rule(held, symbol)} "
+                f"(torch.export found {held.xreplace(names)}), so sizes {', '.join(map(str, failing[:5]))}"
+                f"{', ...' if len(failing) > 5 else ''} of the spec's range {declared.min} to {declared.max} break it, "
+                f"and the graph would not check them (it keeps the example's branch, or fails in the engine). "
+                f"Declare the axis static in the spec's axes (AxisRange(n, n, n)), or make the forward accept "
+                f"every length in the range (pad the input to the length it needs inside forward)")
+
+
+def _axis_symbols(spec: ModelSpec, program: torch.export.ExportedProgram,
+                  args: tuple) -> dict[Any, tuple[torch.SymInt, str, int, str, int]]:
+    """Each dynamic axis's symbol in the capture: its size, the first input and dimension
+    that hold it, the axis's name and its size in the example."""
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    found: dict[Any, tuple[torch.SymInt, str, int, str, int]] = {}
+    for t, name, arg in zip(spec.inputs, program.graph_signature.user_inputs, args):  # the spec's order
+        value = nodes[name].meta.get("val")
+        for d, axis in t.dynamic_axes.items():
+            size = value.shape[d] if value is not None and d < value.dim() else None
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                found.setdefault(size.node.expr, (size, t.name, d, axis, int(arg.shape[d])))
+    return found
+
+
+def _rule(held: Any, symbol: Any) -> str:
+    """What `held` asks of `symbol`, in words where it is a multiple ("must be even")."""
+    if isinstance(held, sympy.Eq) and sympy.Integer(0) in held.args:
+        mod = next(a for a in held.args if a != 0)
+        if type(mod).__name__ in ("Mod", "PythonMod") and mod.args[0] == symbol and mod.args[1].is_Integer:
+            k = int(mod.args[1])
+            return "must be even" if k == 2 else f"must be a multiple of {k}"
+    return "must meet a condition"
 
 
 def _constraint_violation(exc: BaseException) -> str | None:
