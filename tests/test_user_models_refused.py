@@ -217,6 +217,16 @@ def test_onnx_export_refuses_a_branch_on_a_dynamic_axis(tmp_path, backend):
         zoo.export(SPECS["clip.seqbranch"], backend=backend, random_init=True, repository=tmp_path)
 
 
+def test_zoo_check_says_a_forward_that_fails_at_a_longer_length_instead_of_crashing(tmp_path):
+    """The padding probe runs the forward at a length the samples never had (8 padded to
+    11): a reshape into pairs raises there. `zoo check` names it, and the export refuses
+    the guard (the test below)."""
+    checked = zoo_check("pairs.reshaped", tmp_path)
+    assert checked.returncode == 0 and "Traceback" not in checked.stderr, checked.stderr
+    assert "pairs.reshaped: it fails with seq padded from 8 to 11 (RuntimeError: shape" in checked.stderr, \
+        checked.stderr
+
+
 def test_onnx_export_refuses_a_forward_that_needs_an_even_length(tmp_path):
     """A branch on seq % 2: the ONNX exporter's capture defers torch.export's guard to an
     assertion the graph drops, and the artifact, whose parity samples were all of even

@@ -22,6 +22,7 @@ import numpy as np
 
 from .spec import ModelSpec
 from .arrays import as_numpy
+from .errors import first_line
 from .verify import effective_atol
 
 #: positions added to the axis under test (fewer where the axis's range ends sooner)
@@ -58,7 +59,11 @@ def padding_safe(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, An
         extra = min(PAD, spec.axes[axis].max - size)
         if extra < 1:
             return False, f"its sample is at the longest {axis} ({size}), so padding it could not be tried"
-        got = {k: as_numpy(v) for k, v in fn(padded(spec, inputs, axis, extra)).items()}
+        try:
+            got = {k: as_numpy(v) for k, v in fn(padded(spec, inputs, axis, extra)).items()}
+        except Exception as exc:  # noqa: BLE001 - the model's forward, or the engine, at a longer length
+            return False, (f"it fails with {axis} padded from {size} to {size + extra} "
+                           f"({type(exc).__name__}: {first_line(exc)})")
         for t in spec.outputs:
             cut = tuple(slice(0, size) if d > 0 and t.dynamic_axes.get(d) == axis else slice(None)
                         for d in range(got[t.name].ndim))

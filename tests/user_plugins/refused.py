@@ -48,6 +48,18 @@ class Clipped(torch.nn.Module):
         return t.mean(dim=1)
 
 
+class Reshaped(torch.nn.Module):
+    """Reads the tokens two at a time with a plain reshape: an odd length raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 4)
+
+    def forward(self, tokens):
+        t = self.embedding(tokens)
+        return t.reshape(t.shape[0], -1, 8).mean(dim=1)
+
+
 class Pairs(torch.nn.Module):
     """Branches on the parity of a dynamic axis: the tokens are read two at a time, and an
     odd last token is dropped."""
@@ -113,6 +125,12 @@ def zoo_register_models(register):
         inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 49)),),
         outputs=(zoo.TensorSpec("vec", "float32", ("batch", 8)),),
         build=Pairs, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 8))},
+        axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(2, 8, 32)}))
+    register(zoo.ModelSpec(
+        name="pairs.reshaped", domain="nlp", task="embedding",
+        inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 49)),),
+        outputs=(zoo.TensorSpec("vec", "float32", ("batch", 8)),),
+        build=Reshaped, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 8))},
         axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(2, 8, 32)}))
     register(zoo.ModelSpec(
         name="table.pastend", domain="nlp", task="embedding",
