@@ -421,3 +421,32 @@ def test_an_unloaded_model_frees_its_runner_at_once(serve_repo, tmp_path):
             assert second() is None, "the unloaded model's runner is still held"
     finally:
         gc.enable()
+
+
+def test_serving_freezes_startup_out_of_the_collector_and_unloads_free_cycles_too(serve_repo, tmp_path):
+    """While serving, what startup loaded is frozen out of the cycle collector's sight
+    (`zoo.serve.service.Heap`); an unloaded model is freed at once even where its runner
+    sits in a reference cycle (frozen, only a collection after unfreezing could free it);
+    and the collector is given back as it was when the server stops (the same process may
+    go on: a test, a notebook)."""
+    import gc
+    import weakref
+
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    copy_as(serve_repo / ONNX, repo / ONNX)
+    before = gc.get_threshold()
+    with TestClient(create_app(Settings(repo, model_control=True))) as client:
+        assert gc.get_freeze_count() > 0 and gc.get_threshold() != before
+        pool = client.app.state.zoo.models[ONNX].batcher._pool
+        runner = pool.get()
+        pool.put(runner)
+        runner.cycle = [runner]  # a reference cycle through the runner
+        held = weakref.ref(runner)
+        del runner, pool
+        assert client.post(f"/v2/repository/models/{ONNX}/unload").status_code == 200
+        assert held() is None, "the unloaded model's runner, in a cycle, is still held"
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

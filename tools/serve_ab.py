@@ -69,8 +69,10 @@ def load(model: str, pid: int, http: int, grpc: int, protocol: str, concurrency:
                           str(concurrency), "--min-time", str(seconds), "--json"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     count = served_requests(metrics, model) - requests
-    return (float(json.loads(out.stdout)["results"][0]["requests_per_s"]),
-            (server_cpu(pid) - cpu) * 1e3 / count if count else float("nan"))
+    if not count:  # /metrics counts requests by the artifact's name: an alias answers, but is not counted
+        raise SystemExit(f"/metrics counted no request of {model!r}: give the artifact's Triton name "
+                         f"(e.g. resnet8.digits.onnxruntime.fp32)")
+    return float(json.loads(out.stdout)["results"][0]["requests_per_s"]), (server_cpu(pid) - cpu) * 1e3 / count
 
 
 def main() -> int:

@@ -395,6 +395,7 @@ def create_app(settings: Settings) -> Starlette:
             zoo.add(*loaded.pop(0))
         if not zoo.models:
             log.warning("no artifact in %s can run here; serving none", settings.repository)
+        zoo.heap.hold()
         front = None
         try:
             if settings.grpc_port:
@@ -404,9 +405,12 @@ def create_app(settings: Settings) -> Starlette:
                 zoo.on_shutdown.append(lambda: front.drain(settings.shutdown_timeout))
             yield
         finally:
-            if front is not None:  # in-flight gRPC calls finish (up to the shutdown timeout) first
-                await front.stop(settings.shutdown_timeout)
-            await zoo.stop()
+            try:
+                if front is not None:  # in-flight gRPC calls finish (up to the shutdown timeout) first
+                    await front.stop(settings.shutdown_timeout)
+                await zoo.stop()
+            finally:
+                zoo.heap.release()
 
     app = App(routes=ROUTES, lifespan=lifespan, exception_handlers=HANDLERS)
     app.router.redirect_slashes = False

@@ -181,7 +181,8 @@ class Batcher:
         self._running: set[asyncio.Task] = set()
         self._executor = ThreadPoolExecutor(policy.instances, thread_name_prefix=f"zoo-{name}")
         self._closed = False
-        self._collector = asyncio.get_running_loop().create_task(self._collect())
+        self.loop = asyncio.get_running_loop()
+        self._collector = self.loop.create_task(self._collect())
 
     @property
     def depth(self) -> int:
@@ -229,7 +230,7 @@ class Batcher:
             except BaseException:
                 self._slots.release()
                 raise
-            task = asyncio.get_running_loop().create_task(self._execute(works))
+            task = self.loop.create_task(self._execute(works))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
@@ -253,10 +254,12 @@ class Batcher:
                 self._queue = collections.deque(w for w in self._queue if id(w) not in taken)
                 return works
             self._arrived.clear()
+            # a timer that sets the event, not asyncio.wait_for (a task per wait)
+            wake = self.loop.call_later(deadline - now, self._arrived.set)
             try:
-                await asyncio.wait_for(self._arrived.wait(), deadline - now)
-            except asyncio.TimeoutError:
-                pass
+                await self._arrived.wait()
+            finally:
+                wake.cancel()
 
     def _select(self) -> tuple[list[Work], int, bool]:
         """The oldest request and the queued ones that may join it, in order; and whether
@@ -280,7 +283,7 @@ class Batcher:
         for w in works:
             w.started = start
         try:
-            results, clock, fault = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, works)
+            results, clock, fault = await self.loop.run_in_executor(self._executor, self._run, works)
         except Exception as exc:  # merging or splitting broke: a server bug, never the client's
             log.error("model %s: batch of %d could not be executed: %s", self.name, rows, exc, exc_info=exc)
             results, clock, fault = [exc] * len(works), (0.0, 0.0, 0.0), exc

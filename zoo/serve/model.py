@@ -117,11 +117,17 @@ class ServedModel:
         wanted = self._wanted_outputs(request, raw is not None)
         sizes = check_arrays(inputs, self.spec, self.name, self.policy.max_batch_size if self.rows_batched else None)
         rows = sizes.pop("batch", 1) if self.rows_batched else 1
-        work = Work(inputs, rows, sizes, asyncio.get_running_loop().create_future(), side=self._side_digest(inputs))
+        loop = self.batcher.loop
+        work = Work(inputs, rows, sizes, loop.create_future(), side=self._side_digest(inputs))
+        # a timer on the request's own future, not asyncio.wait_for: wait_for costs a second
+        # future, a done callback and one more event-loop pass per request (and a getpid
+        # syscall per get_running_loop on Python 3.11)
+        future = self.batcher.submit(work)
+        expiry = loop.call_later(timeout, self._expire, future, timeout)
         try:
-            outputs = await asyncio.wait_for(self.batcher.submit(work), timeout)
-        except asyncio.TimeoutError:
-            raise RequestTimeoutError(f"model {self.name} did not answer within {timeout:g} s") from None
+            outputs = await future
+        finally:
+            expiry.cancel()
         if raw is not None and self.spec.postprocess is not None:
             try:
                 results = await asyncio.to_thread(self.spec.postprocess, outputs)
@@ -131,6 +137,10 @@ class ServedModel:
             items = dt.bytes_array([json.dumps(_plain(r), allow_nan=False).encode() for r in results])
             return [Tensor(RESULT, "BYTES", (len(items),), items)], work
         return [self._output(name, outputs[name]) for name in wanted], work
+
+    def _expire(self, future: asyncio.Future, timeout: float) -> None:
+        if not future.done():  # the batcher skips it from now on, as an abandoned request
+            future.set_exception(RequestTimeoutError(f"model {self.name} did not answer within {timeout:g} s"))
 
     def raw_request(self, body: bytes) -> InferRequest:
         """A raw binary request's body as the request for this model's only input (Triton's rules)."""

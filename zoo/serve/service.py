@@ -14,6 +14,7 @@ call, reason "cancelled"; an HTTP client gone before its body arrived, "disconne
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import time
@@ -42,6 +43,38 @@ class Disconnected(Exception):
     A failure of reason "disconnected", not an error of the server."""
 
 
+class Heap:
+    """The serving process's cyclic garbage collector. What startup loads (modules, models,
+    runners) lives as long as the process: frozen out of the collector's sight
+    (`gc.freeze`), so full collections no longer walk it, and young collections ten times
+    rarer (a request allocates many short-lived containers that reference counting frees
+    anyway): 3% less server CPU per small request (docs/benchmarks.md). A model loaded or
+    unloaded later settles it again (unfreeze, collect, freeze), so an unloaded model's
+    reference cycles are freed; `release` gives the collector back as it was."""
+
+    THRESHOLD = (7000, 10, 10)
+
+    def __init__(self) -> None:
+        self.previous: tuple[int, int, int] | None = None
+
+    def hold(self) -> None:
+        self.previous = self.previous or gc.get_threshold()
+        self.settle()
+        gc.set_threshold(*self.THRESHOLD)
+
+    def settle(self) -> None:
+        if self.previous is not None:
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+
+    def release(self) -> None:
+        if self.previous is not None:
+            gc.unfreeze()
+            gc.set_threshold(*self.previous)
+            self.previous = None
+
+
 class Server:
     """The served models, their aliases, what was skipped and why, metrics, statistics
     and the registered shared-memory regions."""
@@ -55,6 +88,7 @@ class Server:
         self.stats: dict[str, ModelStats] = {}
         self.regions = shm.Regions(enabled=settings.shared_memory)
         self.control = asyncio.Lock()
+        self.heap = Heap()
         #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
         #: end stops taking calls then too, so both transports drain side by side
         self.on_shutdown: list[Callable[[], None]] = []
@@ -156,6 +190,8 @@ class Server:
             self.skipped = [s for s in self.skipped if s.name != name]
             if old is not None:
                 await old.stop(self.settings.shutdown_timeout)
+                del old
+            self.heap.settle()
 
     def _load_failed(self, name: str, exc: Exception) -> ModelLoadError:
         """A load that failed, as Triton answers it (400, the reason): the artifact's fault
@@ -177,6 +213,8 @@ class Server:
             # requests that arrive while the queued ones finish are told why, as the index says
             self._mark_unavailable(name, "unloading")
             await model.stop(self.settings.shutdown_timeout)
+            del model
+            self.heap.settle()
             self._mark_unavailable(name, "unloaded")
 
     def _mark_unavailable(self, name: str, reason: str) -> None:
