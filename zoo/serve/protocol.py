@@ -395,6 +395,9 @@ def requested(parameters: Mapping[str, Any], where: str) -> Requested:
     region = region_of(parameters, where)
     if region is not None and binary:
         raise ProtocolError(f"{where}: an output written to shared memory cannot also be sent as binary data")
+    if region is not None and classes is not None:  # Triton: "can't set both 'shared_memory_region' and 'classification'"
+        raise ProtocolError(f"{where}: an output cannot set both shared_memory_region and classification (its "
+                            "classes are strings of a length the client cannot size a region for)")
     return Requested(binary, classes, region)
 
 
