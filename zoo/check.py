@@ -228,19 +228,14 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
     the input set to one past the largest table (every first dimension of the module's
     tensors: large enough for any table, small enough to allocate) and to -1."""
     problems: list[str] = []
-    tables = [m for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+    tables = _tables(module)
     past = max([t.shape[0] for t in module.state_dict().values() if t.ndim] + [2 ** 16])
-    batch = spec.axes["batch"].min
     for t in integer:
         for value in (min(past, int(np.iinfo(t.dtype).max)), -1)[:1 if t.dtype == "uint8" else 2]:
-            inputs = dict(spec.sample(batch, np.random.default_rng(seed)))
-            inputs[t.name] = np.full(np.shape(inputs[t.name]), value, dtype=t.dtype)
-            try:
-                _run(module, spec, inputs, "cpu")
-            except Exception as exc:  # noqa: BLE001 - the sample ran: only the id changed
-                rows = (f"value_range=(0, {tables[0].num_embeddings - 1}) on it (its nn.Embedding has "
-                        f"{tables[0].num_embeddings} rows)" if len(tables) == 1 else
-                        "value_range=(0, N-1) on it, N the rows of the table it indexes")
+            exc = _raises(spec, module, seed, {t.name: value})
+            if exc is not None:
+                rows = (f"value_range=(0, {tables[0] - 1}) on it (its nn.Embedding has {tables[0]} rows)"
+                        if len(tables) == 1 else "value_range=(0, N-1) on it, N the rows of the table it indexes")
                 problems.append(f"{spec.name}: input {t.name!r} has no value_range, and the forward raises "
                                 f"{type(exc).__name__} for id {value} ({first_line(exc)}): declare {rows}, so that "
                                 "every runner and the server refuse ids out of the table; without it ONNX Runtime "
@@ -249,32 +244,40 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
     return problems
 
 
+def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
+    """What the forward raises on the sample at the smallest batch with each input named in
+    `values` filled with its value (None: it ran)."""
+    inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
+    dtypes = {t.name: t.dtype for t in spec.inputs}
+    for name, value in values.items():
+        inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
+    try:
+        _run(module, spec, inputs, "cpu")
+    except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
+        return exc
+    return None
+
+
+def _tables(module: torch.nn.Module) -> list[int]:
+    """The rows of each table the module indexes (nn.Embedding, nn.EmbeddingBag)."""
+    return [m.num_embeddings for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+
+
 def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSpec], seed: int) -> list[str]:
     """Integer inputs the forward fails at an end of their declared `value_range` (ids up to
     100 into a table of 100 rows): the server and every runner take such a value, and
     PyTorch raises for it where ONNX Runtime and OpenVINO answer an engine error, zeros or
     the last row. Two forwards at the smallest batch, every such input at its low end, then
     at its high end; where several fail together, each is tried alone to name it."""
-    dtypes = {t.name: t.dtype for t in bounded}
-
-    def fails(ends: Mapping[str, int]) -> Exception | None:
-        inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
-        for name, value in ends.items():
-            inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
-        try:
-            _run(module, spec, inputs, "cpu")
-        except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
-            return exc
-        return None
-
-    tables = [m.num_embeddings for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+    tables = _tables(module)
     rows = (f" (its nn.Embedding has {tables[0]} rows: value_range=(0, {tables[0] - 1}))" if len(tables) == 1 else "")
     for which, ends in (("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
                         ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})):
-        exc = fails(ends)
+        exc = _raises(spec, module, seed, ends)
         if exc is None:
             continue
-        alone = [(t, e) for t in bounded if (e := fails({t.name: ends[t.name]}) if len(bounded) > 1 else exc)]
+        alone = [(t, e) for t in bounded
+                 if (e := _raises(spec, module, seed, {t.name: ends[t.name]}) if len(bounded) > 1 else exc)]
         named = alone or [(t, exc) for t in bounded]
         return [f"{spec.name}: input {t.name!r} at {ends[t.name]}, the {which} end of its value_range "
                 f"({_number(t.value_range[0])}, {_number(t.value_range[1])}): the forward raises "

@@ -53,26 +53,27 @@ def export_reason(exc: BaseException) -> str:
     if specialized:
         reason += (" (the model's code fixes that axis to the example's size: give it one size in the spec's axes, "
                    "AxisRange(n, n, n), or remove what fixes it)")
-    elif _constraint_violation(exc):
+    elif constraint_violation(exc) is not None:
         reason = (reason.rstrip(".") + ": declare the axis static in the spec's axes with one size, AxisRange(n, n, "
                   "n), or remove the condition on its size from forward (write it with tensor operations, "
                   "torch.where, or torch.cond, or make the forward accept every size in the range)")
     return reason
 
 
-def _constraint_violation(exc: BaseException | None) -> bool:
-    """Whether torch.export refused a dynamic axis the forward constrains (a branch on its
-    size, a reshape that needs an even length), under any wrapping of that error."""
+def constraint_violation(exc: BaseException | None) -> BaseException | None:
+    """torch.export's refusal of a dynamic axis the forward constrains (a branch on its
+    size, a reshape that needs an even length), found under any wrapping of it; None for
+    other failures."""
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         kind = getattr(getattr(exc, "error_type", None), "name", None)  # torch._dynamo's UserError
         if isinstance(exc, ConstraintViolationError) or kind == "CONSTRAINT_VIOLATION":
-            return True
+            return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None
 
 
 def _identifier(axis: str) -> str:

@@ -20,7 +20,7 @@ import re
 import types
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import onnx
 import sympy
@@ -29,7 +29,7 @@ import torch
 from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
 from zoo.signature import Signature
-from zoo.tensors import dynamic_shapes, export_reason
+from zoo.tensors import constraint_violation, dynamic_shapes, export_reason
 
 from . import cache
 
@@ -89,7 +89,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
     try:
         with _quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
-            _refuse_narrowed_axes(spec, program)
+            _refuse_narrowed_axes(spec, program, args)
             _refuse_guarded_axes(spec, program, args)
             # no key (no weights hashed) where the cache is off
             key = None if program is None or cache.cache_dir() is None else cache.program_key(program, options)
@@ -110,10 +110,10 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         cause = _zoo_cause(dynamo_exc)
         if cause is not None:  # the module does not fit its spec: no exporter can help
             raise cause from None
-        violated = _constraint_violation(dynamo_exc)
+        violated = constraint_violation(dynamo_exc)
         if violated is not None:  # a traced graph would keep the example's branch for every size
             raise ExportError(f"could not export {spec.name} to ONNX: torch.export found the spec's axes "
-                              f"constrained by the forward: {violated}") from None
+                              f"constrained by the forward: {export_reason(violated)}") from None
         try:
             with _quiet(), warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -203,7 +203,7 @@ def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc:
                       "the condition as tensor operations (torch.where, torch.clamp) or with torch.cond")
 
 
-def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None) -> None:
+def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None, args: tuple) -> None:
     """Refuse a capture that holds a dynamic axis to fewer sizes than the spec declares.
 
     Where `torch.export` alone raises a constraint violation (a branch on a size, `if
@@ -213,23 +213,18 @@ def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram
     parity found it only on test vectors, naming neither the axis nor the branch."""
     if program is None:
         return
-    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    for t, name in zip(spec.inputs, program.graph_signature.user_inputs):  # the spec's order (`Signature`)
-        value = nodes[name].meta.get("val")
-        for d, axis in t.dynamic_axes.items():
-            declared = spec.axes[axis]
-            size = value.shape[d] if value is not None and d < value.dim() else None
-            bounds = program.range_constraints.get(size.node.expr) if isinstance(size, torch.SymInt) else None
-            if declared.min == declared.max or bounds is None:
-                continue
-            low, high = bounds.lower, bounds.upper
-            if (high.is_finite and int(high) < declared.max) or int(low) > max(declared.min, 2):
-                raise ExportError(
-                    f"could not export {spec.name} to ONNX: its forward holds axis {axis!r} (input {t.name!r}, "
-                    f"dimension {d}) to sizes {int(low)} to {high}, where the spec's range is {declared.min} to "
-                    f"{declared.max}: it branches on or checks that size, and the graph would compute the example's "
-                    f"branch for every size. Declare the range the forward takes in the spec's axes, or write the "
-                    f"condition with tensor operations (torch.where) or torch.cond")
+    for symbol, held in _axis_symbols(spec, program, args).items():
+        declared, bounds = spec.axes[held.axis], program.range_constraints.get(symbol)
+        if declared.min == declared.max or bounds is None:
+            continue
+        low, high = bounds.lower, bounds.upper
+        if (high.is_finite and int(high) < declared.max) or int(low) > max(declared.min, 2):
+            raise ExportError(
+                f"could not export {spec.name} to ONNX: its forward holds axis {held.axis!r} (input {held.input!r}, "
+                f"dimension {held.dim}) to sizes {int(low)} to {high}, where the spec's range is {declared.min} to "
+                f"{declared.max}: it branches on or checks that size, and the graph would compute the example's "
+                f"branch for every size. Declare the range the forward takes in the spec's axes, or write the "
+                f"condition with tensor operations (torch.where) or torch.cond")
 
 
 def _refuse_guarded_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None, args: tuple) -> None:
@@ -245,21 +240,21 @@ def _refuse_guarded_axes(spec: ModelSpec, program: torch.export.ExportedProgram 
     if program is None:
         return
     axes = _axis_symbols(spec, program, args)
-    shape_env = next((size.node.shape_env for size, *_ in axes.values()), None)
+    shape_env = next((a.size.node.shape_env for a in axes.values()), None)
     asserts = getattr(shape_env, "deferred_runtime_asserts", None) or {}
     for held in [a.expr for found in asserts.values() for a in found]:
         if not held.free_symbols <= axes.keys():
             continue  # on a data-dependent (unbacked) size too: not the spec's axes alone
         for symbol in sorted(held.free_symbols, key=str):
-            _, name, d, axis, example = axes[symbol]
+            name, d, axis = axes[symbol].input, axes[symbol].dim, axes[symbol].axis
             declared = spec.axes[axis]
-            others = {s: sympy.Integer(axes[s][4]) for s in held.free_symbols if s != symbol}
+            others = {s: sympy.Integer(axes[s].example) for s in held.free_symbols if s != symbol}
             # from 2: sizes 0 and 1 are the capture's own (`backed_size_oblivious`), as in `_refuse_narrowed_axes`
             failing = [n for n in range(max(declared.min, 2), min(declared.max, declared.min + 4096) + 1)
                        if held.xreplace({**others, symbol: sympy.Integer(n)}) == sympy.false]
             if not failing:
                 continue
-            names = {s: sympy.Symbol(axes[s][3]) for s in held.free_symbols}
+            names = {s: sympy.Symbol(axes[s].axis) for s in held.free_symbols}
             raise ExportError(
                 f"could not export {spec.name} to ONNX: input {name!r} axis {d} ({axis!r}) {_rule(held, symbol)} "
                 f"(torch.export found {held.xreplace(names)}), so sizes {', '.join(map(str, failing[:5]))}"
@@ -269,18 +264,27 @@ def _refuse_guarded_axes(spec: ModelSpec, program: torch.export.ExportedProgram 
                 f"every length in the range (pad the input to the length it needs inside forward)")
 
 
-def _axis_symbols(spec: ModelSpec, program: torch.export.ExportedProgram,
-                  args: tuple) -> dict[Any, tuple[torch.SymInt, str, int, str, int]]:
-    """Each dynamic axis's symbol in the capture: its size, the first input and dimension
-    that hold it, the axis's name and its size in the example."""
+class _Axis(NamedTuple):
+    """A dynamic axis in the capture: its symbolic size, the first input and dimension that
+    hold it, the axis's name in the spec and its size in the example."""
+
+    size: torch.SymInt
+    input: str
+    dim: int
+    axis: str
+    example: int
+
+
+def _axis_symbols(spec: ModelSpec, program: torch.export.ExportedProgram, args: tuple) -> dict[Any, _Axis]:
+    """Each dynamic axis of the spec's inputs, by its symbol in the capture."""
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    found: dict[Any, tuple[torch.SymInt, str, int, str, int]] = {}
-    for t, name, arg in zip(spec.inputs, program.graph_signature.user_inputs, args):  # the spec's order
+    found: dict[Any, _Axis] = {}
+    for t, name, arg in zip(spec.inputs, program.graph_signature.user_inputs, args):  # the spec's order (`Signature`)
         value = nodes[name].meta.get("val")
         for d, axis in t.dynamic_axes.items():
             size = value.shape[d] if value is not None and d < value.dim() else None
             if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
-                found.setdefault(size.node.expr, (size, t.name, d, axis, int(arg.shape[d])))
+                found.setdefault(size.node.expr, _Axis(size, t.name, d, axis, int(arg.shape[d])))
     return found
 
 
@@ -292,20 +296,6 @@ def _rule(held: Any, symbol: Any) -> str:
             k = int(mod.args[1])
             return "must be even" if k == 2 else f"must be a multiple of {k}"
     return "must meet a condition"
-
-
-def _constraint_violation(exc: BaseException) -> str | None:
-    """torch.export's constraint violation under the exporter's wrapping, in one line
-    (`export_reason`), or None for other failures."""
-    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
-
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ConstraintViolationError):
-            return export_reason(exc)
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def _capture(module: torch.nn.Module, args: tuple, dynamic: Mapping[str, Any]) -> torch.export.ExportedProgram | None:
