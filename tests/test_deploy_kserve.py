@@ -133,7 +133,7 @@ def test_python_form_artifacts_need_an_image_with_zoo(tmp_path):
     refused, built = run(call("kserve_manifest", root, "gs://models/zoo"),
                          call("kserve_manifest", root, "gs://models/zoo", image="registry.example/zoo-triton:0.1"))
     assert refused["error"] == "UnsupportedError"
-    assert refused["message"].startswith("artifacts resnet8.digits.torch.fp32 are served by Triton's Python backend")
+    assert refused["message"].startswith("artifact resnet8.digits.torch.fp32 is served by Triton's Python backend")
     assert "--image" in refused["message"]
     assert built["ok"][0]["spec"]["predictor"]["model"]["image"] == "registry.example/zoo-triton:0.1"
 

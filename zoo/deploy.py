@@ -325,7 +325,9 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
         warnings.append(f"--gpu {gpus}: every artifact was exported for cpu (Triton's KIND_CPU), so the GPU "
                         f"would sit idle")
     if facts.python_form and image is None:
-        raise UnsupportedError(f"artifacts {', '.join(facts.python_form)} are served by Triton's Python backend "
+        which = (f"artifacts {', '.join(facts.python_form)} are" if len(facts.python_form) > 1
+                 else f"artifact {facts.python_form[0]} is")
+        raise UnsupportedError(f"{which} served by Triton's Python backend "
                                f"through zoo's runner, which the stock Triton image lacks: build an image with zoo "
                                f"and its backend plugins installed (docs/deploy.md) and give it with --image")
     if memory is None:

@@ -132,7 +132,9 @@ def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, add
             ray.init(address=None if address == "local" else address, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise ZooError(f"--ray {address}: cannot start or reach Ray: {exc}") from None
+            what = "cannot start Ray" if address == "local" else "cannot reach Ray"
+            hint = "; --ray local starts one on this machine" if address == "auto" else ""
+            raise ZooError(f"--ray {address}: {what}: {str(exc).rstrip('.')}{hint}") from None
         started = True
     # Ray's core worker replaces Python's SIGTERM handler with absl's, which dumps a stack
     # and aborts, leaving this Ray instance's processes behind: exit through `finally` instead

@@ -2,7 +2,7 @@
 
 A source is a directory (`save_pretrained` output, a sentence-transformers folder, a
 `git clone` of a hub repository) or a hub id ("org/name") already in the cache that
-`huggingface-cli download` and `from_pretrained` fill. The cache is found as
+`hf download` (`huggingface-cli download` before huggingface_hub 1.0) and `from_pretrained` fill. The cache is found as
 `huggingface_hub` finds it: `HF_HUB_CACHE`, else `HF_HOME`/hub, else
 `XDG_CACHE_HOME`/huggingface/hub, else ~/.cache/huggingface/hub, read when asked (not at
 import), so a changed environment is seen.
@@ -67,7 +67,7 @@ def resolve(source: str | os.PathLike[str], revision: str = "main") -> Path:
     raise ModelNotFoundError(
         f"no Hugging Face model {str(source)!r}: looked in {' and in '.join(looked)}. zoo never downloads; put "
         f"config.json, model.safetensors and the tokenizer files in a directory, or fetch the model into the "
-        f"cache first (`huggingface-cli download ORG/NAME`) where HF_HUB_CACHE or HF_HOME points")
+        f"cache first (`hf download ORG/NAME`) where HF_HUB_CACHE or HF_HOME points")
 
 
 def _snapshot(repo: Path, revision: str) -> Path | None:
