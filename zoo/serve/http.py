@@ -5,6 +5,10 @@ connection.
 
 - 400: a request the parser refuses (a malformed request line or header, both
   Content-Length and Transfer-Encoding).
+- 400: a chunked body of more than `MAX_CHUNKS` non-empty chunks, as Triton refuses it
+  (`kMaxChunkedChunks`, http_server.cc, with its message): each chunk costs the event
+  loop's one thread a parser callback, so a body of millions of one-byte chunks under the
+  size limit would hold every other request for seconds.
 - 501: a Transfer-Encoding other than chunked (gzip would otherwise reach the
   application as the body).
 - 431: a request line and headers longer than `MAX_HEAD_BYTES`. They are counted as
@@ -42,6 +46,7 @@ MAX_HEAD_BYTES = 64 << 10
 READ_TIMEOUT = 30.0  # seconds from a request's first byte until its body is complete
 MAX_CONNECTIONS = 1024  # open HTTP connections at most; fewer where the open-file limit is low
 LINGER = 2.0  # seconds a refused connection is drained before it is closed
+MAX_CHUNKS = 65536  # non-empty chunks of one chunked body at most: Triton's kMaxChunkedChunks
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ class JsonErrorProtocol(HttpToolsProtocol):
         self._in_head = True  # between requests, or before the headers of the current one are complete
         self._reading = False  # a request has begun and its body is not complete
         self._body_left: int | None = None  # bytes of the body still to come, where Content-Length says
+        self._chunks = 0  # non-empty chunks of the chunked body being read
+        self._chunk_counted = False  # whether the chunk being read has been counted
         #: loop time by which what is being read must be whole (None: nothing is); checked by one
         #: timer per connection, so a request costs a float, not a timer of its own
         self._deadline: float | None = None
@@ -162,11 +169,21 @@ class JsonErrorProtocol(HttpToolsProtocol):
                 return
         self._in_head, self._head_bytes = False, 0
         self._body_left = int(length) if length is not None and coding is None else None  # the parser checked it
+        self._chunks = 0
         super().on_headers_complete()
+
+    def on_chunk_header(self) -> None:  # httptools calls it at each chunk's size line, the last (empty) one too
+        self._chunk_counted = False
 
     def on_body(self, body: bytes) -> None:
         if self._body_left is not None:
             self._body_left -= len(body)
+        elif not self._chunk_counted:  # a chunk's data may come in several calls, one per read: counted once
+            self._chunk_counted = True
+            self._chunks += 1
+            if self._chunks > MAX_CHUNKS and self._refusal is None:
+                self._refuse(400, f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. Send "
+                                  "fewer or larger HTTP chunks.")
         if self._refusal is None:  # a refused request's body goes nowhere
             super().on_body(body)
 
