@@ -7,8 +7,8 @@ connection.
   Content-Length and Transfer-Encoding).
 - 400: a chunked body of more than `MAX_CHUNKS` non-empty chunks, as Triton refuses it
   (`kMaxChunkedChunks`, http_server.cc, with its message): each chunk costs the event
-  loop's one thread a parser callback, so a body of millions of one-byte chunks under the
-  size limit would hold every other request for seconds.
+  loop's one thread a parser callback, and a body of tens of millions of one-byte chunks
+  fits under the size limit.
 - 501: a Transfer-Encoding other than chunked (gzip would otherwise reach the
   application as the body).
 - 431: a request line and headers longer than `MAX_HEAD_BYTES`. They are counted as
