@@ -244,3 +244,52 @@ def test_a_missed_target_is_warned_once(cli):
     done = cli("train", "mlp.digits-target", "--out", "target", "--max-steps", "2")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("short of its recipe's target") == 1 and "warning: mlp.digits-target reached test accuracy" in done.stderr
+
+
+# -- the plugin's metric ---------------------------------------------------------------
+
+
+def _with_metric(compute):
+    return dataclasses.replace(MLP, metric=zoo.Metric("accuracy", compute))
+
+
+@pytest.mark.parametrize("compute, message", [
+    (lambda outputs, targets: outputs["probs"].mean(), r"its metric 'accuracy' failed on the validation split: "
+                                                       r"KeyError: 'probs'"),
+    (lambda outputs, targets: outputs["logits"].argmax(axis=1) == targets, r"its metric 'accuracy' returned "
+                                                                             r"ndarray of shape \(\d+,\) on the "
+                                                                             r"validation split, not one number"),
+    (lambda outputs, targets: float("nan"), "its metric 'accuracy' returned NaN on the validation split"),
+])
+def test_a_failing_metric_is_named_not_an_internal_error(tmp_path, compute, message):
+    with pytest.raises(ZooError, match=f"model mlp.digits-test: {message}"):
+        zoo.train(_with_metric(compute), out=tmp_path, epochs=1, progress=False,
+                  options=TrainOptions(val_fraction=0.1))
+
+
+def test_a_failing_metric_on_the_test_split_is_named(tmp_path):
+    def compute(outputs, targets):  # no validation split: the test split's metric is its first call
+        raise ValueError("shapes differ")
+
+    with pytest.raises(ZooError, match="its metric 'accuracy' failed on the test split: ValueError: shapes differ"):
+        zoo.train(_with_metric(compute), out=tmp_path, epochs=1, progress=False, options=TrainOptions(val_fraction=0))
+
+
+def test_a_validation_fraction_that_holds_out_no_example_is_refused(tmp_path):
+    n = len(PLUGIN.digits.load("train")[1])
+    with pytest.raises(ZooError, match=rf"val_fraction 0.0001 of the {n} training examples holds out none; "
+                                       rf"give at least 0.000[0-9]+ \(--val-fraction\), or 0 for no validation"):
+        zoo.train(MLP, out=tmp_path, progress=False, options=TrainOptions(val_fraction=0.0001, patience=2))
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_config_without_a_variant_trains_and_loads_and_cannot_change(tmp_path):
+    # a plugin's `config` as metadata (no `variant`): the checkpoint records it, loading gives
+    # it back unchanged, which is no change; another value is refused naming it
+    spec = dataclasses.replace(MLP, config={"hidden": 32}, variant=None)
+    assert spec.configure(hidden=32) is spec
+    ckpt = zoo.train(spec, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=2))
+    assert ckpt.config == {"hidden": 32} and isinstance(ckpt.module(spec), torch.nn.Module)
+    with pytest.raises(ZooError, match=r"mlp.digits-test has a fixed configuration .* config \['hidden'\] cannot "
+                                       r"change: hidden=64 \(is 32\)"):
+        spec.configure(hidden=64)

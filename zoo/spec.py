@@ -201,6 +201,30 @@ class Metric:
         if (self.compute is None) == (self.evaluate is None):
             raise ZooError(f"metric {self.name!r} needs exactly one of `compute` (over a dataset) or `evaluate`")
 
+    def value(self, model: str, where: str, *args: Any) -> float:
+        """`compute(outputs, targets)` or `evaluate(fn)`, as one number: the plugin's failure,
+        a value that is not one number, or NaN is an error naming the model and the metric
+        (where: "the validation split", "the test split", ...)."""
+        function = self.compute if self.compute is not None else self.evaluate
+        try:
+            result = function(*args)
+        except ZooError:
+            raise
+        except Exception as exc:  # the plugin's code: one line naming it, not an internal error
+            raise ZooError(f"model {model}: its metric {self.name!r} failed on {where}: "
+                           f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        try:
+            number = float(result)
+        except (TypeError, ValueError):
+            shape = getattr(result, "shape", None)
+            raise ZooError(f"model {model}: its metric {self.name!r} returned {type(result).__name__}"
+                           f"{f' of shape {tuple(shape)}' if shape is not None else ''} on {where}, not one "
+                           f"number") from None
+        if math.isnan(number):
+            raise ZooError(f"model {model}: its metric {self.name!r} returned NaN on {where} (a metric of an "
+                           f"empty selection, or of NaN outputs?)")
+        return number
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -382,8 +406,13 @@ class ModelSpec:
         unknown = sorted(set(overrides) - set(self.config))
         if unknown:
             raise ZooError(f"model {self.name}: unknown config {unknown}; known: {sorted(self.config)}")
+        if all(self.config[k] == v for k, v in overrides.items()):  # its own values: this spec, as it is
+            return self
         if self.variant is None:
-            raise ZooError(f"model {self.name} has a fixed configuration")
+            changed = sorted(k for k, v in overrides.items() if self.config[k] != v)
+            raise ZooError(f"model {self.name} has a fixed configuration (no `variant` to build another), so "
+                           f"config {changed} cannot change: "
+                           f"{', '.join(f'{k}={overrides[k]!r} (is {self.config[k]!r})' for k in changed)}")
         return replace(self.variant(**{**self.config, **overrides}), plugin=self.plugin)
 
     def tiny(self) -> "ModelSpec":

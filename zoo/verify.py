@@ -158,7 +158,7 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
     if spec.metric is None:
         return None
     if spec.metric.evaluate is not None:
-        return float(spec.metric.evaluate(fn))
+        return spec.metric.value(spec.name, "its evaluation", fn)
     if spec.dataset is None:
         return None
     x, y = spec.dataset.load(split)
@@ -170,7 +170,7 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
         for k, v in out.items():
             parts.setdefault(k, []).append(as_numpy(v))
     outputs = {k: np.concatenate(v) for k, v in parts.items()}
-    return float(spec.metric.compute(outputs, np.asarray(y)))
+    return spec.metric.value(spec.name, f"the {split} split", outputs, np.asarray(y))
 
 
 def metric_report(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn,

@@ -1,5 +1,7 @@
 """A user's plugin: an MLP trained here on scikit-learn's breast-cancer data, offered in
-int8 (dynamic quantization) with the accuracy it may lose stated."""
+int8 (dynamic quantization) with the accuracy it may lose stated. Its `config` records its
+width, as metadata only: there is no `variant` to build another (its checkpoint records
+the config, which loading it gives back unchanged)."""
 
 import numpy as np
 import torch
@@ -7,6 +9,7 @@ import torch
 import zoo
 
 FEATURES = 30
+HIDDEN = 32
 
 
 def load(split):
@@ -21,7 +24,7 @@ def load(split):
 
 
 def build():
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 2))
 
 
 def accuracy(outputs, targets):
@@ -34,7 +37,7 @@ def zoo_register_models(register):
         name="mlp.cancer", domain="tabular", task="classification",
         inputs=(zoo.TensorSpec("features", "float32", ("batch", FEATURES)),),
         outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
-        build=build,
+        build=build, config={"hidden": HIDDEN},
         sample=lambda batch, rng: {"features": load("test")[0]["features"][rng.integers(0, 143, batch)]},
         axes={"batch": zoo.AxisRange(1, 8, 64)},
         dataset=zoo.Dataset("scikit-learn breast cancer: 569 tumours, 30 features, 75/25 split", load),

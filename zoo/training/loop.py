@@ -43,6 +43,10 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
         raise ZooError(f"{spec.name}: dataset 'train' has {len(targets)} examples and validation holds out "
                        f"{len(val_idx)} of them (val_fraction {run.facts['val_fraction']:g}), leaving none to "
                        f"train on")
+    if run.facts["val_fraction"] and not len(val_idx):
+        least = math.ceil(1e4 / len(targets)) / 1e4  # a fraction that holds one example out
+        raise ZooError(f"{spec.name}: val_fraction {run.facts['val_fraction']:g} of the {len(targets)} training "
+                       f"examples holds out none; give at least {least:g} (--val-fraction), or 0 for no validation")
     batch_size = run.facts["batch_size"]
     check_batch_size(batch_size, world)
     micro_per_epoch = math.ceil(len(train_idx) / batch_size)
@@ -377,7 +381,8 @@ def validate(spec: ModelSpec, module: torch.nn.Module, inputs, targets, idx: tor
     result = {"loss": loss_sum / len(idx)}
     if spec.metric is not None and spec.metric.compute is not None:
         outputs_np = {k: torch.cat(v).numpy() for k, v in parts.items()}
-        result[spec.metric.name] = float(spec.metric.compute(outputs_np, targets[idx].numpy()))
+        result[spec.metric.name] = spec.metric.value(spec.name, "the validation split", outputs_np,
+                                                     targets[idx].numpy())
     return result
 
 
