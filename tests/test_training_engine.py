@@ -163,7 +163,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_input_and_writes_nothing(tmp
 
 
 def test_a_failed_save_keeps_the_previous_resume_point(tmp_path, monkeypatch):
-    zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))  # cut in epoch 1
     before = zoo.load_checkpoint(tmp_path / "last")
     import zoo.training.state as state
 
@@ -171,8 +171,8 @@ def test_a_failed_save_keeps_the_previous_resume_point(tmp_path, monkeypatch):
         Path(path).write_bytes(b"\0" * 100)  # a torn write, then the failure
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(state, "save_file", disk_full)
-    with pytest.raises(OSError, match="No space left"):
-        zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    with pytest.raises(OSError, match="No space left"):  # resumed: its next save replaces that resume point
+        zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(resume=True))
     after = zoo.load_checkpoint(tmp_path / "last")
     assert after.sha256 == before.sha256 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 

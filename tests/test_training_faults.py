@@ -293,3 +293,37 @@ def test_a_config_without_a_variant_trains_and_loads_and_cannot_change(tmp_path)
     with pytest.raises(ZooError, match=r"mlp.digits-test has a fixed configuration .* config \['hidden'\] cannot "
                                        r"change: hidden=64 \(is 32\)"):
         spec.configure(hidden=64)
+
+
+# -- the run directory -----------------------------------------------------------------
+
+
+def test_a_new_run_sets_a_finished_run_aside_and_a_failed_one_leaves_no_mix(tmp_path, caplog):
+    first = zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
+    finished = json.loads((tmp_path / "metrics.json").read_text())
+
+    def broken(outputs, targets):
+        raise ValueError("a bug")
+
+    with caplog.at_level("WARNING", logger="zoo"), pytest.raises(ZooError, match="its metric 'accuracy' failed"):
+        zoo.train(_with_metric(broken), out=tmp_path, epochs=1, progress=False, options=TrainOptions(val_fraction=0.1))
+    assert "held a finished run of mlp.digits-test: moved to" in caplog.text
+    # the failed run's own parts, no metrics claiming them; the finished run whole, beside
+    assert not (tmp_path / "metrics.json").exists()
+    assert json.loads((tmp_path / "previous" / "metrics.json").read_text()) == finished
+    kept = zoo.checkpoint.load_checkpoint(tmp_path / "previous")
+    assert all(torch.equal(kept.state[k], first.state[k]) for k in first.state)
+    # a run that finishes replaces nothing of the previous one but the copy set aside before it
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
+    assert (tmp_path / "metrics.json").is_file()
+    assert json.loads((tmp_path / "previous" / "metrics.json").read_text()) == finished  # the failed run had none
+
+
+def test_a_run_directory_of_another_model_is_refused_untouched(tmp_path):
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
+    before = sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    other = dataclasses.replace(MLP, name="mlp.other-test")
+    with pytest.raises(CheckpointError, match=f"{tmp_path} holds a run of mlp.digits-test: train mlp.other-test "
+                                              f"into another --out, or delete that directory first"):
+        zoo.train(other, out=tmp_path, epochs=1, progress=False)
+    assert sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before

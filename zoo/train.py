@@ -34,7 +34,7 @@ from .tensors import call_module, to_torch
 from .training import distributed
 from .training.loop import fit
 from .training.options import TrainOptions, run_files
-from .training.run import Run
+from .training.run import Run, prepare_run_directory
 from .training.state import check_resume_destination
 from .verify import evaluate
 
@@ -73,6 +73,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     check_destination(out, "--out")  # before training, so that no epoch is lost to it
     check_replaceable(run_files(out)["model"])
     check_resume_destination(run_files(out)["last"])
+    prepare_run_directory(spec.name, out, options.resume)
 
     world = distributed.init(device)
     threads = torch.get_num_threads()

@@ -159,12 +159,14 @@ def _relay_stderr(stream) -> bool:
 def check_launch(spec, options, out: Path, nproc: int) -> None:
     """What each of `nproc` processes would refuse, refused once before torchrun starts them."""
     from .options import run_files
+    from .run import prepare_run_directory
     from .state import check_resume_point
 
     if nproc >= 1 and spec.recipe is not None and spec.trainer is None:
         check_batch_size(options.batch_size or spec.recipe.batch_size, World(0, nproc))
     if options.resume:
         check_resume_point(run_files(out)["last"])
+    prepare_run_directory(spec.name, out, options.resume)  # once, before the processes start
 
 
 def _has_module(name: str) -> bool:

@@ -12,6 +12,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,7 @@ from ..fsutil import atomic_write_text
 from ..spec import ModelSpec
 from .distributed import World
 from .options import TrainOptions, run_files
+from .state import STATE as STATE_FILE
 from .state import TrainingState, load_state, save_state
 
 log = logging.getLogger("zoo")
@@ -33,6 +36,47 @@ log = logging.getLogger("zoo")
 RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "optimizer", "schedule", "lr",
                "weight_decay")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
+PREVIOUS = "previous"  # inside a run directory: the finished run a new one set aside
+
+
+def run_owner(out: Path) -> str | None:
+    """The model whose run `out` holds (from its checkpoint or resume point), or None."""
+    from ..checkpoint import META
+
+    files = run_files(out)
+    for meta in (files["model"] / META, files["last"] / STATE_FILE):
+        try:
+            model = json.loads(meta.read_text()).get("model")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(model, str):
+            return model
+    return None
+
+
+def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
+    """Before a run starts in `out`: refuse a run directory of another model, and set a
+    finished run of this model aside into `out/previous` (replacing the one there) rather
+    than overwrite it epoch by epoch, so that a new run that fails or is stopped never
+    leaves its weights beside the old run's metrics, and the old run is not lost. Rank 0
+    alone moves files (torchrun's other processes only read)."""
+    owner = run_owner(out)
+    if owner is not None and owner != model and not resume:  # --resume names it in its own check
+        raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
+                              f"directory first")
+    files = run_files(out)
+    if resume or not files["metrics"].is_file() or os.environ.get("RANK", "0") != "0":
+        if not resume and owner == model and files["last"].is_dir() and not files["metrics"].is_file():
+            log.warning("%s holds an unfinished run of %s: this run starts over (--resume continues it)", out, model)
+        return
+    previous = out / PREVIOUS
+    shutil.rmtree(previous, ignore_errors=True)
+    previous.mkdir()
+    for name in ("model", "last", "metrics", "tensorboard", "trace"):
+        if files[name].exists():
+            files[name].rename(previous / files[name].name)
+    log.warning("%s held a finished run of %s: moved to %s (replacing the one there), kept until the next new run",
+                out, model, previous)
 
 
 @dataclass
