@@ -429,6 +429,11 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
                                            "be the model's kind."),
             smiles: List[str] = typer.Option([], "--smiles", help="A SMILES string (repeatable)."),
             image: List[str] = typer.Option([], "--image", help="A PNG or JPEG file (repeatable)."),
+            tensor: List[str] = typer.Option([], "--tensor", help="NAME=FILE.npy: the model's input NAME from a "
+                                             "NumPy file (repeatable; one per input), for models that take "
+                                             "tensors. Outputs print as arrays, or go to --out."),
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="With --tensor: write each output to "
+                                                   "DIR/NAME.npy instead of printing it."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
             url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` server at this URL "
@@ -441,6 +446,14 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
     from .predict import predict as run
 
     given = {"text": text, "smiles": smiles, "image": image}
+    if tensor or out_dir is not None:
+        if not tensor:
+            raise UsageError("--out writes the outputs of --tensor inputs; give the inputs with --tensor NAME=FILE.npy")
+        if items or text or smiles or image:
+            raise UsageError("--tensor gives a model's tensors; domain-native items (--text, --image, ...) go "
+                             "without it")
+        return _predict_tensors(model, _strings(tensor, "--tensor"), out_dir, url, artifact, repository,
+                                checkpoint, device, as_json)
     if url is not None:
         from .client import Client
 
@@ -474,6 +487,97 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
         return _emit_json({"model": name, "source": source, "results": results})
     for label, result in zip(labels, results):
         out.print(f"{escape(label)}: {escape(json.dumps(result))}", soft_wrap=True)
+
+
+def _predict_tensors(model: str, files: dict[str, str], out_dir: Optional[Path], url: Optional[str],
+                     artifact: Optional[str], repository: Path, checkpoint: Optional[Path], device: Optional[str],
+                     as_json: bool) -> None:
+    """`zoo predict --tensor NAME=FILE.npy ...`: the model's outputs for tensors read from
+    NumPy files (never unpickled), here or on a server (--url)."""
+    import numpy as np
+
+    from .errors import InputError
+    from .inputs import check_arrays, check_names
+
+    arrays = {name: _read_array(Path(path), name) for name, path in files.items()}
+    if url is not None:
+        from .client import Client
+
+        if artifact or checkpoint or device or repository != Path("exports"):
+            raise UsageError("--artifact, --checkpoint, --device and --repository choose what runs here; with "
+                             "--url the server runs its own model")
+        outputs, source = Client(url).infer(model, arrays), f"server {url}"
+    else:
+        spec, fn, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint, device)
+        model = spec.name
+        check_names(arrays, spec, spec.name)
+        for t in spec.inputs:  # as zoo.load's runner casts: the spec's dtype where the values fit it
+            arrays[t.name] = _as_dtype(arrays[t.name], t, spec.name)
+        check_arrays(arrays, spec, spec.name)
+        outputs = fn(arrays)
+    outputs = {k: np.asarray(v) for k, v in outputs.items()}
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {out_dir}: {exc.strerror or exc}") from None
+        written = {}
+        for name, value in outputs.items():
+            if value.dtype == object:
+                raise InputError(f"output {name!r} holds strings, which a .npy file keeps only pickled; leave "
+                                 "--out out (or use --json)")
+            path = out_dir / f"{name.replace('/', '_')}.npy"
+            np.save(path, value, allow_pickle=False)
+            written[name] = str(path)
+        if as_json:
+            return _emit_json({"model": model, "source": source, "outputs": written})
+        for name, path in written.items():
+            out.print(f"{escape(name)}: {escape(path)}", soft_wrap=True)
+        return None
+    if as_json:
+        return _emit_json({"model": model, "source": source, "outputs": {
+            name: {"dtype": str(v.dtype), "shape": list(v.shape), "data": v.tolist()} for name, v in outputs.items()}})
+    for name, value in outputs.items():
+        out.print(f"{escape(name)} {value.dtype} {list(value.shape)}:\n{escape(np.array2string(value, threshold=64))}",
+                  soft_wrap=True)
+    return None
+
+
+def _read_array(path: Path, name: str):
+    """A NumPy `.npy` file as an array; pickled object arrays are refused, never loaded."""
+    import numpy as np
+
+    from .errors import InputError
+
+    if not path.is_file():
+        raise InputError(f"--tensor {name}={path}: no such file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        why = ("it holds Python objects, which would be unpickled; save a numeric array (np.save of a "
+               "numeric dtype)" if "allow_pickle" in str(exc) else f"not a NumPy .npy file ({exc})")
+        raise InputError(f"--tensor {name}={path}: {why}") from None
+    except OSError as exc:
+        raise InputError(f"--tensor {name}={path}: {exc.strerror or exc}") from None
+
+
+def _as_dtype(array, t, model: str):
+    """`array` as input `t`'s dtype when every value survives the cast (an int64 file for an
+    int32 input, float64 features for float32 ones), else an error naming both."""
+    import numpy as np
+
+    from .errors import InputError
+
+    want = np.dtype(t.dtype) if t.dtype != "bfloat16" else array.dtype
+    if array.dtype == want:
+        return array
+    cast = array.astype(want)
+    same = np.array_equal(cast, array) if array.dtype.kind in "biu" or want.kind in "biu" else \
+        np.allclose(cast, array, rtol=1e-3, equal_nan=True) if want.kind == "f" else False
+    if not same:
+        raise InputError(f"model {model}: input {t.name!r} is {t.dtype}; the file's {array.dtype} values do not fit "
+                         f"it")
+    return cast
 
 
 def _read_file(path: Path) -> bytes:

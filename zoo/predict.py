@@ -61,7 +61,7 @@ def predictor(model: str | None = None, artifact: str | Path | None = None,
 def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[bytes]:
     if spec.preprocess is None:
         raise ZooError(f"model {spec.name} takes no domain-native inputs (it takes tensors: "
-                       f"{', '.join(t.name for t in spec.inputs)})")
+                       f"{', '.join(t.name for t in spec.inputs)}; on the command line, --tensor NAME=FILE.npy)")
     if spec.raw_binary and any(isinstance(x, str) for x in ([items] if isinstance(items, str) else items)):
         # as `zoo.client.Client.predict`: a path string would be sent as the image's bytes
         raise InputError(f"model {spec.name} takes {spec.raw_kind} inputs as bytes, not str (a path is not read): "
