@@ -14,6 +14,7 @@ call, reason "cancelled"; an HTTP client gone before its body arrived, "disconne
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import logging
 import math
@@ -87,7 +88,9 @@ class Server:
         self.metrics = Metrics()
         self.stats: dict[str, ModelStats] = {}
         self.regions = shm.Regions(enabled=settings.shared_memory)
-        self.control = asyncio.Lock()
+        #: one lock per artifact name: a load or unload waits for another of the same name
+        #: only, so that models load side by side (as Triton's model control does)
+        self.control: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.heap = Heap()
         #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
         #: end stops taking calls then too, so both transports drain side by side
@@ -177,7 +180,7 @@ class Server:
 
     async def load(self, name: str) -> None:
         path = repository.find_artifact(self.settings.repository, name)
-        async with self.control:
+        async with self.control[name]:
             try:
                 model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
             except Exception as exc:
@@ -205,7 +208,7 @@ class Server:
                                                                            if name in self.models else ""))
 
     async def unload(self, name: str) -> None:
-        async with self.control:
+        async with self.control[name]:
             model = self.models.pop(name, None)
             if model is None:  # as Triton answers: nothing to unload is done (Model Analyzer unloads to clean up)
                 return
@@ -246,6 +249,11 @@ class Server:
         self.metrics.child(self.metrics.requests, *labels).inc()
         try:
             request = await decode(model)
+            if not model.ready and self.models.get(model.name) is not model:
+                # reloaded (or unloaded) while the body arrived: the name's model now answers, as
+                # Triton looks a model up once the request is whole (or the name is not served)
+                model = self.model(name, version)
+                stats = self.stats[model.name]
             held = self.regions.take(_parts(request))  # every part checked against its region before the model runs
             try:
                 await self._read_regions(model, request, held)
