@@ -30,6 +30,8 @@ from zoo.artifact import Artifact
 from zoo.errors import ArtifactError, PluginNotLoadedError, StaleArtifactError, ToleranceError
 from zoo.fsutil import sha256_file
 
+from cli_support import zoo_cli
+
 PLUGIN = textwrap.dedent('''
     """A user's plugin file: a bag-of-tokens text classifier with a ragged "seq" axis."""
     import numpy as np
@@ -89,11 +91,6 @@ PLUGIN = textwrap.dedent('''
 ''')
 ARTIFACT = "bag.user.torch.fp32"
 
-
-def zoo_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -6,25 +6,19 @@ refused with one line."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import zoo
+
+from cli_support import zoo_cli
 from serve_support import ServerProcess
 
 PLUGIN = Path(__file__).parent / "user_plugins" / "tabular_int8.py"
 ARTIFACT = "mlp.cancer.onnxruntime.fp32"
 
-
-def zoo_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 @pytest.fixture(scope="module")

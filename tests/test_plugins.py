@@ -13,7 +13,6 @@ import inspect
 import json
 import os
 import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -27,6 +26,8 @@ from zoo import hookspecs, registry
 from zoo.errors import PluginError, UnknownModelError, ZooError
 from zoo.arrays import to_numpy
 from zoo.tensors import call_module, to_torch
+
+from cli_support import zoo_cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 HOOKS = sorted(name for name, obj in vars(hookspecs).items() if hasattr(obj, "zoo_spec"))
@@ -276,11 +277,6 @@ def write_plugin(path: Path, model: str) -> Path:
     path.write_text(LOCAL_PLUGIN.format(name=model))
     return path
 
-
-def zoo_cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=300)
 
 
 def listed(result: subprocess.CompletedProcess) -> dict[str, str]:

@@ -24,6 +24,8 @@ import zoo
 from zoo import registry
 from zoo.errors import PluginError, PluginNotLoadedError, ZooError
 
+from cli_support import zoo_cli
+
 MODEL = """\
 import numpy as np
 import torch
@@ -78,12 +80,6 @@ def plugin(tmp_path):
         return str(path)
 
     return write
-
-
-def zoo_cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
 
 
 def listing(result: subprocess.CompletedProcess) -> tuple[set[str], list[str]]:

@@ -24,6 +24,8 @@ import pytest
 
 from zoo.artifact import Artifact
 
+from cli_support import zoo_cli
+
 PLUGINS = Path(__file__).parent / "user_plugins"
 #: model -> the plugin file that defines it, exported through onnxruntime
 MODELS = {"scorer.mixed": "mixed_outputs.py", "bag.varlen": "variable_length.py",
@@ -31,11 +33,6 @@ MODELS = {"scorer.mixed": "mixed_outputs.py", "bag.varlen": "variable_length.py"
           "gate.kwonly": "keyword_only.py", "mlp.cancer": "tabular_int8.py"}
 BACKEND_PLUGIN = "onnx_reference_backend.py"
 
-
-def zoo_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    return subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def plugin(model: str) -> list[str]:
