@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..checkpoint import Checkpoint, load_checkpoint
+from ..checkpoint import META, Checkpoint, load_checkpoint
 from ..errors import CheckpointError, ZooError
 from ..fsutil import atomic_write_text
 from ..spec import ModelSpec
@@ -41,8 +41,6 @@ PREVIOUS = "previous"  # inside a run directory: the finished run a new one set 
 
 def run_owner(out: Path) -> str | None:
     """The model whose run `out` holds (from its checkpoint or resume point), or None."""
-    from ..checkpoint import META
-
     files = run_files(out)
     for meta in (files["model"] / META, files["last"] / STATE_FILE):
         try:
@@ -65,8 +63,10 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
         raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
                               f"directory first")
     files = run_files(out)
-    if resume or not files["metrics"].is_file() or os.environ.get("RANK", "0") != "0":
-        if not resume and owner == model and files["last"].is_dir() and not files["metrics"].is_file():
+    if resume or os.environ.get("RANK", "0") != "0":
+        return
+    if not files["metrics"].is_file():
+        if owner == model and files["last"].is_dir():
             log.warning("%s holds an unfinished run of %s: this run starts over (--resume continues it)", out, model)
         return
     previous = out / PREVIOUS
