@@ -497,7 +497,7 @@ def _predict_tensors(model: str, files: dict[str, str], out_dir: Optional[Path],
     import numpy as np
 
     from .errors import InputError
-    from .inputs import check_arrays, check_names
+    from .inputs import check_inputs
 
     arrays = {name: _read_array(Path(path), name) for name, path in files.items()}
     if url is not None:
@@ -510,11 +510,7 @@ def _predict_tensors(model: str, files: dict[str, str], out_dir: Optional[Path],
     else:
         spec, fn, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint, device)
         model = spec.name
-        check_names(arrays, spec, spec.name)
-        for t in spec.inputs:  # as zoo.load's runner casts: the spec's dtype where the values fit it
-            arrays[t.name] = _as_dtype(arrays[t.name], t, spec.name)
-        check_arrays(arrays, spec, spec.name)
-        outputs = fn(arrays)
+        outputs = fn(check_inputs(arrays, spec, model))  # zoo.load's check, for the PyTorch module's call too
     outputs = {k: np.asarray(v) for k, v in outputs.items()}
     if out_dir is not None:
         try:
@@ -559,25 +555,6 @@ def _read_array(path: Path, name: str):
         raise InputError(f"--tensor {name}={path}: {why}") from None
     except OSError as exc:
         raise InputError(f"--tensor {name}={path}: {exc.strerror or exc}") from None
-
-
-def _as_dtype(array, t, model: str):
-    """`array` as input `t`'s dtype when every value survives the cast (an int64 file for an
-    int32 input, float64 features for float32 ones), else an error naming both."""
-    import numpy as np
-
-    from .errors import InputError
-
-    want = np.dtype(t.dtype) if t.dtype != "bfloat16" else array.dtype
-    if array.dtype == want:
-        return array
-    cast = array.astype(want)
-    same = np.array_equal(cast, array) if array.dtype.kind in "biu" or want.kind in "biu" else \
-        np.allclose(cast, array, rtol=1e-3, equal_nan=True) if want.kind == "f" else False
-    if not same:
-        raise InputError(f"model {model}: input {t.name!r} is {t.dtype}; the file's {array.dtype} values do not fit "
-                         f"it")
-    return cast
 
 
 def _read_file(path: Path) -> bytes:

@@ -28,8 +28,7 @@ from ..fsutil import atomic_write_text
 from ..spec import ModelSpec
 from .distributed import World
 from .options import TrainOptions, run_files
-from .state import STATE as STATE_FILE
-from .state import TrainingState, load_state, save_state
+from .state import STATE, TrainingState, load_state, save_state
 
 log = logging.getLogger("zoo")
 #: what must be equal for a resumed run to follow the interrupted one exactly
@@ -42,7 +41,7 @@ PREVIOUS = "previous"  # inside a run directory: the finished run a new one set 
 def run_owner(out: Path) -> str | None:
     """The model whose run `out` holds (from its checkpoint or resume point), or None."""
     files = run_files(out)
-    for meta in (files["model"] / META, files["last"] / STATE_FILE):
+    for meta in (files["model"] / META, files["last"] / STATE):
         try:
             model = json.loads(meta.read_text()).get("model")
         except (OSError, ValueError, AttributeError):
