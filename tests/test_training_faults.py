@@ -12,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import zoo
 from zoo.errors import CheckpointError, SpecError, ZooError
 from zoo.training import TrainOptions
+from zoo.verify import evaluate
 
 TESTS = Path(__file__).parent
 
@@ -155,8 +157,14 @@ def _with_split(fn):
 
 
 @pytest.mark.parametrize("fn, message", [
-    (lambda x, y: (x, y[:-7]), r"dataset 'train': inputs have (\d+) rows \(image\), targets (?!\1)"),
-    (lambda x, y: ({"image": x["image"][:-7]}, y), r"dataset 'train': inputs have \d+ rows"),
+    (lambda x, y: (x, y[:-7]), r"dataset 'train': input 'image' has (\d+) rows, the targets (?!\1)"),
+    (lambda x, y: ({"image": x["image"][:-7]}, y), r"dataset 'train': input 'image' has \d+ rows, the targets"),
+    (lambda x, y: ({"image": x["image"][:, :, :4]}, y),
+     r"dataset 'train': input 'image' has shape \[\d+, 1, 4, 8\]; model mlp.digits-test takes \[-1, 1, 8, 8\] "
+     r"\(dimension 2 must be 8\)"),
+    (lambda x, y: ({"image": x["image"][:, 0]}, y), r"dataset 'train': input 'image' has shape \[\d+, 8, 8\]"),
+    (lambda x, y: ({"image": x["image"], "mask": x["image"]}, y), r"dataset 'train': model mlp.digits-test takes "
+                                                                   r"inputs \['image'\]; missing \[\], unexpected \['mask'\]"),
     (lambda x, y: (x, {"y": y}), "gives targets as dict; expected one array"),
     (lambda x, y: ([x["image"]], y), r"gives inputs as list; expected a dict of arrays by input name \(image\)"),
     (lambda x, y: ({"image": x["image"][:0]}, y[:0]), "dataset 'train' has 0 examples .* leaving none to train on"),
@@ -166,6 +174,43 @@ def test_a_training_split_that_cannot_train_is_named(tmp_path, fn, message):
     options = TrainOptions(val_fraction=0.95)
     with pytest.raises(ZooError, match=message):
         zoo.train(_with_split(fn), out=tmp_path, progress=False, options=options)
+
+
+def _integer_pixels(value_range, cast):
+    """MLP taking the digits' raw pixel counts (0 to 16) as int64, from a split cast by `cast`."""
+    def load(split):
+        x, y = PLUGIN.digits.load(split)
+        return {"image": cast(np.rint(x["image"] * 16))}, y
+
+    image = zoo.TensorSpec("image", "int64", ("batch", 1, 8, 8), value_range=value_range)
+    return dataclasses.replace(MLP, inputs=(image,), dataset=dataclasses.replace(MLP.dataset, load=load))
+
+
+@pytest.mark.parametrize("spec, message", [
+    # floats for an integer input were cast (truncated) into the batch, as no runner or server takes them
+    (_integer_pixels((0, 16), lambda a: a.astype(np.float32)), "input 'image' has datatype FP32; model "
+                                                              "mlp.digits-test takes INT64"),
+    # an id outside its declared range failed at step 1 as torch's own IndexError, where it did
+    (_integer_pixels((0, 15), lambda a: a.astype(np.int64)), r"input 'image' has value 16 at index \[\d+, 0, \d, "
+                                                             r"\d\]; it takes values from 0 to 15"),
+])
+def test_a_split_the_spec_does_not_take_is_named_before_a_step(tmp_path, spec, message):
+    with pytest.raises(SpecError, match=f"mlp.digits-test: dataset 'train': {message}"):
+        zoo.train(spec, out=tmp_path, progress=False)
+    assert not (tmp_path / "last").exists(), "refused before any step ran"
+
+
+def test_a_test_split_the_spec_does_not_take_is_named_before_training(tmp_path):
+    def load(split):
+        x, y = PLUGIN.digits.load(split)
+        return ({"image": x["image"][:, :, :, :7]}, y) if split == "test" else (x, y)
+
+    spec = dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, load=load))
+    with pytest.raises(SpecError, match=r"mlp.digits-test: dataset 'test': input 'image' has shape \[\d+, 1, 8, 7\]"):
+        zoo.train(spec, out=tmp_path, progress=False)  # before: after every epoch, when the test split was scored
+    assert not (tmp_path / "last").exists(), "refused before any step ran"
+    with pytest.raises(SpecError, match="dataset 'test': input 'image' has shape"):  # a verify's evaluation too
+        evaluate(spec, lambda inputs: {"logits": np.zeros((len(inputs["image"]), 10), np.float32)})
 
 
 @pytest.mark.parametrize("field, value", [("lr", -1.0), ("epochs", 0), ("batch_size", 0),

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .arrays import as_numpy
-from .errors import InputError, VerificationError, first_line
+from .errors import InputError, SpecError, VerificationError, first_line
 from .serve import datatypes as dt
 from .spec import ModelSpec, TensorSpec
 
@@ -107,6 +107,43 @@ def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict
         check_type(t.name, t.dtype, arrays[t.name], model)
     check_arrays(arrays, spec, model)
     return arrays
+
+
+def check_split(spec: ModelSpec, split: str, inputs: Any, targets: Any) -> None:
+    """A dataset split (`Dataset.load(split)`) checked as training and evaluation take it:
+    a dict of arrays by input name, each of the spec's type, rank, fixed sizes, axis ranges
+    (the batch axis aside: it holds the examples) and value ranges, one row per target.
+    `SpecError` naming the split otherwise, before a step runs: left to the loop, a wrong
+    shape failed at the first step as torch's own error, float ids were truncated to
+    integers silently, and a bad test split failed only after the whole run."""
+    where = f"{spec.name}: dataset {split!r}"
+    if not isinstance(inputs, Mapping):
+        raise SpecError(f"{where} gives inputs as {type(inputs).__name__}; expected a dict of arrays by input "
+                        f"name ({', '.join(t.name for t in spec.inputs)})")
+    if isinstance(targets, (Mapping, str)) or np.asarray(targets).dtype == object or np.ndim(targets) == 0:
+        raise SpecError(f"{where} gives targets as {type(targets).__name__}; expected one array with a row per "
+                        f"example")
+    rows = len(targets)
+    try:
+        check_names(inputs, spec, spec.name)
+        arrays = {t.name: _array(t.name, inputs[t.name], spec.name) for t in spec.inputs}
+        for t in spec.inputs:
+            if np.ndim(arrays[t.name]) == 0 or len(arrays[t.name]) != rows:
+                raise InputError(f"input {t.name!r} has {_rows(arrays[t.name])}, the targets {rows}")
+            check_type(t.name, t.dtype, arrays[t.name], spec.name)
+        if not rows:  # nothing to train on: the loop says so
+            return
+        check_shapes(arrays, spec, spec.name, batch_max=max(rows, 1))
+        for t in spec.inputs:
+            reason = _out_of_range(t, arrays[t.name])
+            if reason is not None:
+                raise InputError(reason)
+    except InputError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _rows(array: Any) -> str:
+    return "no rows (a scalar)" if np.ndim(array) == 0 else f"{len(array)} rows"
 
 
 class CheckedRunner:

@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
-from .inputs import TYPED_PRECISIONS, check_output_types
+from .inputs import TYPED_PRECISIONS, check_output_types, check_split
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
@@ -162,6 +162,7 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
     if spec.dataset is None:
         return None
     x, y = spec.dataset.load(split)
+    check_split(spec, split, x, y)
     n = len(y)
     step = min(batch_size or spec.axes["batch"].max, spec.axes["batch"].max)
     parts: dict[str, list[np.ndarray]] = {}

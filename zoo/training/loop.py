@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import Checkpoint, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
+from ..inputs import check_split
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
@@ -117,20 +118,13 @@ def _check_recipe(spec: ModelSpec) -> None:
 
 
 def _training_split(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The dataset's train split as tensors, refused where inputs and targets do not pair up."""
+    """The dataset's train split as tensors, checked against the spec (`check_split`); the
+    test split, which the run is scored on at its end, is checked now too."""
     x, y = spec.dataset.load("train")
-    if not isinstance(x, Mapping):
-        raise SpecError(f"{spec.name}: dataset 'train' gives inputs as {type(x).__name__}; expected a dict of "
-                        f"arrays by input name ({', '.join(t.name for t in spec.inputs)})")
-    if isinstance(y, (Mapping, str)) or np.asarray(y).dtype == object or np.ndim(y) == 0:
-        raise SpecError(f"{spec.name}: dataset 'train' gives targets as {type(y).__name__}; expected one array "
-                        f"with a row per example")
-    inputs, targets = to_torch(x, spec), torch.from_numpy(np.asarray(y))
-    for name, value in inputs.items():
-        if len(value) != len(targets):
-            raise SpecError(f"{spec.name}: dataset 'train': inputs have {len(value)} rows ({name}), targets "
-                            f"{len(targets)}")
-    return inputs, targets
+    check_split(spec, "train", x, y)
+    if spec.metric is not None and spec.metric.evaluate is None:
+        check_split(spec, "test", *spec.dataset.load("test"))
+    return to_torch(x, spec), torch.from_numpy(np.asarray(y))
 
 
 @dataclass
