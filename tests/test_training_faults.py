@@ -118,9 +118,14 @@ def test_each_rank_restores_its_own_generators():
 def test_a_resumed_two_process_run_with_augmentation_reaches_the_uninterrupted_weights(cli):
     done = cli("train", "mlp.digits-aug", "--epochs", "2", "--out", "whole", "--nproc", "2")
     assert done.returncode == 0, done.stderr[-2000:]
-    for args in (["--max-steps", "25"], ["--resume"]):  # an epoch is 20 steps: cut inside the second
+    # an epoch is 20 steps: cut inside the first, start over, cut inside the second, resume
+    for args in (["--max-steps", "5"], ["--max-steps", "25"], ["--resume"]):
         done = cli("train", "mlp.digits-aug", "--epochs", "2", "--out", "cut", "--nproc", "2", *args)
         assert done.returncode == 0, done.stderr[-2000:]
+        # starting over an unfinished run is said once, by the launcher (each rank 0 said it again)
+        assert done.stderr.count("holds an unfinished run") == (args == ["--max-steps", "25"]), done.stderr
+        if args == ["--max-steps", "5"]:
+            (cli.root / "cut" / "metrics.json").unlink()  # as a run stopped before its end leaves it
     whole, cut = (zoo.load_checkpoint(cli.root / name / "last") for name in ("whole", "cut"))
     assert whole.sha256 == cut.sha256
 

@@ -111,6 +111,10 @@ def check_batch_size(batch_size: int, world: World) -> None:
                        f"examples: pass --batch-size of at least {world.size}")
 
 
+#: set in the environment of the processes `zoo train --nproc` starts
+LAUNCHED = "ZOO_TRAIN_LAUNCHED"
+
+
 def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     """`zoo train --nproc N ...`: run the same command under torchrun on this host.
     (exit status, whether a process printed its error): the processes' output passes
@@ -127,6 +131,7 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     env = dict(os.environ)
     # torchrun sets one OpenMP thread per process; give each process its share of the cores instead
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    env[LAUNCHED] = "1"  # check_launch prepared the run directory: the processes leave it as it is
     if os.environ.get("ZOO_DEBUG"):
         return subprocess.call(command, env=env), False
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:

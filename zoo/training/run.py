@@ -26,7 +26,7 @@ from ..checkpoint import META, Checkpoint, load_checkpoint
 from ..errors import CheckpointError, ZooError
 from ..fsutil import atomic_write_text
 from ..spec import ModelSpec
-from .distributed import World
+from .distributed import LAUNCHED, World
 from .options import TrainOptions, run_files
 from .state import STATE, TrainingState, load_state, save_state
 
@@ -56,13 +56,14 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
     finished run of this model aside into `out/previous` (replacing the one there) rather
     than overwrite it epoch by epoch, so that a new run that fails or is stopped never
     leaves its weights beside the old run's metrics, and the old run is not lost. Rank 0
-    alone moves files (torchrun's other processes only read)."""
+    alone moves files (torchrun's other processes only read), and none of the processes
+    `zoo train --nproc` starts: it prepared the directory (and warned) once before them."""
     owner = run_owner(out)
     if owner is not None and owner != model and not resume:  # --resume names it in its own check
         raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
                               f"directory first")
     files = run_files(out)
-    if resume or os.environ.get("RANK", "0") != "0":
+    if resume or os.environ.get("RANK", "0") != "0" or os.environ.get(LAUNCHED):
         return
     if not files["metrics"].is_file():
         if owner == model and files["last"].is_dir():
