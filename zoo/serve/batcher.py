@@ -1,9 +1,13 @@
 """Dynamic batching: requests queued for a model are merged into one execution.
 
-The policy is Triton's dynamic batcher (model configuration `dynamic_batching`): a
-batch is sent to a free instance as soon as it reaches the maximum batch size or a
-preferred batch size, or when its oldest request has waited `max_queue_delay`;
-while every instance is busy, requests keep arriving and the next batch grows. The
+The policy is Triton's dynamic batcher (model configuration `dynamic_batching`,
+`GetDynamicBatch`), on rows: queued requests join the oldest in order; a batch goes to a
+free instance at once when it can form a preferred batch size (the largest one; that
+many rows are sent and the rest wait), when it reaches the largest preferred size (the
+maximum batch size without preferred sizes) or cannot grow (the next request does not
+fit, or cannot join it), and otherwise when its oldest request has waited
+`max_queue_delay` (then all that fit are sent); while every instance is busy, requests
+keep arriving and the next batch grows. The
 queue is bounded: a request that finds it full is refused at once (503) rather than
 waiting without limit.
 
@@ -55,7 +59,7 @@ Result = dict[str, np.ndarray] | BaseException  # one request's outputs, or the 
 class BatchPolicy:
     max_batch_size: int  # largest number of rows (batch entries) in one execution
     max_queue_delay: float = 0.001  # seconds the oldest request may wait for others to join
-    preferred_batch_sizes: tuple[int, ...] = ()  # send at once when a batch reaches the smallest of these
+    preferred_batch_sizes: tuple[int, ...] = ()  # batch sizes sent at once (`Batcher._select`)
     max_queue_size: int = 256  # requests waiting for an instance; more are refused with 503
     instances: int = 1  # concurrent executions (worker threads, one runner each)
     batching: bool = True  # False: every request executes alone, as sent
@@ -206,6 +210,11 @@ class Batcher:
         self._arrived.set()
         return work.future
 
+    def abandoned(self) -> None:
+        """A queued request timed out or was cancelled: the batch it held back (a batch
+        waiting for a preferred size, say) is formed again without it, as Triton does."""
+        self._arrived.set()
+
     async def stop(self, timeout: float) -> None:
         """Refuse new requests, finish the queued and running ones (up to `timeout` s), stop."""
         self._closed = True
@@ -243,13 +252,10 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
                 continue
-            works, rows, full = self._select()
             now = time.perf_counter()
             deadline = self._queue[0].enqueued + p.max_queue_delay
-            # Triton sends a batch as soon as it can form a preferred size; requests carry
-            # several rows, so here: as soon as the batch reaches the smallest preferred size.
-            if not p.batching or full or rows >= p.max_batch_size or now >= deadline \
-                    or (p.preferred_batch_sizes and rows >= min(p.preferred_batch_sizes)):
+            works = self._select(p.max_queue_delay > 0 and now >= deadline)
+            if works is not None:
                 taken = {id(w) for w in works}
                 self._queue = collections.deque(w for w in self._queue if id(w) not in taken)
                 return works
@@ -261,21 +267,43 @@ class Batcher:
             finally:
                 wake.cancel()
 
-    def _select(self) -> tuple[list[Work], int, bool]:
-        """The oldest request and the queued ones that may join it, in order; and whether
-        another request was left out for lack of room (so waiting cannot help)."""
+    def _select(self, delay_exceeded: bool) -> list[Work] | None:
+        """The batch to send now, or None to wait for more requests: Triton's
+        `DynamicBatchScheduler::GetDynamicBatch`, on rows (a request may carry several).
+        Queued requests join the oldest in order while they fit `max_batch_size`, up to
+        the first that cannot join it (another shape without ragged batching, other side
+        inputs): the batch cannot grow past that one, and answers keep the queue's order.
+        Sent at once: the largest preferred size formed (else, where the next request
+        would pass the largest preferred size, what came before it), unless the oldest
+        request has waited the queue delay, which sends all; and a batch that cannot
+        grow, reaches the largest preferred size (the maximum without preferred sizes)
+        or has no queue delay to wait."""
+        p = self.policy
         first = self._queue[0]
-        if not self.policy.batching:
-            return [first], first.rows, True
-        works, rows = [], 0
+        if not p.batching:
+            return [first]
+        most = max(p.preferred_batch_sizes, default=p.max_batch_size)
+        works: list[Work] = []
+        rows, best, saturated = 0, 0, False  # best: how many requests make the batch to send, 0: none yet
         for w in self._queue:
-            if w.future.done() or w.side != first.side or (not self.policy.ragged and w.key != first.key):
+            if w.future.done():
                 continue
-            if rows + w.rows > self.policy.max_batch_size:
-                return works, rows, True
+            if works:
+                if rows + w.rows > most and not best:
+                    best = len(works)
+                if rows + w.rows > p.max_batch_size or w.side != first.side \
+                        or (not p.ragged and w.key != first.key):
+                    saturated = True
+                    break
             works.append(w)
             rows += w.rows
-        return works, rows, False
+            if rows in p.preferred_batch_sizes:
+                best = len(works)
+        if best and not delay_exceeded:
+            return works[:best]
+        if saturated or rows >= most or delay_exceeded or p.max_queue_delay <= 0:
+            return works
+        return None
 
     async def _execute(self, works: list[Work]) -> None:
         start = time.perf_counter()
@@ -283,30 +311,33 @@ class Batcher:
         for w in works:
             w.started = start
         try:
-            results, clock, fault = await self.loop.run_in_executor(self._executor, self._run, works)
+            results, executions, fault = await self.loop.run_in_executor(self._executor, self._run, works)
         except Exception as exc:  # merging or splitting broke: a server bug, never the client's
             log.error("model %s: batch of %d could not be executed: %s", self.name, rows, exc, exc_info=exc)
-            results, clock, fault = [exc] * len(works), (0.0, 0.0, 0.0), exc
+            results, executions, fault = [exc] * len(works), [], exc
         finally:
             self._slots.release()
         if fault is not None:
             log.error("model %s failed on a batch of %d and on a known-good request: %s", self.name, rows, fault,
                       exc_info=fault)
-        answered, refused = 0, 0
+        for group, clock in executions:  # each padding group ran as an execution of its own
+            for i in group:
+                works[i].compute_input, works[i].compute, works[i].compute_output = clock
+        refused = 0
         for w, result in zip(works, results):
-            w.compute_input, w.compute, w.compute_output = clock
             if isinstance(result, BaseException):
                 result = self._failure(result, fault)
                 refused += 1
-            else:
-                answered += w.rows
             if not w.future.done():
                 if isinstance(result, BaseException):
                     w.future.set_exception(result)
                 else:
                     w.future.set_result(result)
-        if answered:
-            self.on_batch(works, answered)
+        for group, _ in executions:
+            part = [works[i] for i in group]
+            answered = sum(w.rows for i, w in zip(group, part) if not isinstance(results[i], BaseException))
+            if answered:
+                self.on_batch(part, answered)
         if fault is not None:
             self.on_failure(fault)
         elif refused:
@@ -324,18 +355,21 @@ class Batcher:
                                   f"{list(self.input_names)} (other requests succeed, so check them against "
                                   f"the model's metadata): {reason}")
 
-    def _run(self, works: list[Work]) -> tuple[list[Result], tuple[float, float, float], BaseException | None]:
+    def _run(self, works: list[Work]) -> tuple[list[Result], list[tuple[list[int], tuple[float, float, float]]],
+                                               BaseException | None]:
         """In a worker thread, on a free instance: each request's outputs or the error it
-        alone causes, the seconds spent merging, in the runner and splitting, and the
-        backend fault if the runner is broken. A ragged batch runs as its padding groups
-        (`padding_groups`); a group that fails is isolated on its own."""
+        alone causes; the executions made (the requests of each, and the seconds it spent
+        merging, in the runner and splitting); and the backend fault if the runner is
+        broken. A ragged batch runs as its padding groups (`padding_groups`), an
+        execution each; a group that fails is isolated on its own."""
         pool = self._pool
         runner = pool.get()
-        clock = [0.0, 0.0, 0.0]
+        executions: list[tuple[list[int], tuple[float, float, float]]] = []
         try:
             results: list[Result | None] = [None] * len(works)
             for group in padding_groups(works, self.policy.max_padding if self.policy.ragged else None):
-                part = [works[i] for i in group]
+                part, clock = [works[i] for i in group], [0.0, 0.0, 0.0]
+                executions.append((group, clock))  # type: ignore[arg-type]: read once the group ran
                 try:
                     answers = self._call(runner, part, clock)
                 except Exception as exc:
@@ -343,11 +377,11 @@ class Batcher:
                         to_numpy(runner(self._known_good()))
                     except Exception as fault:  # the runner no longer answers what it answered before
                         # groups already answered keep their answers; the rest get the fault
-                        return [exc if r is None else r for r in results], tuple(clock), fault
+                        return [exc if r is None else r for r in results], _timed(executions), fault
                     answers = self._bisect(runner, part, exc, clock)
                 for i, answer in zip(group, answers):
                     results[i] = answer
-            return results, tuple(clock), None  # type: ignore[return-value]: every group filled its places
+            return results, _timed(executions), None  # type: ignore[return-value]: every group filled its places
         finally:
             pool.put(runner)
 
@@ -380,3 +414,7 @@ class Batcher:
         results = split(outputs, works, self.ragged_dims)
         clock[2] += time.perf_counter() - ran
         return results
+
+
+def _timed(executions: list) -> list[tuple[list[int], tuple[float, float, float]]]:
+    return [(group, tuple(clock)) for group, clock in executions]

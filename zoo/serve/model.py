@@ -126,6 +126,9 @@ class ServedModel:
         expiry = loop.call_later(timeout, self._expire, future, timeout)
         try:
             outputs = await future
+        except asyncio.CancelledError:  # the client went away: the batch it held back may go now
+            self.batcher.abandoned()
+            raise
         finally:
             expiry.cancel()
         if raw is not None and self.spec.postprocess is not None:
@@ -141,6 +144,7 @@ class ServedModel:
     def _expire(self, future: asyncio.Future, timeout: float) -> None:
         if not future.done():  # the batcher skips it from now on, as an abandoned request
             future.set_exception(RequestTimeoutError(f"model {self.name} did not answer within {timeout:g} s"))
+            self.batcher.abandoned()
 
     def raw_request(self, body: bytes) -> InferRequest:
         """A raw binary request's body as the request for this model's only input (Triton's rules)."""
