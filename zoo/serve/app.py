@@ -39,6 +39,7 @@ from .errors import (
     message_for,
     status_for,
 )
+from .http import client_left
 from .metrics import Metrics
 from .model import ServedModel
 from .protocol import HEADER_LENGTH, InferRequest, decode_request, encode_response, json_length
@@ -317,6 +318,8 @@ class Guard:
             code[0] = code[0] or 499
             raise
         finally:
+            if client_left(scope):  # the answer went nowhere
+                code[0] = 499
             route = scope.get("route") or _route_of(scope)  # refused before routing: match it here
             self.metrics.child(self.metrics.http, getattr(route, "path", "unmatched"), str(code[0] or 500)).inc()
 

@@ -49,6 +49,18 @@ LINGER = 2.0  # seconds a refused connection is drained before it is closed
 MAX_CHUNKS = 65536  # non-empty chunks of one chunked body at most: Triton's kMaxChunkedChunks
 
 
+#: the ASGI scope's key for the request's uvicorn cycle (set by `JsonErrorProtocol`)
+CYCLE = "zoo.cycle"
+
+
+def client_left(scope: dict) -> bool:
+    """Whether the client went away before the request's response was complete: uvicorn
+    then drops what the application sends, without a word, so the status the application
+    chose was never delivered (counted as 499)."""
+    cycle = scope.get(CYCLE)
+    return cycle is not None and cycle.disconnected and not cycle.response_complete
+
+
 @dataclass(frozen=True)
 class Limits:
     read_timeout: float = READ_TIMEOUT
@@ -171,6 +183,8 @@ class JsonErrorProtocol(HttpToolsProtocol):
         self._body_left = int(length) if length is not None and coding is None else None  # the parser checked it
         self._chunks = 0
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.scope[CYCLE] = self.cycle  # for `client_left`
 
     def on_chunk_header(self) -> None:  # httptools calls it at each chunk's size line, the last (empty) one too
         self._chunk_counted = False
