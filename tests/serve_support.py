@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -127,18 +127,19 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m zoo --plugin tests/serve_plugin.py serve REPO --port P ARGS` as a subprocess."""
+    """`python -m zoo --plugin tests/serve_plugin.py [--plugin P ...] serve REPO --port P ARGS`
+    as a subprocess, in the log's directory; `plugins`: other plugin files to load."""
 
-    def __init__(self, repository: Path, *args: str, log: Path) -> None:
+    def __init__(self, repository: Path, *args: str, log: Path, plugins: Sequence[Path] = ()) -> None:
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"  # tritonclient.grpc takes HOST:PORT
         self.log_path = log
         env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
+        loaded = [arg for plugin in (PLUGIN, *plugins) for arg in ("--plugin", str(plugin))]
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "serve",
-                                          str(repository), "--port", str(self.port), "--grpc-port", str(self.grpc_port),
-                                          "--threads", "1", *args],
+            self.proc = subprocess.Popen([sys.executable, "-m", "zoo", *loaded, "serve", str(repository), "--port",
+                                          str(self.port), "--grpc-port", str(self.grpc_port), "--threads", "1", *args],
                                          stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
 
     def wait_ready(self, timeout: float = 180.0) -> "ServerProcess":

@@ -85,10 +85,7 @@ Not ported, and why:
 from __future__ import annotations
 
 import collections
-import os
 import re
-import subprocess
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -107,7 +104,7 @@ import zoo
 from zoo import AxisRange, ModelSpec, TensorSpec, registry
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import ServerProcess, free_port  # noqa: E402
+from serve_support import ServerProcess  # noqa: E402
 
 SIZE = 16
 FIXED = "batcherqa.addsub.qahold.fp32"  # Triton's onnx_float32_float32_float32 ([batch, 16])
@@ -215,23 +212,14 @@ def addsub_spec(name: str, variable: bool) -> ModelSpec:
 
 
 class BatcherServer(ServerProcess):
-    """`python -m zoo --plugin PLUGIN serve REPO ARGS`, in a directory of its own: the runner's
-    `gate`, `held` and `calls` files are there."""
+    """`python -m zoo --plugin tests/serve_plugin.py --plugin PLUGIN serve REPO ARGS`, in a
+    directory of its own: the runner's `gate`, `held` and `calls` files are there."""
 
     def __init__(self, repository: Path, plugin: Path, directory: Path, *args: str) -> None:
         directory.mkdir(parents=True)
         (directory / "server").write_text("")  # the runner records and holds only here
         self.dir = directory
-        self.port, self.grpc_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = directory / "server.log"
-        env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(plugin), "serve",
-                                          str(repository), "--port", str(self.port), "--grpc-port",
-                                          str(self.grpc_port), "--threads", "1", *args],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env, cwd=directory)
+        super().__init__(repository, *args, log=directory / "server.log", plugins=[plugin])
 
 
 @pytest.fixture(scope="module")

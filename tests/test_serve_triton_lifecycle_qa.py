@@ -73,12 +73,9 @@ Not ported, and why:
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -98,8 +95,7 @@ import zoo
 from zoo import AxisRange, ModelSpec, TensorSpec, registry
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import PLUGIN as SERVE_PLUGIN  # noqa: E402
-from serve_support import ServerProcess, copy_as, free_port  # noqa: E402
+from serve_support import ServerProcess, copy_as  # noqa: E402
 
 SIZE, BATCH = 16, 8
 ADD = "lifecycle.addsub.onnxruntime.fp32"  # Triton's onnx_float32_float32_float32
@@ -185,17 +181,7 @@ class LifecycleServer(ServerProcess):
     """`python -m zoo --plugin tests/serve_plugin.py --plugin PLUGIN serve REPO --model-control`."""
 
     def __init__(self, repository: Path, plugin: Path, *args: str, log: Path) -> None:
-        # ServerProcess's own __init__ names one plugin; the rest of it is used as is
-        self.port, self.grpc_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = log
-        env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(SERVE_PLUGIN), "--plugin",
-                                          str(plugin), "serve", str(repository), "--port", str(self.port),
-                                          "--grpc-port", str(self.grpc_port), "--threads", "1", "--model-control",
-                                          *args], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
+        super().__init__(repository, "--model-control", *args, log=log, plugins=[plugin])
 
 
 @pytest.fixture(scope="module")

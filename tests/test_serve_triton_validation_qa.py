@@ -117,8 +117,6 @@ import queue
 import re
 import socket
 import struct
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -141,8 +139,7 @@ import zoo
 from zoo import AxisRange, ModelSpec, TensorSpec, registry
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import PLUGIN as SERVE_PLUGIN  # noqa: E402
-from serve_support import ServerProcess, export, free_port, plugin_registered  # noqa: E402
+from serve_support import ServerProcess, export, plugin_registered  # noqa: E402
 
 REQUIRED = "validation.required.onnxruntime.fp32"  # Triton's input_all_required
 IDENTITY = "validation.identity.onnxruntime.fp32"  # Triton's pt_identity, onnx_zero_1_float32
@@ -232,18 +229,8 @@ class ValidationServer(ServerProcess):
     control and system shared memory on, a 1 MiB request limit."""
 
     def __init__(self, repository: Path, plugin: Path, log: Path) -> None:
-        # ServerProcess's own __init__ names one plugin; the rest of it is used as is
-        self.port, self.grpc_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = log
-        env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(SERVE_PLUGIN), "--plugin",
-                                          str(plugin), "serve", str(repository), "--port", str(self.port),
-                                          "--grpc-port", str(self.grpc_port), "--threads", "1", "--model-control",
-                                          "--shared-memory", "system", "--max-request-size", str(LIMIT)],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
+        super().__init__(repository, "--model-control", "--shared-memory", "system", "--max-request-size", str(LIMIT),
+                         log=log, plugins=[plugin])
 
 
 @pytest.fixture(scope="module")
