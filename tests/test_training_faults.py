@@ -173,12 +173,26 @@ def _with_split(fn):
     (lambda x, y: (x, {"y": y}), "gives targets as dict; expected one array"),
     (lambda x, y: ([x["image"]], y), r"gives inputs as list; expected a dict of arrays by input name \(image\)"),
     (lambda x, y: ({"image": x["image"][:0]}, y[:0]), "dataset 'train' has 0 examples .* leaving none to train on"),
+    (lambda x, y: (x,), r"dataset.load\('train'\) returned a tuple of 1; expected a tuple \(inputs by name, targets\)"),
+    (lambda x, y: x["missing"], r"dataset.load\('train'\) raised KeyError: 'missing'"),
     (lambda x, y: ({"image": x["image"][:10]}, y[:10]), "has 10 examples and validation holds out 10"),
 ])
 def test_a_training_split_that_cannot_train_is_named(tmp_path, fn, message):
     options = TrainOptions(val_fraction=0.95)
     with pytest.raises(ZooError, match=message):
         zoo.train(_with_split(fn), out=tmp_path, progress=False, options=options)
+
+
+def test_zoo_check_names_a_split_the_spec_does_not_take():
+    from zoo.check import check_model
+
+    report, _ = check_model(_with_split(lambda x, y: ({"image": x["image"][:, 0]}, y)), random_init=True)
+    assert [c.name for c in report.checks if not c.passed] == ["dataset train"]
+    assert len(report.failures) == 1 and report.failures[0].startswith(
+        "mlp.digits-test: dataset 'train': input 'image' has shape [1437, 8, 8]; model mlp.digits-test takes "
+        "[-1, 1, 8, 8]")
+    report, _ = check_model(MLP, random_init=True)
+    assert [c.name for c in report.checks if c.batch is None] == ["dataset train", "dataset test"] and report.passed
 
 
 def _integer_pixels(value_range, cast):

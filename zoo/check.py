@@ -51,6 +51,7 @@ from .spec import ModelSpec, TensorSpec
 from .arrays import as_numpy
 from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
+from .inputs import load_split
 from .padding import padding_safe, ragged_axes
 from .verify import RELATIVE_BELOW
 
@@ -59,8 +60,8 @@ from .verify import RELATIVE_BELOW
 class Check:
     """One check at one batch size: what it is and what was wrong (nothing: it passed)."""
 
-    name: str  # "sample" | "forward" | "outputs" | "state" | "value_range"
-    batch: int
+    name: str  # "sample" | "forward" | "outputs" | "state" | "value_range" | "dataset train" | "dataset test"
+    batch: int | None  # None: a check of no one batch size (a dataset split)
     problems: list[str] = field(default_factory=list)
     skipped: str | None = None  # why it did not run (the sample it needs is wrong)
 
@@ -161,7 +162,27 @@ def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_in
     if checkpoint is None and spec.trainable and not default_path(spec.name).exists():
         random_init = True
     module, source = reference_module(spec, checkpoint, random_init)  # a failing build: `checkpoint.built`'s error
-    return check(spec, module.to(device), precision, device), source
+    report = check(spec, module.to(device), precision, device)
+    report.checks += check_dataset(spec)
+    return report, source
+
+
+def check_dataset(spec: ModelSpec) -> list[Check]:
+    """The dataset's splits as `zoo train` and `zoo verify` take them (`check_split`): the
+    train split, and the test split where the task metric is scored on it. Not part of
+    `check`, which every export runs: an export does not read the dataset."""
+    if spec.dataset is None:
+        return []
+    splits = ["train"] + (["test"] if spec.metric is not None and spec.metric.evaluate is None else [])
+    checks = []
+    for split in splits:
+        found = Check(f"dataset {split}", None)
+        try:
+            load_split(spec, split)
+        except SpecError as exc:
+            found.problems.append(str(exc))
+        checks.append(found)
+    return checks
 
 
 def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], device: str) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def check(model: str, config: List[str] = typer.Option([], "--config", "-c", hel
         _emit_json({**report.to_json(), "weights": source})
     else:
         _table(["check", "batch", "result", "problems"],
-               [[c.name, c.batch, "passed" if c.passed else "skipped" if c.skipped else "FAILED",
+               [[c.name, "" if c.batch is None else c.batch, "passed" if c.passed else "skipped" if c.skipped else "FAILED",
                  "\n".join(c.problems) or c.skipped] for c in report.checks],
                title=f"{spec.name} ({source}) against its spec")
     report.raise_for_failures()

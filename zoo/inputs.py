@@ -109,6 +109,21 @@ def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict
     return arrays
 
 
+def load_split(spec: ModelSpec, split: str) -> tuple[Mapping[str, Any], Any]:
+    """`spec.dataset.load(split)`, checked (`check_split`); `SpecError` naming the model and
+    the split where the plugin's load fails or gives what the spec does not take."""
+    try:
+        loaded = spec.dataset.load(split)
+    except Exception as exc:  # the plugin's code
+        raise SpecError(f"{spec.name}: dataset.load({split!r}) raised {type(exc).__name__}: {first_line(exc)}") from exc
+    if not isinstance(loaded, tuple) or len(loaded) != 2:
+        what = f"a tuple of {len(loaded)}" if isinstance(loaded, tuple) else f"a {type(loaded).__name__}"
+        raise SpecError(f"{spec.name}: dataset.load({split!r}) returned {what}; expected a tuple (inputs by name, "
+                        f"targets)")
+    check_split(spec, split, *loaded)
+    return loaded
+
+
 def check_split(spec: ModelSpec, split: str, inputs: Any, targets: Any) -> None:
     """A dataset split (`Dataset.load(split)`) checked as training and evaluation take it:
     a dict of arrays by input name, each of the spec's type, rank, fixed sizes, axis ranges

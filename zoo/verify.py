@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
-from .inputs import TYPED_PRECISIONS, check_output_types, check_split
+from .inputs import TYPED_PRECISIONS, check_output_types, load_split
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
@@ -161,8 +161,7 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
         return spec.metric.value(spec.name, "its evaluation", fn)
     if spec.dataset is None:
         return None
-    x, y = spec.dataset.load(split)
-    check_split(spec, split, x, y)
+    x, y = load_split(spec, split)
     n = len(y)
     step = min(batch_size or spec.axes["batch"].max, spec.axes["batch"].max)
     parts: dict[str, list[np.ndarray]] = {}

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import Checkpoint, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
-from ..inputs import check_split
+from ..inputs import load_split
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
@@ -120,10 +120,9 @@ def _check_recipe(spec: ModelSpec) -> None:
 def _training_split(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The dataset's train split as tensors, checked against the spec (`check_split`); the
     test split, which the run is scored on at its end, is checked now too."""
-    x, y = spec.dataset.load("train")
-    check_split(spec, "train", x, y)
+    x, y = load_split(spec, "train")
     if spec.metric is not None and spec.metric.evaluate is None:
-        check_split(spec, "test", *spec.dataset.load("test"))
+        load_split(spec, "test")
     return to_torch(x, spec), torch.from_numpy(np.asarray(y))
 
 
