@@ -71,7 +71,7 @@ Defects the port found, fixed (each test failed before):
   "whose deadline passes ... DEADLINE_EXCEEDED": `_ended` told the two apart by the server's
   own time remaining, and the client's cancellation at its deadline can arrive before the
   server's copy of the deadline (computed when the call was read) has passed. A cancellation
-  within `DEADLINE_SLACK` (50 ms) of it is now the deadline's; the timeout tests here require
+  within `DEADLINE_SLACK` (0.1 s) of it is now the deadline's; the timeout tests here require
   DEADLINE_EXCEEDED (a race: seen failing under load before, not in every run).
 
 Not ported, and why:
