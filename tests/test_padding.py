@@ -82,6 +82,35 @@ def test_a_model_that_reads_padding_as_data_is_found_unsafe(spec):
     assert not safe and "zero-padding seq by 3 changes output" in why
 
 
+class TopBoxes(torch.nn.Module):
+    """A detection head keeping the best min(4, anchors) boxes: its `dets` axis is in no input,
+    so zero-padded anchors change how many boxes a request gets and which."""
+
+    def forward(self, anchors):
+        scores = anchors[..., 0]
+        k = min(4, anchors.shape[1])
+        _, index = scores.topk(k, dim=1)
+        return {"boxes": torch.gather(anchors, 1, index.unsqueeze(-1).expand(-1, -1, anchors.shape[2]))}
+
+
+TOP_BOXES = ModelSpec(
+    name="head.top-boxes", domain="vision", task="object-detection",
+    inputs=(TensorSpec("anchors", "float32", ("batch", "anchors", 5)),),
+    outputs=(TensorSpec("boxes", "float32", ("batch", "dets", 5)),), build=TopBoxes,
+    sample=lambda b, rng: {"anchors": rng.uniform(0.5, 1.0, (b, 6, 5)).astype(np.float32)},  # scores above padding's
+    axes={"batch": AxisRange(1, 2, 8), "anchors": AxisRange(2, 6, 16), "dets": AxisRange(2, 4, 4)})
+
+
+def test_an_output_axis_no_input_has_is_never_padded():
+    # before: the probe (6 anchors padded to 9 with zeros, scored below every real one) kept
+    # the same top 4, so the head was found safe, and `zoo serve` merged requests of 2 to 5 anchors
+    # into padded batches: a 2-anchor request got 4 boxes, two of them padding
+    fn = module_fn(TOP_BOXES.build().eval(), TOP_BOXES)
+    safe, why = padding_safe(TOP_BOXES, fn, TOP_BOXES.sample(2, np.random.default_rng(0)))
+    assert not safe and why == ("output boxes has axis 'dets', which no input has, so a padded request's part of "
+                                "it cannot be cut back to what the request alone gives")
+
+
 def test_padding_appends_zeros_on_every_dimension_of_the_axis():
     spec = ModelSpec(
         name="pairs", domain="drug", task="x", inputs=(TensorSpec("bonds", "float32", ("batch", "atoms", "atoms", 2)),

@@ -51,6 +51,11 @@ def padding_safe(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, An
     axes = ragged_axes(spec)
     if not axes:
         return True, ""
+    for t in spec.outputs:  # a padded request's part of such an axis cannot be cut back out of the batch's
+        own = [a for d, a in t.dynamic_axes.items() if d > 0 and a not in axes]
+        if own:
+            return False, (f"output {t.name} has axis {own[0]!r}, which no input has, so a padded request's "
+                           f"part of it cannot be cut back to what the request alone gives")
     tol = spec.tolerance(precision)
     want = {k: as_numpy(v) for k, v in fn(dict(inputs)).items()}
     for axis in axes:
