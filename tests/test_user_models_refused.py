@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,16 @@ def test_torch_export_of_a_constrained_axis_names_the_fix(tmp_path):
                                           r"axis static in the spec's axes with one size, AxisRange\(n, n, n\), or "
                                           r"remove the condition on its size from forward"):
         zoo.export(SPECS["pairs.evenseq"], backend="torch", random_init=True, repository=tmp_path)
+
+
+def test_a_forward_that_fails_at_an_axis_end_is_named_by_check_and_export(tmp_path):
+    """Lengths sampled up to 10 gather past a sequence cut to 1: the test vectors an export
+    records at each end of the seq range (the sample cut or repeated) made `zoo export`
+    answer "internal error: index 8 is out of bounds"; `zoo check` passed."""
+    checked = zoo_check("gru.lastvalid", tmp_path)
+    line = ("gru.lastvalid: the forward fails on its sample at batch=1, seq=1 (RuntimeError: index 8 is out of bounds "
+            "for dimension 1 with size 1); the sample is cut or repeated along seq")
+    assert checked.returncode == 1 and f"\nerror: {line}" in checked.stderr, checked.stderr
+    with pytest.raises(SpecError, match=re.escape(line)):
+        zoo.export(SPECS["gru.lastvalid"], backend="onnxruntime", random_init=True, repository=tmp_path / "exports")
+    assert not list((tmp_path / "exports").glob("*/zoo.json"))

@@ -53,6 +53,7 @@ from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .inputs import load_split
 from .padding import padding_safe, ragged_axes
+from .vectors import check_ends
 from .verify import RELATIVE_BELOW
 
 
@@ -163,6 +164,9 @@ def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_in
         random_init = True
     module, source = reference_module(spec, checkpoint, random_init)  # a failing build: `checkpoint.built`'s error
     report = check(spec, module.to(device), precision, device)
+    if report.passed and len(spec.axes) > 1:  # export records test vectors at every axis's ends (zoo.vectors)
+        module = module.to(device)
+        report.checks.append(Check("axis ends", None, check_ends(spec, lambda x: _run(module, spec, x, device))))
     report.checks += check_dataset(spec)
     return report, source
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from .arrays import as_numpy
 from .artifact import not_safetensors, safe_member
-from .errors import ArtifactError, VerificationError
+from .errors import ArtifactError, SpecError, VerificationError, first_line
 from .spec import AxisRange, ModelSpec, TensorSpec
 from .verify import parity
 
@@ -103,9 +103,34 @@ def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
             inputs = at_length(spec, inputs, axis, size)
     typed = to_torch(inputs, spec)
     declared = {t.name: t.dtype for t in spec.outputs}
+    try:
+        outputs = reference(typed)
+    except Exception as exc:  # the plugin's forward, on its sample cut or repeated to these sizes
+        sizes = ", ".join(f"{a}={n}" for a, n in axes.items())
+        resized = [a for a in axes if a != "batch"]
+        raise SpecError(f"{spec.name}: the forward fails on its sample at {sizes} ({type(exc).__name__}: "
+                        f"{first_line(exc)}); the sample is " + (f"cut or repeated along {', '.join(resized)} to "
+                        f"each end of the range (its content, such as lengths or indices into that axis, "
+                        f"unchanged): let the forward take every size the spec declares, or narrow the range"
+                        if resized else "drawn at each end of the batch range: let the forward take every "
+                        "batch size the spec declares")) from exc
     # in the declared dtype where numpy has it (a float16 output stays float16, exactly:
     # the reference computed it so); bfloat16, which numpy lacks, is kept as float32
-    return typed, {k: _as_declared(as_numpy(v), declared[k]) for k, v in reference(typed).items()}
+    return typed, {k: _as_declared(as_numpy(v), declared[k]) for k, v in outputs.items()}
+
+
+def check_ends(spec: ModelSpec, reference: ArrayFn) -> list[str]:
+    """`zoo check`'s run of what `record` runs: the forward at the smallest, typical and
+    largest size of every axis but the batch (at its smallest: `check` runs the batch
+    sizes), one problem line per failing set of sizes."""
+    problems = []
+    for role in ROLES:
+        try:
+            _draw(spec, reference, {name: r.min if name == "batch" else getattr(r, role)
+                                    for name, r in spec.axes.items()})
+        except SpecError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def _as_declared(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -97,6 +97,26 @@ class Widened(torch.nn.Module):
         return self.head(self.inner(x).float())
 
 
+class LastValid(torch.nn.Module):
+    """A GRU read at each row's last real step (`lengths - 1`, gathered): lengths sampled up to
+    10 index past a sequence the test vectors cut to 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru, self.head = torch.nn.GRU(6, 12, batch_first=True), torch.nn.Linear(12, 2)
+
+    def forward(self, x, lengths):
+        out, _ = self.gru(x)
+        index = (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[2])
+        return self.head(out.gather(1, index).squeeze(1))
+
+
+def padded_sequences(batch, rng):
+    lengths = rng.integers(1, 11, batch)
+    x = rng.standard_normal((batch, 10, 6)) * (np.arange(10)[None, :, None] < lengths[:, None, None])
+    return {"x": x.astype(np.float32), "lengths": lengths.astype(np.int64)}
+
+
 def features(batch, rng):
     return {"x": (rng.standard_normal((batch, 6)) * 3 + 1).astype(np.float32)}
 
@@ -143,3 +163,9 @@ def zoo_register_models(register):
         inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
         build=Widened, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    register(zoo.ModelSpec(
+        name="gru.lastvalid", domain="timeseries", task="classification",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", "seq", 6)), zoo.TensorSpec("lengths", "int64", ("batch",))),
+        outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
+        build=LastValid, sample=padded_sequences,
+        axes={"batch": zoo.AxisRange(1, 4, 8), "seq": zoo.AxisRange(1, 10, 24)}))
