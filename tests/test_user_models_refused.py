@@ -275,3 +275,16 @@ def test_a_forward_that_fails_at_an_axis_end_is_named_by_check_and_export(tmp_pa
     with pytest.raises(SpecError, match=re.escape(line)):
         zoo.export(SPECS["gru.lastvalid"], backend="onnxruntime", random_init=True, repository=tmp_path / "exports")
     assert not list((tmp_path / "exports").glob("*/zoo.json"))
+
+
+def test_a_forward_that_is_not_deterministic_is_refused_by_check_not_blamed_on_a_backend(tmp_path):
+    """Dropout left on at inference: `zoo check` said "meets its spec", then every backend's
+    parity failed ("output y at batch 1 differs from PyTorch fp32 by up to 0.0123")."""
+    spec = SPECS["dropout.always"]
+    report = check(spec, spec.build().eval())
+    assert [c.name for c in report.checks if c.problems] == ["outputs"]
+    assert re.fullmatch(r"dropout.always: at batch 4: output 'y' differs by up to [\d.e-]+ between two runs of the "
+                        r"same inputs \(fp32 atol [\d.e-]+\): the forward is not deterministic in eval mode .*",
+                        report.failures[0]), report.failures
+    with pytest.raises(SpecError, match="the forward is not deterministic"):
+        zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)

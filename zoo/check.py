@@ -134,6 +134,8 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             outputs.skipped = f"the forward at batch {batch} failed"
             continue
         _check_outputs(spec, result, batch, sizes, outputs.problems)
+        if batch == typical and not outputs.problems:
+            outputs.problems += _nondeterministic(spec, module, inputs, result, batch, device)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
     stateful = Check("state", typical, _state_changed(spec, module, state))
@@ -395,6 +397,25 @@ def _check_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, sizes
             if bad:
                 problems.append(f"{where}: output {t.name!r} has {bad} non-finite values (NaN or infinity) "
                                 f"of {value.numel()}")
+
+
+def _nondeterministic(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, Any],
+                      result: Mapping[str, Any], batch: int, device: str) -> list[str]:
+    """The outputs a second run of the same inputs changes beyond the fp32 tolerance (dropout
+    left on, sampling in the forward): parity compares an artifact's run with another run of
+    the reference, so such a model fails every backend's parity, each blamed on the backend."""
+    again = _run(module, spec, inputs, device)
+    tol = spec.tolerance("fp32")
+    for t in spec.outputs:
+        a, b = result[t.name], again[t.name]
+        if not (a.is_floating_point() and a.shape == b.shape) or not tol.compares(t.name):
+            continue
+        worst = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        if worst > tol.atol:
+            return [f"{spec.name}: at batch {batch}: output {t.name!r} differs by up to {worst:.3g} between two runs "
+                    f"of the same inputs (fp32 atol {tol.atol:g}): the forward is not deterministic in eval mode "
+                    f"(dropout called with training=True, random sampling); no export can match it"]
+    return []
 
 
 def _small_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, precision: str) -> list[str]:

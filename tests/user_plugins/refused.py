@@ -111,6 +111,17 @@ class LastValid(torch.nn.Module):
         return self.head(out.gather(1, index).squeeze(1))
 
 
+class AlwaysDropout(torch.nn.Module):
+    """Monte Carlo dropout: dropout kept on at inference (`training=True`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.head = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.dropout(self.inner(x).relu(), p=0.2, training=True))
+
+
 def padded_sequences(batch, rng):
     lengths = rng.integers(1, 11, batch)
     x = rng.standard_normal((batch, 10, 6)) * (np.arange(10)[None, :, None] < lengths[:, None, None])
@@ -169,3 +180,8 @@ def zoo_register_models(register):
         outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
         build=LastValid, sample=padded_sequences,
         axes={"batch": zoo.AxisRange(1, 4, 8), "seq": zoo.AxisRange(1, 10, 24)}))
+    register(zoo.ModelSpec(
+        name="dropout.always", domain="tabular", task="regression",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
+        build=AlwaysDropout, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))
