@@ -262,3 +262,13 @@ def test_a_torch_artifact_sets_the_process_wide_thread_count_only_when_it_differ
     zoo.load(artifact, threads=torch.get_num_threads() + 1)
     assert calls == [torch.get_num_threads() + 1]
     assert "process" in zoo.load.__doc__ and "torch.set_num_threads" in zoo.load.__doc__
+
+
+def test_an_error_whose_first_line_only_introduces_the_next_keeps_both():
+    from zoo.errors import first_line
+
+    # torch.compile's: the cause was lost ("backend='inductor' raised:; the torch backend runs it eagerly")
+    raised = RuntimeError("backend='inductor' raised:\nInternalTorchDynamoError: KeyError: u0\n\nSet TORCH_LOGS=...")
+    assert first_line(raised) == "backend='inductor' raised: InternalTorchDynamoError: KeyError: u0"
+    assert first_line(ValueError("shape mismatch\n  at line 3")) == "shape mismatch"
+    assert first_line(ValueError("")) == "ValueError"

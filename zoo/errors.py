@@ -117,9 +117,12 @@ class SettingError(InputError, UsageError):
 
 
 def first_line(exc: BaseException) -> str:
-    """The gist of a library error: its first non-empty line, without the traceback."""
+    """The gist of a library error: its first non-empty line, without the traceback; where
+    that line only introduces the next ("backend='inductor' raised:"), both."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def signal_name(returncode: int | None) -> str | None:
