@@ -288,3 +288,31 @@ def test_a_forward_that_is_not_deterministic_is_refused_by_check_not_blamed_on_a
                         report.failures[0]), report.failures
     with pytest.raises(SpecError, match="the forward is not deterministic"):
         zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)
+
+
+class ClipsOutliers(torch.nn.Module):
+    """A Python `if` on tensor values (rare: a glitching sensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if x.abs().max() > 10:
+            x = x.clamp(-10, 10)
+        return self.fc(x)
+
+
+def test_the_torch_backend_names_a_branch_on_tensor_values_and_the_fix(tmp_path):
+    """It said only "Could not guard on data-dependent expression Eq(u0, 1)" (the ONNX
+    backends named the line)."""
+    spec = zoo.ModelSpec(name="clips.outliers", domain="tabular", task="regression",
+                         inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=ClipsOutliers,
+                         sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)},
+                         axes={"batch": zoo.AxisRange(1, 4, 8)})
+    with pytest.raises(ExportError, match=r"torch.export could not capture clips.outliers: its forward branches on "
+                                          r"tensor values in Python \(test_user_models_refused.py:\d+: if "
+                                          r"x.abs\(\).max\(\) > 10:\), .* Write the condition as tensor operations "
+                                          r"\(torch.where, torch.clamp\) or with torch.cond"):
+        zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)

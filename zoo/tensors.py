@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import warnings
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -45,6 +46,11 @@ def export_reason(exc: BaseException) -> str:
     """torch.export's error in one line: its first, and for violated constraints each
     "- ..." line under it that says which axis and why ("... specialized it to be a
     constant (6)"), which the first line only announces."""
+    branch = _value_branch(exc)
+    if branch is not None:
+        return (f"its forward branches on tensor values in Python ({branch}), and torch.export captures one graph "
+                f"for every input, so it cannot follow such a branch. Write the condition as tensor operations "
+                f"(torch.where, torch.clamp) or with torch.cond")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     details = [line[2:] for line in lines[1:] if line.startswith("- ")]
     reason = " ".join([first_line(exc), *details])
@@ -58,6 +64,24 @@ def export_reason(exc: BaseException) -> str:
                   "n), or remove the condition on its size from forward (write it with tensor operations, "
                   "torch.where, or torch.cond, or make the forward accept every size in the range)")
     return reason
+
+
+#: where torch.export says the user's code asked for a data-dependent value ("The following
+#: call raised this error:\n  File "m.py", line 15, in forward\n    if x.sum() > 0:")
+_RAISED_AT = re.compile(r'The following call raised this error:\s*File "([^"]+)", line (\d+), in \w+\s*\n\s*(.+)')
+
+
+def _value_branch(exc: BaseException) -> str | None:
+    """"FILE:LINE: CODE" of a Python branch on a tensor's value that torch.export could not
+    capture (its GuardOnDataDependentSymNode), or None for other failures."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if type(exc).__name__ == "GuardOnDataDependentSymNode":
+            found = _RAISED_AT.search(str(exc))
+            return f"{Path(found[1]).name}:{found[2]}: {found[3].strip()}" if found else "a data-dependent condition"
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def constraint_violation(exc: BaseException | None) -> BaseException | None:
