@@ -97,8 +97,9 @@ def test_batching(exported):
     _, spec, config = exported
     assert config.max_batch_size == spec.axes["batch"].max
     assert config.HasField("dynamic_batching")
-    preferred = list(config.dynamic_batching.preferred_batch_size)
-    assert preferred and all(1 <= b <= config.max_batch_size for b in preferred)
+    # Triton's recommended start (and its defaults): no preferred sizes, no queue delay
+    assert list(config.dynamic_batching.preferred_batch_size) == []
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0
 
 
 def test_forms(tmp_path):

@@ -85,13 +85,16 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--json", type=Path, help="write the rounds and summaries here")
+    parser.add_argument("--base-repository", type=Path, help="the repository the base serves (default: the same), "
+                        "for a change to what an export writes (config.pbtxt) as well as to the server")
     args = parser.parse_args()
     protocols = args.protocols.split(",")
     with tempfile.TemporaryDirectory(prefix="zoo-serve-ab-") as tmp:
         base_tree = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base_tree), args.base], cwd=ROOT, check=True)
         servers = {"base": (base_tree, 8301, 8311), "this": (ROOT, 8302, 8312)}
-        procs = [serve(cwd, args.repository.resolve(), h, g) for cwd, h, g in servers.values()]
+        repositories = {"base": (args.base_repository or args.repository).resolve(), "this": args.repository.resolve()}
+        procs = [serve(cwd, repositories[side], h, g) for side, (cwd, h, g) in servers.items()]
         try:
             for _, h, _ in servers.values():
                 wait_ready(h)

@@ -172,10 +172,9 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     lines.append(f"max_batch_size: {r.max if is_batched else 0}")
     lines.append("input [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.outputs) + "\n]")
-    if is_batched:
-        preferred = ", ".join(str(b) for b in sorted({r.opt, r.max}))
-        lines.append(f"dynamic_batching {{\n  preferred_batch_size: [ {preferred} ]\n"
-                     f"  max_queue_delay_microseconds: 1000\n}}")
+    if is_batched:  # Triton's recommended start: batches as large as the queue holds when an instance frees, no
+        # delay and no preferred sizes (a preferred size sends that many at once and leaves the rest waiting)
+        lines.append("dynamic_batching {\n  max_queue_delay_microseconds: 0\n}")
     kind = "KIND_GPU" if device.startswith("cuda") else "KIND_CPU"
     lines.append(f"instance_group [\n  {{\n    count: 1\n    kind: {kind}\n  }}\n]")
     if filename is not None:

@@ -100,7 +100,7 @@ def policy_for(spec, options: ServeOptions, config_text: str) -> BatchPolicy:
         preferred = config.get("preferred_batch_sizes", ())
     delay = options.max_queue_delay_ms
     if delay is None:
-        delay = config.get("max_queue_delay_ms", 1.0)
+        delay = config.get("max_queue_delay_ms", 0.0)  # Triton's default
     return BatchPolicy(max_batch_size=max(max_batch, 1), max_queue_delay=delay / 1e3,
                        preferred_batch_sizes=tuple(b for b in preferred if 1 <= b <= max_batch),
                        max_queue_size=options.max_queue_size,
