@@ -272,6 +272,12 @@ def test_a_forward_that_fails_at_an_axis_end_is_named_by_check_and_export(tmp_pa
     line = ("gru.lastvalid: the forward fails on its sample at batch=1, seq=1 (RuntimeError: index 8 is out of bounds "
             "for dimension 1 with size 1); the sample is cut or repeated along seq")
     assert checked.returncode == 1 and f"\nerror: {line}" in checked.stderr, checked.stderr
+    # the lengths index the sequence, not a table: the advice was "its nn.Embedding has N rows"
+    # where a model had one, and a value_range that cannot follow the seq axis anyway
+    assert ("gru.lastvalid: input 'lengths' has no value_range, and the forward raises RuntimeError for id 65536 "
+            "(index 65535 is out of bounds for dimension 1 with size 10): declare value_range=(0, 9) on it if it "
+            "indexes 10 entries of something fixed; if it is a length or a position along an input's axis, clamp "
+            "it to that axis in the forward") in checked.stderr, checked.stderr
     with pytest.raises(SpecError, match=re.escape(line)):
         zoo.export(SPECS["gru.lastvalid"], backend="onnxruntime", random_init=True, repository=tmp_path / "exports")
     assert not list((tmp_path / "exports").glob("*/zoo.json"))

@@ -39,6 +39,7 @@ precision's `atol` that parity holds it relative to its scale instead
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -261,14 +262,28 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
         for value in (min(past, int(np.iinfo(t.dtype).max)), -1)[:1 if t.dtype == "uint8" else 2]:
             exc = _raises(spec, module, seed, {t.name: value})
             if exc is not None:
-                rows = (f"value_range=(0, {tables[0] - 1}) on it (its nn.Embedding has {tables[0]} rows)"
-                        if len(tables) == 1 else "value_range=(0, N-1) on it, N the rows of the table it indexes")
+                indexed = _indexed_size(exc)
+                if indexed is not None and indexed not in tables:  # not a table: a position along an axis, say
+                    rows = (f"value_range=(0, {indexed - 1}) on it if it indexes {indexed} entries of something "
+                            f"fixed; if it is a length or a position along an input's axis, clamp it to that axis "
+                            f"in the forward (a value_range cannot follow an axis's size)")
+                elif len(tables) == 1:
+                    rows = f"value_range=(0, {tables[0] - 1}) on it (its nn.Embedding has {tables[0]} rows)"
+                else:
+                    rows = "value_range=(0, N-1) on it, N the rows of the table it indexes"
                 problems.append(f"{spec.name}: input {t.name!r} has no value_range, and the forward raises "
                                 f"{type(exc).__name__} for id {value} ({first_line(exc)}): declare {rows}, so that "
                                 "every runner and the server refuse ids out of the table; without it ONNX Runtime "
                                 "and OpenVINO answer one with an engine error, zeros or the last row")
                 break
     return problems
+
+
+def _indexed_size(exc: BaseException) -> int | None:
+    """The size an index error says was indexed ("index 9 is out of bounds for dimension 1
+    with size 4": 4), or None."""
+    found = re.search(r"out of bounds for dimension \d+ with size (\d+)", str(exc))
+    return int(found[1]) if found else None
 
 
 def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
@@ -297,7 +312,6 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
     the last row. Two forwards at the smallest batch, every such input at its low end, then
     at its high end; where several fail together, each is tried alone to name it."""
     tables = _tables(module)
-    rows = (f" (its nn.Embedding has {tables[0]} rows: value_range=(0, {tables[0] - 1}))" if len(tables) == 1 else "")
     for which, ends in (("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
                         ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})):
         exc = _raises(spec, module, seed, ends)
@@ -308,9 +322,19 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
         named = alone or [(t, exc) for t in bounded]
         return [f"{spec.name}: input {t.name!r} at {ends[t.name]}, the {which} end of its value_range "
                 f"({_number(t.value_range[0])}, {_number(t.value_range[1])}): the forward raises "
-                f"{type(e).__name__} ({first_line(e)}); declare the range the forward takes{rows}, so that every "
-                f"runner and the server refuse values it cannot take" for t, e in named]
+                f"{type(e).__name__} ({first_line(e)}); declare the range the forward takes{_rows(e, tables)}, so "
+                f"that every runner and the server refuse values it cannot take" for t, e in named]
     return []
+
+
+def _rows(exc: BaseException, tables: list[int]) -> str:
+    """What the range should be, where the error and the module say: the one table's rows,
+    unless the error indexed something else (a length along an axis: then clamp it)."""
+    indexed = _indexed_size(exc)
+    if indexed is not None and indexed not in tables:
+        return (f" (it indexes {indexed} entries; a length or a position along an input's axis is clamped to that "
+                f"axis in the forward instead: a value_range cannot follow an axis's size)")
+    return f" (its nn.Embedding has {tables[0]} rows: value_range=(0, {tables[0] - 1}))" if len(tables) == 1 else ""
 
 
 def _number(value: float) -> str:
