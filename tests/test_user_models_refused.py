@@ -322,3 +322,33 @@ def test_the_torch_backend_names_a_branch_on_tensor_values_and_the_fix(tmp_path)
                                           r"x.abs\(\).max\(\) > 10:\), .* Write the condition as tensor operations "
                                           r"\(torch.where, torch.clamp\) or with torch.cond"):
         zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)
+
+
+class MinFilled(torch.nn.Module):
+    """Attention pooling masked with float32's minimum (the Hugging Face pattern), which
+    bfloat16 cannot hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.score, self.head = torch.nn.Linear(8, 1), torch.nn.Linear(8, 3)
+
+    def forward(self, items, valid):
+        weights = self.score(items).squeeze(-1).masked_fill(~valid, torch.finfo(torch.float32).min).softmax(-1)
+        return self.head((weights.unsqueeze(-1) * items).sum(1))
+
+
+def test_a_float32_constant_bf16_cannot_hold_is_named_with_the_fix(tmp_path):
+    """It read as an engine fault: "the artifact failed to run inputs of shapes {...}: value
+    cannot be converted to type c10::BFloat16 without overflow"."""
+    def sample(b, rng):
+        return {"items": rng.standard_normal((b, 5, 8)).astype(np.float32),
+                "valid": np.arange(5)[None] < rng.integers(1, 6, b)[:, None]}
+
+    spec = zoo.ModelSpec(name="pool.min-filled", domain="tabular", task="set-classification",
+                         inputs=(zoo.TensorSpec("items", "float32", ("batch", 5, 8)),
+                                 zoo.TensorSpec("valid", "bool", ("batch", 5))),
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=MinFilled, sample=sample,
+                         axes={"batch": zoo.AxisRange(1, 4, 8)})
+    with pytest.raises(VerificationError, match=r"BFloat16 without overflow; the forward makes a constant bf16 "
+                                                r"cannot hold .*torch.finfo\(x.dtype\).min, or keep fp32"):
+        zoo.export(spec, backend="torch", precision="bf16", random_init=True, repository=tmp_path)

@@ -101,8 +101,11 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
             raise
         except Exception as exc:  # the engine's own error: the artifact cannot run these shapes
             shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
+            hint = (f"; the forward makes a constant {precision} cannot hold (torch.finfo(torch.float32).min in a "
+                    f"masked_fill, say): take it from the tensor's own dtype, torch.finfo(x.dtype).min, or keep fp32"
+                    if precision in ("bf16", "fp16") and "without overflow" in str(exc) else "")
             raise VerificationError(f"{spec.name}: the artifact failed to run inputs of shapes {shapes}: "
-                                    f"{first_line(exc)}") from exc
+                                    f"{first_line(exc)}{hint}") from exc
         if set(produced) != set(want):
             raise ShapeError(f"{spec.name}: outputs {sorted(produced)} differ from the reference's {sorted(want)}")
         if precision in TYPED_PRECISIONS:  # values are compared below, types here: an artifact answers its spec's
