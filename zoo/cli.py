@@ -613,7 +613,8 @@ def serve(ctx: typer.Context,
           max_batch_size: Optional[int] = typer.Option(None, help="Rows per execution (default: config.pbtxt, "
                                                        "else the model's largest batch)."),
           max_queue_delay_ms: Optional[float] = typer.Option(None, help="How long a request may wait for others "
-                                                             "to batch with (default: config.pbtxt, else 0: Triton's default)."),
+                                                             "to batch with (default: config.pbtxt, else 0: "
+                                                             "Triton's default)."),
           preferred_batch_sizes: Optional[str] = typer.Option(None, help="Comma-separated batch sizes sent at once "
                                                               "(default: config.pbtxt)."),
           instances: Optional[int] = typer.Option(None, help="Concurrent executions per model (default: "
