@@ -52,7 +52,7 @@ from .spec import ModelSpec, TensorSpec
 from .arrays import as_numpy
 from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
-from .inputs import load_split
+from .inputs import dataset_splits, load_split
 from .padding import padding_safe, ragged_axes
 from .vectors import check_ends
 from .verify import RELATIVE_BELOW
@@ -166,9 +166,9 @@ def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_in
     if checkpoint is None and spec.trainable and not default_path(spec.name).exists():
         random_init = True
     module, source = reference_module(spec, checkpoint, random_init)  # a failing build: `checkpoint.built`'s error
-    report = check(spec, module.to(device), precision, device)
+    module = module.to(device)
+    report = check(spec, module, precision, device)
     if report.passed and len(spec.axes) > 1:  # export records test vectors at every axis's ends (zoo.vectors)
-        module = module.to(device)
         report.checks.append(Check("axis ends", None, check_ends(spec, lambda x: _run(module, spec, x, device))))
     report.checks += check_dataset(spec)
     return report, source
@@ -180,9 +180,8 @@ def check_dataset(spec: ModelSpec) -> list[Check]:
     `check`, which every export runs: an export does not read the dataset."""
     if spec.dataset is None:
         return []
-    splits = ["train"] + (["test"] if spec.metric is not None and spec.metric.evaluate is None else [])
     checks = []
-    for split in splits:
+    for split in dataset_splits(spec):
         found = Check(f"dataset {split}", None)
         try:
             load_split(spec, split)
@@ -262,8 +261,8 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
         for value in (min(past, int(np.iinfo(t.dtype).max)), -1)[:1 if t.dtype == "uint8" else 2]:
             exc = _raises(spec, module, seed, {t.name: value})
             if exc is not None:
-                indexed = _indexed_size(exc)
-                if indexed is not None and indexed not in tables:  # not a table: a position along an axis, say
+                indexed = _not_a_table(exc, tables)
+                if indexed is not None:
                     rows = (f"value_range=(0, {indexed - 1}) on it if it indexes {indexed} entries of something "
                             f"fixed; if it is a length or a position along an input's axis, clamp it to that axis "
                             f"in the forward (a value_range cannot follow an axis's size)")
@@ -279,11 +278,12 @@ def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[Tenso
     return problems
 
 
-def _indexed_size(exc: BaseException) -> int | None:
+def _not_a_table(exc: BaseException, tables: list[int]) -> int | None:
     """The size an index error says was indexed ("index 9 is out of bounds for dimension 1
-    with size 4": 4), or None."""
+    with size 4": 4) where it is none of the module's tables (a length or a position along
+    an axis, say), else None."""
     found = re.search(r"out of bounds for dimension \d+ with size (\d+)", str(exc))
-    return int(found[1]) if found else None
+    return int(found[1]) if found and int(found[1]) not in tables else None
 
 
 def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
@@ -330,8 +330,8 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
 def _rows(exc: BaseException, tables: list[int]) -> str:
     """What the range should be, where the error and the module say: the one table's rows,
     unless the error indexed something else (a length along an axis: then clamp it)."""
-    indexed = _indexed_size(exc)
-    if indexed is not None and indexed not in tables:
+    indexed = _not_a_table(exc, tables)
+    if indexed is not None:
         return (f" (it indexes {indexed} entries; a length or a position along an input's axis is clamped to that "
                 f"axis in the forward instead: a value_range cannot follow an axis's size)")
     return f" (its nn.Embedding has {tables[0]} rows: value_range=(0, {tables[0] - 1}))" if len(tables) == 1 else ""

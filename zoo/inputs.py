@@ -109,6 +109,13 @@ def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict
     return arrays
 
 
+def dataset_splits(spec: ModelSpec) -> list[str]:
+    """The splits of `spec.dataset` that training reads: the train split, and the test
+    split where the task metric is scored on it (not by its own evaluation)."""
+    scored = spec.metric is not None and spec.metric.evaluate is None
+    return ["train", "test"] if scored else ["train"]
+
+
 def load_split(spec: ModelSpec, split: str) -> tuple[Mapping[str, Any], Any]:
     """`spec.dataset.load(split)`, checked (`check_split`); `SpecError` naming the model and
     the split where the plugin's load fails or gives what the spec does not take."""
@@ -148,7 +155,7 @@ def check_split(spec: ModelSpec, split: str, inputs: Any, targets: Any) -> None:
             check_type(t.name, t.dtype, arrays[t.name], spec.name)
         if not rows:  # nothing to train on: the loop says so
             return
-        check_shapes(arrays, spec, spec.name, batch_max=max(rows, 1))
+        check_shapes(arrays, spec, spec.name, batch_max=rows)
         for t in spec.inputs:
             reason = _out_of_range(t, arrays[t.name])
             if reason is not None:

@@ -7,7 +7,7 @@ import hashlib
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -74,14 +74,20 @@ _RAISED_AT = re.compile(r'The following call raised this error:\s*File "([^"]+)"
 def _value_branch(exc: BaseException) -> str | None:
     """"FILE:LINE: CODE" of a Python branch on a tensor's value that torch.export could not
     capture (its GuardOnDataDependentSymNode), or None for other failures."""
+    for cause in _causes(exc):
+        if type(cause).__name__ == "GuardOnDataDependentSymNode":
+            found = _RAISED_AT.search(str(cause))
+            return f"{Path(found[1]).name}:{found[2]}: {found[3].strip()}" if found else "a data-dependent condition"
+    return None
+
+
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and what it was raised from or during, in turn (each once)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if type(exc).__name__ == "GuardOnDataDependentSymNode":
-            found = _RAISED_AT.search(str(exc))
-            return f"{Path(found[1]).name}:{found[2]}: {found[3].strip()}" if found else "a data-dependent condition"
+        yield exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def constraint_violation(exc: BaseException | None) -> BaseException | None:
@@ -90,13 +96,10 @@ def constraint_violation(exc: BaseException | None) -> BaseException | None:
     other failures."""
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        kind = getattr(getattr(exc, "error_type", None), "name", None)  # torch._dynamo's UserError
-        if isinstance(exc, ConstraintViolationError) or kind == "CONSTRAINT_VIOLATION":
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    for cause in _causes(exc):
+        kind = getattr(getattr(cause, "error_type", None), "name", None)  # torch._dynamo's UserError
+        if isinstance(cause, ConstraintViolationError) or kind == "CONSTRAINT_VIOLATION":
+            return cause
     return None
 
 

@@ -355,7 +355,7 @@ class Batcher:
                                   f"{list(self.input_names)} (other requests succeed, so check them against "
                                   f"the model's metadata): {reason}")
 
-    def _run(self, works: list[Work]) -> tuple[list[Result], list[tuple[list[int], tuple[float, float, float]]],
+    def _run(self, works: list[Work]) -> tuple[list[Result], list[tuple[list[int], list[float]]],
                                                BaseException | None]:
         """In a worker thread, on a free instance: each request's outputs or the error it
         alone causes; the executions made (the requests of each, and the seconds it spent
@@ -364,12 +364,12 @@ class Batcher:
         execution each; a group that fails is isolated on its own."""
         pool = self._pool
         runner = pool.get()
-        executions: list[tuple[list[int], tuple[float, float, float]]] = []
+        executions: list[tuple[list[int], list[float]]] = []
         try:
             results: list[Result | None] = [None] * len(works)
             for group in padding_groups(works, self.policy.max_padding if self.policy.ragged else None):
                 part, clock = [works[i] for i in group], [0.0, 0.0, 0.0]
-                executions.append((group, clock))  # type: ignore[arg-type]: read once the group ran
+                executions.append((group, clock))  # the clock is complete once the group ran
                 try:
                     answers = self._call(runner, part, clock)
                 except Exception as exc:
@@ -377,11 +377,11 @@ class Batcher:
                         to_numpy(runner(self._known_good()))
                     except Exception as fault:  # the runner no longer answers what it answered before
                         # groups already answered keep their answers; the rest get the fault
-                        return [exc if r is None else r for r in results], _timed(executions), fault
+                        return [exc if r is None else r for r in results], executions, fault
                     answers = self._bisect(runner, part, exc, clock)
                 for i, answer in zip(group, answers):
                     results[i] = answer
-            return results, _timed(executions), None  # type: ignore[return-value]: every group filled its places
+            return results, executions, None  # type: ignore[return-value]: every group filled its places
         finally:
             pool.put(runner)
 
@@ -414,7 +414,3 @@ class Batcher:
         results = split(outputs, works, self.ragged_dims)
         clock[2] += time.perf_counter() - ran
         return results
-
-
-def _timed(executions: list) -> list[tuple[list[int], tuple[float, float, float]]]:
-    return [(group, tuple(clock)) for group, clock in executions]

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import Checkpoint, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
-from ..inputs import load_split
+from ..inputs import dataset_splits, load_split
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
@@ -121,7 +121,7 @@ def _training_split(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Ten
     """The dataset's train split as tensors, checked against the spec (`check_split`); the
     test split, which the run is scored on at its end, is checked now too."""
     x, y = load_split(spec, "train")
-    if spec.metric is not None and spec.metric.evaluate is None:
+    if "test" in dataset_splits(spec):
         load_split(spec, "test")
     return to_torch(x, spec), torch.from_numpy(np.asarray(y))
 
