@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import threading
 
 import httpx
@@ -24,7 +25,8 @@ from zoo.serve.errors import BackendFailureError, QueueFullError, RequestFailedE
 from zoo.serve.protocol import HEADER_LENGTH, decode_response, encode_request
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import DOMAIN_MODELS, RAGGED, SCALED, artifact_name, plugin_registered  # noqa: E402
+from serve_support import (DOMAIN_MODELS, RAGGED, SCALED, ServerProcess, artifact_name,  # noqa: E402
+                           plugin_registered)
 
 pytest_plugins = ["serve_support"]
 POISON = 999  # a token id past ragged.test's vocabulary of 256
@@ -197,7 +199,22 @@ def metric(text: str, family: str, model: str, **labels: str) -> float:
     return float(found[1]) if found else 0.0
 
 
-def test_a_poisoned_request_among_30_valid_ones(server, ragged):
+@pytest.fixture(scope="module")
+def burst_server(serve_repo, tmp_path_factory):
+    """`ragged.test` alone, with a 250 ms queue delay: a burst of concurrent requests
+    forms batches however slowly a loaded machine sends it (the shared server's 5 ms
+    delay, with no preferred sizes, lets a request sent late run alone)."""
+    root = tmp_path_factory.mktemp("burst")
+    shutil.copytree(serve_repo / RAGGED, root / "repo" / RAGGED)
+    proc = ServerProcess(root / "repo", "--max-queue-delay-ms", "250", log=root / "server.log")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.kill()
+
+
+def test_a_poisoned_request_among_30_valid_ones(burst_server, ragged):
+    server = burst_server
     spec, runner = ragged
     batch = requests(spec, 31, seed=9)
     batch[13] = poisoned(batch[13])
