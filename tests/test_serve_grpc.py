@@ -209,6 +209,8 @@ def test_stream_infer_answers_every_request_and_errors_in_place(server, runners)
             by_id["bad"] = error
         else:
             by_id[result.get_response().id] = result
+            # Triton marks each stream response final (stream_infer_handler.cc); clients read it
+            assert result.get_response().parameters["triton_final_response"].bool_param is True
     assert set(by_id) == {*map(str, range(6)), "bad"}
     for k, x in enumerate(requests):
         np.testing.assert_allclose(by_id[str(k)].as_numpy("logits"), runner(x)["logits"], atol=1e-4, rtol=1e-4)
@@ -247,7 +249,7 @@ CASES = [
     ("duplicate-output", ONNX, [IMAGE], [{"name": "logits"}] * 2, None),
     ("sequence-parameters", ONNX, [IMAGE], None, {"sequence_id": 7}),
     ("priority-parameter", ONNX, [IMAGE], None, {"priority": 1}),
-    ("reserved-parameter", ONNX, [IMAGE], None, {"triton_enable_empty_final_response": True}),
+    ("reserved-parameter", ONNX, [IMAGE], None, {"triton_final_response": True}),
     ("classification-on-an-input", ONNX, [image(parameters={"classification": 3})], None, None),
     ("classification-not-positive", ONNX, [IMAGE], [{"name": "logits", "parameters": {"classification": 0}}], None),
     ("shared-memory-on-the-request", ONNX, [IMAGE], None, {"shared_memory_region": "r"}),
@@ -291,6 +293,25 @@ def test_malformed_requests_get_triton_codes_and_the_http_message(server, stub, 
     assert stub.ServerLive(pb.ServerLiveRequest()).live
 
 
+def test_the_empty_final_response_parameter_is_taken_over_grpc_only(server, stub, runners):
+    # Triton's gRPC front end takes the one `triton_` request parameter it reserves for
+    # clients (TRITON_RESERVED_REQUEST_PARAMS), as a bool; tritonclient's C++ client and
+    # perf_analyzer send it with every request. Its HTTP front end refuses every `triton_` key.
+    message = as_message(ONNX, [IMAGE], None, {"triton_enable_empty_final_response": True})
+    answer = stub.ModelInfer(message, timeout=30)
+    want = runners[ONNX][1]({"image": PIXELS.reshape(1, 1, 8, 8)})["logits"]
+    np.testing.assert_allclose(np.frombuffer(answer.raw_output_contents[0], "<f4").reshape(want.shape), want,
+                               atol=1e-4, rtol=1e-4)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(as_message(ONNX, [IMAGE], None, {"triton_enable_empty_final_response": "yes"}), timeout=30)
+    assert str(info.value.code()) == "StatusCode.INVALID_ARGUMENT"
+    assert info.value.details() == ("invalid value type for 'triton_enable_empty_final_response' parameter, "
+                                    "expected bool_param")
+    http = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", timeout=30,
+                      json={"inputs": [IMAGE], "parameters": {"triton_enable_empty_final_response": True}})
+    assert http.status_code == 400 and "reserved" in http.json()["error"]
+
+
 @pytest.mark.parametrize("case, fix, words", [
     ("raw-count", lambda m: m.raw_input_contents.extend([b"", b""]), "raw_input_contents has 2 entries for 1 inputs"),
     ("raw-size", lambda m: m.raw_input_contents.append(PIXELS.tobytes()[:100]), "do not hold 64 FP32"),
@@ -325,8 +346,8 @@ def test_a_message_over_the_size_limit_is_resource_exhausted(stub):
 
 def test_unoffered_rpcs_say_so(stub):
     with pytest.raises(grpc.RpcError) as info:
-        stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest())
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "CUDA shared memory" in info.value.details()
+        stub.TraceSetting(pb.TraceSettingRequest())
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "trace settings" in info.value.details()
     with pytest.raises(grpc.RpcError) as info:
         stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=ONNX))
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "--model-control" in info.value.details()

@@ -113,13 +113,25 @@ def test_get_inference_statistics(server):
     assert ONNX in [s.name for s in call(server, "get_inference_statistics").model_stats]
 
 
-def test_trace_and_cuda_shared_memory_are_unimplemented(server):
-    # Triton: test_update_trace_settings, test_get_trace_settings, test_*_cuda_shared_memory:
-    # served there; not offered here (UNIMPLEMENTED, docs/serving.md).
-    for method, args in (("update_trace_settings", ()), ("get_trace_settings", ()),
-                         ("get_cuda_shared_memory_status", ()), ("unregister_cuda_shared_memory", ()),
-                         ("register_cuda_shared_memory", ("", b"", 0, 0))):
-        assert str(failure(server, method, *args).status()) == "StatusCode.UNIMPLEMENTED", method
+def test_trace_settings_are_unimplemented(server):
+    # Triton: test_update_trace_settings, test_get_trace_settings: served there; not offered
+    # here (UNIMPLEMENTED, docs/serving.md).
+    for method in ("update_trace_settings", "get_trace_settings"):
+        assert str(failure(server, method).status()) == "StatusCode.UNIMPLEMENTED", method
+    assert_live(server)
+
+
+def test_cuda_shared_memory_as_triton_without_gpus(server):
+    # Triton: test_get_cuda_shared_memory_status, test_unregister_cuda_shared_memory: an
+    # empty status and an unregister that succeeds, as Triton built without GPUs answers
+    # (perf_analyzer unregisters every region, CUDA ones included, around each run);
+    # registering is refused there ("GPUs not supported", INVALID_ARGUMENT) and here.
+    assert dict(call(server, "get_cuda_shared_memory_status").regions) == {}
+    call(server, "unregister_cuda_shared_memory")
+    call(server, "unregister_cuda_shared_memory", "r")
+    error = failure(server, "register_cuda_shared_memory", "r", b"\0" * 64, 0, 64)
+    assert str(error.status()) == "StatusCode.INVALID_ARGUMENT" and "no GPU memory" in error.message()
+    assert str(failure(server, "get_cuda_shared_memory_status", "r").status()) == "StatusCode.NOT_FOUND"
     assert_live(server)
 
 

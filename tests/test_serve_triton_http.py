@@ -247,7 +247,7 @@ def test_load_oversized_file_parameter(server: ServerProcess) -> None:
 # ---------------------------------------------------------------- many chunks (http_request_many_chunks.py)
 
 #: (Triton's test, route, our status): Triton answers 400 to each (its parser or raw-input check);
-#: ours has no trace/logging/CUDA-shared-memory/generate routes (404) and model control is off (403).
+#: ours has no trace/logging/generate routes (404) and model control is off (403).
 CHUNKED_ROUTES = [
     pytest.param(f"/v2/models/{RAGGED}/infer", 400, id="test_infer"),
     pytest.param("/v2/repository/index", 400, id="test_registry_index"),
@@ -256,7 +256,7 @@ CHUNKED_ROUTES = [
     pytest.param(f"/v2/models/{RAGGED}/trace/setting", 404, id="test_trace"),
     pytest.param("/v2/logging", 404, id="test_logging"),
     pytest.param("/v2/systemsharedmemory/region/r/register", 400, id="test_system_shm_register"),
-    pytest.param("/v2/cudasharedmemory/region/r/register", 404, id="test_cuda_shm_register"),
+    pytest.param("/v2/cudasharedmemory/region/r/register", 400, id="test_cuda_shm_register"),
     pytest.param(f"/v2/models/{RAGGED}/generate", 404, id="test_generate"),
 ]
 
@@ -368,6 +368,16 @@ def test_http_aio_client(server: ServerProcess) -> None:
             await c.unregister_system_shared_memory()
             with pytest.raises(InferenceServerException, match="unknown shared memory region"):
                 await c.get_system_shared_memory_status("no-such-region")
+            # CUDA shared memory as Triton built without GPUs answers it: none registered,
+            # unregistering succeeds, registering is refused (400)
+            assert await c.get_cuda_shared_memory_status() == []
+            await c.unregister_cuda_shared_memory()
+            await c.unregister_cuda_shared_memory("r")
+            with pytest.raises(InferenceServerException, match="no GPU memory") as info:
+                await c.register_cuda_shared_memory("r", b"\0" * 64, 0, 64)
+            assert info.value.status() == "400"
+            with pytest.raises(InferenceServerException, match="unknown CUDA shared memory region"):
+                await c.get_cuda_shared_memory_status("r")
         finally:
             await c.close()
 

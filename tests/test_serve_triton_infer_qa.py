@@ -32,7 +32,7 @@ Not ported, and why:
   unknown version are checked here.
 - infer_shape_tensor (L0_infer's TensorRT shape tensors), the plan/libtorch/python backends:
   no shape tensors in zoo; one ONNX Runtime model per case stands for every backend.
-- CUDA shared memory (TEST_CUDA_SHARED_MEMORY): not offered (docs/serving.md).
+- CUDA shared memory (TEST_CUDA_SHARED_MEMORY): no region can be registered (docs/serving.md).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ Not ported, and why:
   offset itself is ported.
 - test_unregister_shm_during_inference_multiple_req_*: the single-request tests below show
   the same defect; the second request adds nothing until it is fixed.
-- CUDA shared memory (qa/L0_cuda_shared_memory): not offered (404 / UNIMPLEMENTED).
+- CUDA shared memory (qa/L0_cuda_shared_memory): no region can be registered, as in Triton
+  built without GPUs (test_serve_triton_grpc_qa.py, test_serve_triton_http.py).
 """
 
 from __future__ import annotations
@@ -335,18 +336,22 @@ def test_register_after_inference(server, client, protocol, region):
     assert_live(server)
 
 
-def test_output_region_reports_its_region(server, client, protocol, region):
-    # Triton answers an output written to shared memory with the region in its parameters
-    # and no data (http_server.cc, infer_handler.cc: an empty raw_output_contents entry).
+def test_output_region_is_answered_as_triton_answers_it(server, client, protocol, region):
+    # Triton answers an output written to shared memory with its name, datatype and shape
+    # only: no data and no parameters (http_server.cc: "SHM outputs will not have an info";
+    # infer_handler.cc: an empty raw_output_contents entry). tritonclient's C++ client takes
+    # any output `parameters` for binary data and fails without `binary_data_size`.
     configure(client, region)
     result = basic_infer(client, protocol)
     if protocol == "http":
         (output,) = result.get_response()["outputs"]
-        assert "data" not in output and output["parameters"]["shared_memory_region"] == "y"
+        assert output == {"name": "y", "datatype": "FP32", "shape": list(X.shape)}
     else:
         response = result.get_response()
         assert response.raw_output_contents == [b""]
-        assert response.outputs[0].parameters["shared_memory_region"].string_param == "y"
+        (output,) = response.outputs
+        assert (output.name, output.datatype, list(output.shape)) == ("y", "FP32", list(X.shape))
+        assert not output.parameters
     assert_live(server)
 
 

@@ -31,7 +31,7 @@ from starlette.routing import Match, Route
 
 from ..version import __version__
 from ..errors import ZooError
-from . import repository
+from . import repository, shm
 from .errors import (
     PayloadTooLargeError,
     ProtocolError,
@@ -213,7 +213,21 @@ async def shm_status(request: Request) -> Response:
     return JSONResponse(_zoo(request).regions.status(request.path_params.get("region")))
 
 
+async def cuda_register(request: Request) -> Response:
+    shm.cuda_register()
+    return JSONResponse({})  # never reached
+
+
+async def cuda_unregister(request: Request) -> Response:
+    return JSONResponse({})  # no CUDA region is ever registered (shm.CUDA_OFF)
+
+
+async def cuda_status(request: Request) -> Response:
+    return JSONResponse(shm.cuda_status(request.path_params.get("region")))
+
+
 SHM = "/v2/systemsharedmemory"
+CUDA_SHM = "/v2/cudasharedmemory"
 MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version}"
 INFER_ROUTES = (Route(MODEL + "/infer", infer, methods=["POST"]), Route(VERSION + "/infer", infer, methods=["POST"]))
@@ -233,6 +247,11 @@ ROUTES = [
     Route(SHM + "/region/{region}/register", shm_register, methods=["POST"]),
     Route(SHM + "/unregister", shm_unregister, methods=["POST"]),
     Route(SHM + "/region/{region}/unregister", shm_unregister, methods=["POST"]),
+    Route(CUDA_SHM + "/status", cuda_status, methods=["GET"]),
+    Route(CUDA_SHM + "/region/{region}/status", cuda_status, methods=["GET"]),
+    Route(CUDA_SHM + "/region/{region}/register", cuda_register, methods=["POST"]),
+    Route(CUDA_SHM + "/unregister", cuda_unregister, methods=["POST"]),
+    Route(CUDA_SHM + "/region/{region}/unregister", cuda_unregister, methods=["POST"]),
     *(r for base in (MODEL, VERSION) for r in (
         Route(base, model_metadata, methods=["GET"]),
         Route(base + "/ready", model_ready, methods=["GET"]),

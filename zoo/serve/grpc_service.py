@@ -16,7 +16,8 @@ A domain-native request is one BYTES input named for the model's raw kind (`text
 `image`, ...), as over HTTP.
 
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
-error as `error_message` on that response, the stream going on). CUDA shared memory,
+error as `error_message` on that response, the stream going on). CUDA shared memory is
+answered as Triton built without GPUs answers it (no region registered, none can be);
 log and trace settings are refused as UNIMPLEMENTED with the reason.
 
 Each method takes its request as bytes and parses it itself (`_handlers`): a message
@@ -43,7 +44,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ..version import __version__
 from ..errors import ZooError
-from . import datatypes as dt
+from . import datatypes as dt, shm
 from .errors import FeatureOffError, ModelNotFoundError, ProtocolError, RegionExistsError, message_for, status_for
 from .protocol import (
     InferRequest,
@@ -138,9 +139,23 @@ def parameters(entries: Any) -> dict[str, Any]:
     return out
 
 
+#: the one `triton_` request parameter Triton's gRPC front end takes (TRITON_RESERVED_REQUEST_PARAMS):
+#: an empty final stream response for decoupled models. tritonclient's C++ client and
+#: perf_analyzer send it on every gRPC request; no zoo model is decoupled, so it changes nothing
+EMPTY_FINAL = "triton_enable_empty_final_response"
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def decode(message: pb.ModelInferRequest) -> InferRequest:
     """A ModelInferRequest as the request `service.Server.infer` takes."""
-    params = check_parameters(parameters(message.parameters), "request", "request")
+    given = parameters(message.parameters)
+    if EMPTY_FINAL in given and type(given.pop(EMPTY_FINAL)) is not bool:
+        raise ProtocolError(f"invalid value type for '{EMPTY_FINAL}' parameter, expected bool_param")
+    params = check_parameters(given, "request", "request")
     raw = message.raw_input_contents
     # as Triton (InferGRPCToInput): the entries go to the inputs not in shared memory, in order
     plain = [parameters(item.parameters).get("shared_memory_region") is None for item in message.inputs]
@@ -202,10 +217,8 @@ def _input(item: pb.ModelInferRequest.InferInputTensor, index: int, raw: bytes |
 def encode(model: str, version: str, request_id: str | None, outputs: list[Tensor]) -> pb.ModelInferResponse:
     response = pb.ModelInferResponse(model_name=model, model_version=version, id=request_id or "")
     for t in outputs:
-        out = response.outputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
-        if t.region is not None:  # written to shared memory: described, not carried
-            out.parameters["shared_memory_region"].string_param = t.region.name
-            out.parameters["shared_memory_byte_size"].int64_param = t.region.byte_size
+        response.outputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
+        if t.region is not None:  # written to shared memory: an empty entry, no parameters, as Triton
             response.raw_output_contents.append(b"")  # keeps raw_output_contents aligned with outputs
         else:
             response.raw_output_contents.append(dt.to_bytes(t.datatype, t.data))
@@ -311,6 +324,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", code.name).inc()
                 response = pb.ModelStreamInferResponse(error_message=text, infer_response=pb.ModelInferResponse(
                     model_name=message.model_name, model_version=message.model_version, id=message.id))
+            # as Triton marks every stream response (stream_infer_handler.cc): each request has one
+            response.infer_response.parameters["triton_final_response"].bool_param = True
             await answers.put(response)
 
         async def read() -> None:
@@ -342,6 +357,9 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         it = messages.__aiter__()
         while not self.draining.is_set():
             following = asyncio.ensure_future(it.__anext__())
+            # a stream that ends (StopAsyncIteration) while it is being cancelled leaves an
+            # exception nobody reads, which asyncio would log as "never retrieved"
+            following.add_done_callback(_retrieved)
             stop = asyncio.ensure_future(self.draining.wait())
             try:
                 await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -377,17 +395,19 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             response.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
         return response
 
+    # CUDA shared memory as Triton built without GPUs answers it (shm.CUDA_OFF)
     @_answers
     async def CudaSharedMemoryRegister(self, request, context):
-        raise _not_offered("CUDA shared memory")
+        shm.cuda_register()
 
     @_answers
     async def CudaSharedMemoryUnregister(self, request, context):
-        raise _not_offered("CUDA shared memory")
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     @_answers
     async def CudaSharedMemoryStatus(self, request, context):
-        raise _not_offered("CUDA shared memory")
+        shm.cuda_status(request.name or None)
+        return pb.CudaSharedMemoryStatusResponse()
 
     @_answers
     async def TraceSetting(self, request, context):

@@ -410,9 +410,11 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
     described, chunks = [], []
     for t in outputs:
         entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-        if t.region is not None:  # written to shared memory: described, not carried
-            entry["parameters"] = {"shared_memory_region": t.region.name,
-                                   "shared_memory_byte_size": t.region.byte_size}
+        if t.region is not None:
+            # written to shared memory: name, datatype and shape only, as Triton answers
+            # (http_server.cc); tritonclient's C++ client (perf_analyzer) reads any output
+            # `parameters` as binary data and fails without `binary_data_size`
+            pass
         elif binary.get(t.name):
             raw = dt.to_bytes(t.datatype, t.data)
             entry["parameters"] = {"binary_data_size": len(raw)}

@@ -358,3 +358,26 @@ class Regions:
         """Drop every region, held by a request or not (server shutdown); closing twice is fine, and so is closing a
         disabled registry."""
         self._drop(None, shutdown=True)
+
+
+# ---------------------------------------------------------------- CUDA shared memory, as a server without GPUs
+
+
+#: Triton built without GPUs still answers the CUDA shared memory routes (http_server.cc,
+#: `HandleCudaSharedMemory`): no region is ever registered, so the status lists none and
+#: unregistering succeeds; a registration is refused. Clients rely on it: perf_analyzer and
+#: tritonclient's C++ client unregister every region, CUDA ones included, before and after a run.
+CUDA_OFF = ("CUDA shared memory: this server shares no GPU memory, so no CUDA region can be registered; use system "
+            "shared memory (--shared-memory system)")
+CUDA_UNKNOWN = "unknown CUDA shared memory region: this server shares no GPU memory, so none is ever registered"
+
+
+def cuda_register() -> None:
+    raise SharedMemoryError(CUDA_OFF)
+
+
+def cuda_status(name: str | None = None) -> list[dict]:
+    if name is not None:
+        raise RegionNotFoundError(CUDA_UNKNOWN)
+    return []
+
