@@ -8,6 +8,9 @@
 #   $TRITON_HOME/backends/python/          libtriton_python.so, triton_python_backend_utils.py,
 #                                          triton_python_backend_stub (this Python's minor version)
 #   $TRITON_HOME/env/                      the Python environment Python-backend models run in
+#   $TRITON_HOME/bin/perf_analyzer         Triton's load generator of the same release (from
+#                                          tritonclient 2.51.0's manylinux wheel), run against
+#                                          `zoo serve` by tests/test_serve_perf_analyzer.py
 #
 # The stub takes its packages from the prefix of the `python3` first on PATH, not from
 # PYTHONPATH, and this Triton predates numpy 2 (a pb_utils.Tensor made from a numpy-2
@@ -44,6 +47,22 @@ mv "$src/backends/python/libtriton_python.so" "$src/backends/python/triton_pytho
    "$TRITON_HOME.tmp/backends/python/"
 chmod +x "$TRITON_HOME.tmp/bin/tritonserver" "$TRITON_HOME.tmp/backends/python/triton_python_backend_stub"
 rm -rf "$TRITON_HOME.tmp/x" "$TRITON_HOME.tmp/wheel"
+
+# perf_analyzer links libb64 and libcudart (it runs without a GPU), which the server's wheel
+# bundles under hashed names: link the names it asks for
+"$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 "tritonclient==2.51.0" \
+    -d "$TRITON_HOME.tmp/wheel"
+"$PY" - "$TRITON_HOME.tmp" <<'EOF'
+import sys, zipfile, pathlib
+root = pathlib.Path(sys.argv[1])
+wheel, = (root / "wheel").glob("tritonclient-*.whl")
+with zipfile.ZipFile(wheel) as z:
+    (root / "bin" / "perf_analyzer").write_bytes(z.read("tritonclient-2.51.0.data/data/bin/perf_analyzer"))
+EOF
+chmod +x "$TRITON_HOME.tmp/bin/perf_analyzer"
+(cd "$TRITON_HOME.tmp/lib" && ln -sf libb64-*.so.0d libb64.so.0d && ln -sf libcudart-*.so.12* libcudart.so.12)
+LD_LIBRARY_PATH="$TRITON_HOME.tmp/lib" "$TRITON_HOME.tmp/bin/perf_analyzer" --version
+rm -rf "$TRITON_HOME.tmp/wheel"
 
 rm -rf "$TRITON_HOME"
 mv "$TRITON_HOME.tmp" "$TRITON_HOME"

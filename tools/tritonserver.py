@@ -1,4 +1,5 @@
-"""Start the real NVIDIA Triton server that `scripts/triton_setup.sh` lays out (`make triton`).
+"""Start the real NVIDIA Triton server that `scripts/triton_setup.sh` lays out (`make triton`),
+or run its perf_analyzer (`perf_analyzer(args)`).
 
     with Tritonserver(Path("exports")) as triton:
         tritonclient.http.InferenceServerClient(triton.http_url) ...
@@ -151,6 +152,19 @@ class Tritonserver:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def perf_analyzer(args: Sequence[str], home: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Run Triton's perf_analyzer (2.51, laid out by `make triton`) with `args`; its libb64
+    and libcudart are the server's bundled ones. Output as text, stdout and stderr merged."""
+    home = home or triton_home()
+    binary = home / "bin" / "perf_analyzer"
+    if not binary.exists():
+        raise RuntimeError(f"no {binary}: run `make triton` (scripts/triton_setup.sh)")
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(
+        p for p in (str(home / "lib"), os.environ.get("LD_LIBRARY_PATH", "")) if p)}
+    return subprocess.run([str(binary), *args], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
 def children(pid: int) -> list[int]:
