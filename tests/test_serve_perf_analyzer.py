@@ -107,7 +107,9 @@ def test_every_answer_is_the_expected_one(server, runner, tmp_path, mode):
 def test_shared_memory_runs_and_leaves_no_region(server, runner, tmp_path, mode):
     """Inputs and outputs in system shared memory, two clients. perf_analyzer cannot compare
     outputs it receives in shared memory (its check reads the response's data, which such an
-    output has none of, with Triton as here); the regions it registered are gone after it."""
+    output has none of, with Triton as here); the regions it registered are gone after it.
+    Its region keys are fixed (`/image_0_0`, ...), so two such runs must not overlap: this
+    module runs in one worker (`make test` distributes by file)."""
     data = json.loads(digits_data(tmp_path / "d.json", runner).read_text())
     (tmp_path / "inputs.json").write_text(json.dumps({"data": data["data"]}))
     out = run(server, ONNX, mode, "--concurrency-range", "2", "--input-data", str(tmp_path / "inputs.json"))
