@@ -136,6 +136,16 @@ def test_raw_contents_equal_the_artifacts_own_runner(client, runners, name):
             np.testing.assert_allclose(result.as_numpy(key), value, atol=tol.atol, rtol=tol.rtol)
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_calls(client, runners, algorithm):
+    # tritonclient's compression_algorithm: grpcio compresses the call, the server's
+    # grpcio reads it (and answers in kind), as Triton's gRPC front end does
+    spec, runner = runners[ONNX]
+    arrays = spec.sample(2, np.random.default_rng(8))
+    result = client.infer(ONNX, grpc_inputs(arrays), compression_algorithm=algorithm)
+    np.testing.assert_allclose(result.as_numpy("logits"), runner(arrays)["logits"], atol=1e-4, rtol=1e-4)
+
+
 def test_typed_contents_equal_raw_contents(stub, client):
     typed = pb.ModelInferRequest(model_name=ONNX)
     typed.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8]).contents.fp32_contents.extend(PIXELS.ravel())

@@ -50,6 +50,7 @@ MODES = {
     "grpc": ["-i", "grpc"],
     "grpc-async": ["-i", "grpc", "--async"],
     "grpc-stream": ["-i", "grpc", "--streaming"],
+    "grpc-gzip": ["-i", "grpc", "--grpc-compression-algorithm", "gzip"],
     "grpc-shm": ["-i", "grpc", "--shared-memory", "system"],
 }
 

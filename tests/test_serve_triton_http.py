@@ -331,6 +331,28 @@ def test_params(client: triton_http.InferenceServerClient, server: ServerProcess
     assert_live(server)
 
 
+@pytest.mark.parametrize("request_coding, response_coding", [("gzip", "gzip"), ("deflate", "deflate"),
+                                                               ("gzip", None), (None, "deflate")])
+def test_compression(client: triton_http.InferenceServerClient, server: ServerProcess, reference: np.ndarray,
+                     request_coding: str | None, response_coding: str | None) -> None:
+    # tritonclient's request_compression_algorithm (Content-Encoding) and
+    # response_compression_algorithm (Accept-Encoding), which Triton's HTTP front end reads;
+    # the client checks the answer's Content-Encoding and inflates it itself.
+    result = client.infer(ONNX, [image_input()], request_compression_algorithm=request_coding,
+                          response_compression_algorithm=response_coding)
+    np.testing.assert_allclose(result.as_numpy("logits"), reference, atol=1e-5, rtol=1e-5)
+
+    async def aio() -> np.ndarray:
+        c = triton_aio.InferenceServerClient(server.url.removeprefix("http://"))
+        try:
+            return (await c.infer(ONNX, [image_input()], request_compression_algorithm=request_coding,
+                                  response_compression_algorithm=response_coding)).as_numpy("logits")
+        finally:
+            await c.close()
+
+    np.testing.assert_allclose(asyncio.run(aio()), reference, atol=1e-5, rtol=1e-5)
+
+
 def test_params_reserved_rejected(client: triton_http.InferenceServerClient, server: ServerProcess) -> None:
     # Triton: InferenceParametersTest.test_params_reserved_rejected. The client refuses reserved
     # keys itself; sent raw, `triton_*` keys are a 400 (Triton: "...reserved for Triton usage and

@@ -45,7 +45,9 @@ def model_path(model: str, version: str | None = None) -> str:
 class Client:
     def __init__(self, url: str = "http://127.0.0.1:8000", timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout)
+        # answers as they are: httpx asks for gzip by default, which a server compressing binary
+        # tensors (zoo serve and Triton both honour Accept-Encoding) pays for on every answer
+        self.http = httpx.Client(base_url=self.url, timeout=timeout, headers={"Accept-Encoding": "identity"})
         self._metadata: dict[str, dict] = {}
 
     def close(self) -> None:

@@ -259,7 +259,7 @@ class HttpSUT(QueueSUT):
         super().__init__(library, take, concurrency, inline)
         self._encode = encode_request
         self.path = f"/v2/models/{served.name}/infer"
-        self.http = httpx.Client(base_url=served.url, timeout=timeout,
+        self.http = httpx.Client(base_url=served.url, timeout=timeout, headers={"Accept-Encoding": "identity"},
                                  limits=httpx.Limits(max_connections=concurrency,
                                                      max_keepalive_connections=concurrency))
         self.singles = [encode_request(row.inputs) for row in library.rows]

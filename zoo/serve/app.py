@@ -42,11 +42,22 @@ from .errors import (
 from .http import client_left
 from .metrics import Metrics
 from .model import ServedModel
-from .protocol import HEADER_LENGTH, InferRequest, decode_request, encode_response, json_length
+from .protocol import (
+    CODINGS,
+    HEADER_LENGTH,
+    InferRequest,
+    compress,
+    decode_request,
+    encode_response,
+    inflate,
+    json_length,
+    response_coding,
+)
 from .service import Disconnected, Server
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # bodies larger than this are decoded in a worker thread, off the event loop
+INFLATE_BYTES = 1 << 12  # compressed bodies larger than this are inflated there (they may grow a thousandfold)
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,11 @@ async def infer(request: Request) -> Response:
             body = await request.body()
         except ClientDisconnect:
             raise Disconnected("the client went away before its request body arrived") from None
+        coding = request.headers.get("content-encoding", "").strip().lower()
+        if coding in CODINGS:  # the guard lets only these through, and only here
+            limit = zoo.settings.max_request_bytes
+            body = (await asyncio.to_thread(inflate, body, coding, limit) if len(body) > INFLATE_BYTES
+                    else inflate(body, coding, limit))
         header = request.headers.get(HEADER_LENGTH)
         # a raw binary request ("0", as any integer spelling of zero): the body is the one input
         if header is not None and json_length(header, len(body)) == 0:
@@ -125,6 +141,11 @@ async def infer(request: Request) -> Response:
     wanted = decoded.outputs or {}
     binary = {t.name: bool(wanted[t.name].binary) if t.name in wanted else decoded.binary_output for t in outputs}
     content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
+    coding = response_coding(request.headers.get("accept-encoding"))
+    if coding is not None:  # Inference-Header-Content-Length still counts the uncompressed JSON, as Triton's
+        content = (await asyncio.to_thread(compress, content, coding) if len(content) > OFFLOAD_BYTES
+                   else compress(content, coding))
+        headers["Content-Encoding"] = coding
     return Response(content, headers=headers)
 
 
@@ -314,9 +335,12 @@ class Guard:
             await send(message)
 
         try:
-            refusal = self._refuse(scope["headers"])
+            inference = scope.get("route") in INFER_ROUTES  # routed already (`App.__call__`): the only compressed
+            refusal = self._refuse(scope["headers"], inference)
             if refusal is not None:
-                response = JSONResponse({"error": str(refusal)}, status_for(refusal))
+                extra = {"Accept-Encoding": ", ".join(CODINGS)} if inference else None  # as Triton says what it reads
+                response = JSONResponse({"error": str(refusal)}, status_for(refusal),
+                                        headers=extra if isinstance(refusal, UnsupportedMediaError) else None)
                 return await response(scope, receive, counted)
             received = 0
 
@@ -342,8 +366,9 @@ class Guard:
             route = scope.get("route") or _route_of(scope)  # refused before routing: match it here
             self.metrics.child(self.metrics.http, getattr(route, "path", "unmatched"), str(code[0] or 500)).inc()
 
-    def _refuse(self, headers: list[tuple[bytes, bytes]]) -> ZooError | None:
-        """Why the request is refused from its headers alone, or None."""
+    def _refuse(self, headers: list[tuple[bytes, bytes]], inference: bool) -> ZooError | None:
+        """Why the request is refused from its headers alone, or None. An inference request
+        may be gzip or deflate (one coding, as Triton reads them); no other request may."""
         length = encoding = None
         for name, value in headers:
             if name == b"content-length":
@@ -357,10 +382,12 @@ class Guard:
                 return PayloadTooLargeError(f"the request body ({int(length)} bytes) exceeds the limit of "
                                             f"{self.limit} bytes")
         if encoding is not None:
-            unsupported = [c for c in (c.strip() for c in encoding.lower().split(b",")) if c not in (b"", b"identity")]
-            if unsupported:
-                return UnsupportedMediaError(f"Content-Encoding {unsupported[0].decode('latin-1')[:40]!r} is not "
-                                             "supported; send the body as is")
+            codings = [c.decode("latin-1") for c in (c.strip() for c in encoding.lower().split(b",")) if c]
+            if set(codings) <= {"identity"} or (inference and len(codings) == 1 and codings[0] in CODINGS):
+                return None
+            where = ("send the body as is, or in one coding: gzip or deflate" if inference else
+                     "send the body as is (only an inference request may be compressed)")
+            return UnsupportedMediaError(f"Content-Encoding {', '.join(codings)[:60]!r} is not supported; {where}")
         return None
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -46,7 +47,7 @@ from ..arguments import domain_items
 from ..arrays import as_numpy
 from ..errors import InputError
 from . import datatypes as dt
-from .errors import ProtocolError
+from .errors import PayloadTooLargeError, ProtocolError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: parameters of extensions this server does not offer -> the extension, for the error message
@@ -434,6 +435,52 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
     if not chunks:
         return head, {"Content-Type": "application/json"}
     return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+# ---------------------------------------------------------------- compressed bodies (inference only, as Triton)
+
+#: the Content-Encodings an inference request body may have, and an answer may be given in
+#: (Triton's HTTP front end: zlib's gzip and its zlib-wrapped "deflate", both read with
+#: window bits 15 | 32, which tells them apart)
+CODINGS = ("gzip", "deflate")
+
+
+def inflate(body: bytes, coding: str, limit: int) -> bytes:
+    """A gzip or deflate request body, decompressed; never more than `limit` bytes (a body
+    that inflates past the request size limit is refused before it is held whole)."""
+    inflater = zlib.decompressobj(15 | 32)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"the request body is not valid {coding} data ({exc})") from None
+    if len(data) > limit:
+        raise PayloadTooLargeError(f"the request body, decompressed, exceeds the limit of {limit} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise ProtocolError(f"the request body is not valid {coding} data (truncated, or followed by other bytes)")
+    return data
+
+
+def response_coding(accept_encoding: str | None) -> str | None:
+    """The coding an answer goes in: of identity, gzip and deflate, the one Accept-Encoding
+    weighs highest (the first among equals, as Triton's CompressionTypeUsed); None for identity."""
+    best, weight = "identity", 0.0
+    for item in (accept_encoding or "").split(","):
+        name, _, params = item.partition(";")
+        name, q = name.strip().lower(), 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                continue
+        if name in ("identity", *CODINGS) and q > weight:
+            best, weight = name, q
+    return None if best == "identity" else best
+
+
+def compress(body: bytes, coding: str) -> bytes:
+    """`body` in `coding` (gzip or deflate) at zlib's default level, as Triton compresses."""
+    packer = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 15 | 16 if coding == "gzip" else 15)
+    return packer.compress(body) + packer.flush()
 
 
 # ---------------------------------------------------------------- clients: requests out, responses in
