@@ -1,7 +1,7 @@
 """`zoo serve` against a real NVIDIA Triton server on the same artifacts: one run, one machine.
 
     .venv/bin/python tools/triton_bench.py OUT.json [--rounds 5] [--duration 3] [--protocols http,grpc,grpc-stream]
-        [--quick]
+        [--client zoo|perf_analyzer] [--quick]
 
 Needs `make triton` (tritonserver 2.51 from the nvidia-pytriton wheel, CPU).
 
@@ -22,7 +22,9 @@ requests/s, each server's CPU time (user + system, from /proc; Triton's with its
 stub processes) per request it answered (its statistics extension's success count, warm-up
 included): what a request costs each server, whatever the load generator costs the machine.
 Also: each server's resident memory, idle, after loading (Triton's with its Python stubs).
-The load generator shares the machine's cores with the servers.
+The load generator shares the machine's cores with the servers. `--client perf_analyzer`
+measures with Triton's own perf_analyzer (C++, the same one-row requests as JSON input
+data) instead: the Python client's CPU no longer competes with the servers.
 """
 
 from __future__ import annotations
@@ -118,16 +120,68 @@ def answered(http: str, model: str) -> int:
     return sum(s["inference_stats"]["success"]["count"] for s in stats["model_stats"])
 
 
+def perf_analyzer_data(url: str, model: str, path: Path, distinct: int = 64) -> Path:
+    """perf_analyzer's --input-data: the same one-row requests `zoo.serve.perf` makes
+    (`request_maker`, same seed), each tensor with its shape (the sequence axes vary)."""
+    import numpy as np
+
+    from zoo.serve.perf import model_metadata, request_maker, target
+
+    meta, info = model_metadata(target(url), served(model))
+    make, rng = request_maker(meta, info, model), np.random.default_rng(0)
+    rows = []
+    for _ in range(distinct):
+        # without the batch axis, which perf_analyzer adds (-b 1)
+        rows.append({k: {"content": np.asarray(v)[0].ravel().tolist(), "shape": list(np.shape(v)[1:])}
+                     for k, v in make(1, rng).items()})
+    path.write_text(json.dumps({"data": rows}))
+    return path
+
+
+def perf_analyzer_point(urls: dict[str, str], model: str, protocol: str, concurrency: int, duration: float,
+                        data: Path) -> dict[str, Any]:
+    """One point measured by Triton's perf_analyzer (C++): three windows of duration/3 s,
+    taken as they come (stability 1000 %), after its own warm-up; its CSV's figures."""
+    from tritonserver import perf_analyzer
+
+    grpc = protocol != "http"
+    url = urls["grpc" if grpc else "http"].split("://")[1]
+    csv = data.with_name(f"pa-{os.getpid()}-{time.monotonic_ns()}.csv")
+    args = ["-m", served(model), "-u", url, "-i", "grpc" if grpc else "http", "--concurrency-range", str(concurrency),
+            "-p", str(max(int(duration * 1000 / 3), 100)), "-s", "1000", "--max-trials", "3", "--input-data",
+            str(data), "-f", str(csv), *(["--streaming"] if protocol == "grpc-stream" else [])]
+    try:
+        done = perf_analyzer(args, timeout=60 + 10 * duration)
+        failure = None if done.returncode == 0 else done.stdout[-2000:]
+    except subprocess.TimeoutExpired as exc:  # a response that never came: the point failed, the sweep goes on
+        failure = f"perf_analyzer did not finish within {exc.timeout:.0f} s"
+    if failure is not None:
+        print(f"{model} {protocol} c{concurrency} at {url}: {failure}", file=sys.stderr)
+        return {"requests_per_s": None, "p50_ms": None, "p99_ms": None, "requests": 0, "errors": 1,
+                "failure": failure}
+    header, row = csv.read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    csv.unlink()
+    count = [line for line in done.stdout.splitlines() if "Request count:" in line]
+    return {"requests_per_s": float(values["Inferences/Second"]), "p50_ms": float(values["p50 latency"]) / 1e3,
+            "p99_ms": float(values["p99 latency"]) / 1e3,
+            "requests": int(count[-1].split(":")[1]) if count else 0, "errors": 0}
+
+
 def point(urls: dict[str, str], pids: list[int], model: str, protocol: str, concurrency: int, duration: float,
-          warmup: float) -> dict[str, Any]:
+          warmup: float, data: Path | None = None) -> dict[str, Any]:
+    """One point by `zoo.serve.perf`, or by perf_analyzer when `data` (its input data) is given."""
     from zoo.serve.perf import sweep
 
     cpu, requests = sum(map(server_cpu, pids)), answered(urls["http"], model)
-    report = sweep(urls["http" if protocol == "http" else "grpc"], served(model), model, [concurrency], [1],
-                   duration=duration, warmup=warmup, distinct=64, metrics_url=urls["http"],
-                   streaming=protocol == "grpc-stream")
+    if data is not None:
+        result = perf_analyzer_point(urls, model, protocol, concurrency, duration, data)
+    else:
+        report = sweep(urls["http" if protocol == "http" else "grpc"], served(model), model, [concurrency], [1],
+                       duration=duration, warmup=warmup, distinct=64, metrics_url=urls["http"],
+                       streaming=protocol == "grpc-stream")
+        result = report["results"][0]
     count = answered(urls["http"], model) - requests
-    result = report["results"][0]
     result["server_cpu_ms_per_request"] = (sum(map(server_cpu, pids)) - cpu) * 1e3 / count if count else None
     return result
 
@@ -167,6 +221,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per point (default %(default)s)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS),
                         help="comma-separated, of http, grpc, grpc-stream (default %(default)s)")
+    parser.add_argument("--client", choices=("zoo", "perf_analyzer"), default="zoo",
+                        help="the load generator: zoo bench --url's (Python, default) or Triton's perf_analyzer (C++, "
+                        "from `make triton`), which leaves the servers more of the machine")
     parser.add_argument("--quick", action="store_true", help="one round of very short points: proves the script "
                         "works, measures nothing")
     args = parser.parse_args()
@@ -197,6 +254,8 @@ def main() -> None:
                 memory = {"zoo": rss(pid) / 2**20, "triton": triton.rss_bytes() / 2**20,
                           "triton_server": rss(triton.proc.pid) / 2**20}
                 pids = {"zoo": [pid], "triton": [triton.proc.pid, *children(triton.proc.pid)]}
+                data = {m: perf_analyzer_data(http, m, work / f"{m}.json") if args.client == "perf_analyzer" else None
+                        for m in MODELS}
                 urls = {"zoo": {"http": http, "grpc": grpc},
                         "triton": {"http": f"http://{triton.http_url}", "grpc": f"grpc://{triton.grpc_url}"}}
                 for k in range(args.rounds):
@@ -205,10 +264,11 @@ def main() -> None:
                         order = ("zoo", "triton") if k % 2 == 0 else ("triton", "zoo")
                         for server in order:
                             runs[model, protocol, c][server].append(
-                                point(urls[server], pids[server], model, protocol, c, args.duration, args.warmup))
+                                point(urls[server], pids[server], model, protocol, c, args.duration, args.warmup,
+                                      data[model]))
         finally:
             triton.stop()
-        report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "client": args.client,
                   "environment": {**environment(), "tritonserver": "2.51 (nvidia-pytriton 0.7.0 wheel)"},
                   "servers": {"zoo": "zoo serve (defaults: ONNX Runtime default threads, config.pbtxt batching)",
                               "triton": "tritonserver, Python backend running the same artifact through "
