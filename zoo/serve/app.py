@@ -338,9 +338,9 @@ class Guard:
             inference = scope.get("route") in INFER_ROUTES  # routed already (`App.__call__`): the only compressed
             refusal = self._refuse(scope["headers"], inference)
             if refusal is not None:
-                extra = {"Accept-Encoding": ", ".join(CODINGS)} if inference else None  # as Triton says what it reads
+                says = inference and isinstance(refusal, UnsupportedMediaError)  # the codings it reads, as Triton
                 response = JSONResponse({"error": str(refusal)}, status_for(refusal),
-                                        headers=extra if isinstance(refusal, UnsupportedMediaError) else None)
+                                        headers={"Accept-Encoding": ", ".join(CODINGS)} if says else None)
                 return await response(scope, receive, counted)
             received = 0
 

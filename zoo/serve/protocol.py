@@ -411,12 +411,13 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
     described, chunks = [], []
     for t in outputs:
         entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        described.append(entry)
         if t.region is not None:
             # written to shared memory: name, datatype and shape only, as Triton answers
             # (http_server.cc); tritonclient's C++ client (perf_analyzer) reads any output
             # `parameters` as binary data and fails without `binary_data_size`
-            pass
-        elif binary.get(t.name):
+            continue
+        if binary.get(t.name):
             raw = dt.to_bytes(t.datatype, t.data)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
@@ -427,7 +428,6 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
                 raise ProtocolError(f"output {t.name!r} holds NaN or infinity, which JSON cannot carry; ask for it "
                                     "as binary data (output parameter binary_data: true)")
             entry["data"] = t.data.reshape(-1).tolist()
-        described.append(entry)
     doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": described}
     if request_id is not None:
         doc["id"] = request_id
