@@ -39,12 +39,27 @@ def failing_backends():
     registry.unload_plugin_file(plugin)
 
 
-@pytest.fixture
-def local_ray():
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+@pytest.fixture(scope="module")
+def _ray_for_the_file():
     yield
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def local_ray(_ray_for_the_file):
+    """A local Ray instance, started once for the tests of this file that use one (about
+    12 s on 2 cores) unless a test in between needed none."""
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _node_ip_address="127.0.0.1")
+
+
+@pytest.fixture
+def without_ray():
+    """No Ray instance in this process: the sweep then connects to the address it is given."""
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def rows(report: dict) -> list[tuple]:
@@ -153,7 +168,7 @@ def test_a_malformed_address_exits_2_with_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("form", ["{}", "ray://{}"])
-def test_an_address_where_nothing_answers_fails_at_once(form, tmp_path):
+def test_an_address_where_nothing_answers_fails_at_once(form, tmp_path, without_ray):
     with socket.socket() as s:  # a port nothing listens on: bound, then closed
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
