@@ -29,7 +29,7 @@ demo: setup
 	$(BIN)/zoo demo
 
 # Test files run in parallel worker processes (pytest-xdist), one file per worker at a time
-# so that a file's module fixtures (exports, servers) are built once: about 15 min instead
+# so that a file's module fixtures (exports, servers) are built once: 13-20 min (by CPU) instead
 # of 29 on 2 cores, since much of the suite waits on servers and subprocesses; each worker's
 # torch runs one thread, and the workers share one ONNX cache (tests/conftest.py). Files go out
 # in collection order, the slowest first (tests/conftest.py: SLOWEST_FIRST), not xdist's
