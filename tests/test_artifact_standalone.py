@@ -323,6 +323,29 @@ def test_with_the_plugin_the_stored_test_vectors_must_reproduce_too(notebook, tm
         zoo.unregister("mlp.notebook")
 
 
+class Rescaled(Mlp):
+    """The same parameters and signature, another forward: the plugin was edited."""
+
+    def forward(self, x):
+        return self.net(x) * 1.5
+
+
+def test_with_the_plugin_a_forward_changed_since_the_export_is_named_not_blamed_on_the_artifact(notebook):
+    """Parity against the rebuilt module said only "differs from PyTorch fp32 by up to
+    ...": the artifact, which still reproduces its test vectors, looked broken."""
+    zoo.register(replace(NOTEBOOK, build=Rescaled))
+    try:
+        with pytest.raises(StaleArtifactError, match=r"artifact mlp\.notebook\.torch\.fp32: mlp\.notebook as plugin "
+                                                     r".* registers it now computes something else than when it was "
+                                                     r"exported \(mlp\.notebook \[fp32\]: output y .*\), while the "
+                                                     r"artifact still reproduces its test vectors: the model's forward "
+                                                     r"changed since the export\. Re-export it"):
+            zoo.verify(notebook[0])
+    finally:
+        zoo.unregister("mlp.notebook")
+    assert zoo.verify(notebook[0])["reference"] == "test vectors"  # without it: as exported
+
+
 def test_a_registered_model_with_another_signature_is_refused(notebook):
     changed = replace(NOTEBOOK, outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),))
     zoo.register(changed)

@@ -64,6 +64,18 @@ PLUGINS = {
                        "    register(zoo.LazyBackend('lazy.broken', lambda: importlib.import_module('fast_engine')))\n"
                        "    register(zoo.LazyBackend('lazy.misnamed', lambda: importlib.import_module('zoo_onnxruntime')"
                        ".OnnxRuntimeBackend()))\n",
+    "misdeclared.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                              "    register(spec('linear.fine'))\n"
+                              "    register(zoo.ModelSpec(\n"
+                              "        name='linear.ranged', domain='tabular', task='classification',\n"
+                              "        inputs=spec('linear.fine').inputs, outputs=spec('linear.fine').outputs,\n"
+                              "        build=lambda: torch.nn.Linear(4, 3), sample=spec('linear.fine').sample,\n"
+                              "        axes={'batch': zoo.AxisRange(32, 8, 1)}))\n",
+    "one_tensor.py": MODEL.replace("inputs=(zoo.TensorSpec(\"features\", \"float32\", (\"batch\", 4)),)",
+                                   "inputs=zoo.TensorSpec(\"features\", \"float32\", (\"batch\", 4))")
+                     + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n    register(spec('linear.one'))\n",
+    "output_axis.py": MODEL.replace("(\"batch\", 3)", "(\"batch\", \"classes\")")
+                      + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n    register(spec('linear.classes'))\n",
     "build_fails.py": MODEL + "\n\ndef build():\n    import zoo_no_such_library  # noqa: F401\n\n\n"
                               "@zoo.hookimpl\ndef zoo_register_models(register):\n"
                               "    register(spec('linear.unbuildable', build))\n",
@@ -97,13 +109,42 @@ def test_each_broken_plugin_file_is_one_warning_and_the_rest_still_list(plugin, 
     models, stderr = listing(zoo_cli(*args, "list", "--json", cwd=tmp_path))
     assert sorted(stderr) == sorted([
         f"warning: plugin file {broken[0]} failed to load: No module named 'zoo_no_such_library'; it is left out",
-        "warning: plugin raising.py failed in zoo_register_models: the model server is down; its models are left out",
+        "warning: plugin raising.py failed in zoo_register_models at raising.py:19 (raise RuntimeError('the model "
+        "server is down')): the model server is down; its models are left out",
         "warning: plugin confused.py registered a model without a name: 'linear.other'; its models are left out",
         "warning: plugin no_hookimpl.py implements no zoo hook; did you forget @zoo.hookimpl?",
     ])
     assert {"linear.good", "resnet8.digits"} <= models
     # left out whole: what a broken plugin registered before it failed is not listed either
     assert not {"linear.raising", "linear.confused", "linear.undecorated"} & models
+
+
+def test_a_misdeclared_spec_is_named_by_its_line_and_field_and_its_models_by_the_plugin(plugin, tmp_path):
+    """An AxisRange(min > opt) and a TensorSpec passed where a tuple of them goes were
+    warned of without the model or the field ("axis range must satisfy 1 <= min <= opt <=
+    max", "'TensorSpec' object is not iterable"), and asking for the model then answered
+    "unknown model ...; did you mean" some other model. An output axis no input has and
+    without a range was taken, and Triton's config said -1 for it."""
+    lines = {
+        "misdeclared.py": "warning: plugin misdeclared.py failed in zoo_register_models at misdeclared.py:23 "
+                          "(axes={'batch': zoo.AxisRange(32, 8, 1)}))): AxisRange(min=32, opt=8, max=1): an axis "
+                          "range must satisfy 1 <= min <= opt <= max (smallest, typical, largest), and here min 32 "
+                          "> opt 8; its models are left out",
+        "one_tensor.py": "warning: plugin one_tensor.py failed in zoo_register_models at one_tensor.py:8 "
+                         "(return zoo.ModelSpec(): model linear.one: `inputs` is one zoo.TensorSpec; it takes a "
+                         "tuple of them: inputs=(zoo.TensorSpec(...),), with the comma; its models are left out",
+        "output_axis.py": "warning: plugin output_axis.py failed in zoo_register_models at output_axis.py:8 "
+                          "(return zoo.ModelSpec(): model linear.classes: output 'logits' has axes ['classes'], "
+                          "which no input has and which have no range in `axes`: give the size where it is fixed "
+                          "(as (\"batch\", 3)), or a range in `axes` where it varies with the inputs' values (the "
+                          "boxes a detector keeps); its models are left out"}
+    for name, line in lines.items():
+        models, stderr = listing(zoo_cli("--plugin", plugin(name), "list", "--json", cwd=tmp_path))
+        assert stderr == [line] and "resnet8.digits" in models
+    asked = zoo_cli("--plugin", plugin("misdeclared.py"), "info", "linear.ranged", cwd=tmp_path)
+    assert asked.returncode == 2 and asked.stderr.splitlines()[-1] == (
+        "error: unknown model 'linear.ranged'; plugin misdeclared.py registered no models, as it "
+        + lines["misdeclared.py"].split("plugin misdeclared.py ", 1)[1].removesuffix("; its models are left out"))
 
 
 def test_a_plugin_in_zoo_plugins_that_fails_to_import_is_reported_once(plugin, tmp_path, monkeypatch,

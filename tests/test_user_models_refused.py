@@ -21,6 +21,7 @@ import torch
 
 import zoo
 from zoo.check import check
+from zoo.export import reference_module
 from zoo.errors import ExportError, SpecError, VerificationError, ZooError
 from zoo.inputs import CheckedRunner
 
@@ -218,14 +219,55 @@ def test_onnx_export_refuses_a_branch_on_a_dynamic_axis(tmp_path, backend):
         zoo.export(SPECS["clip.seqbranch"], backend=backend, random_init=True, repository=tmp_path)
 
 
-def test_zoo_check_says_a_forward_that_fails_at_a_longer_length_instead_of_crashing(tmp_path):
-    """The padding probe runs the forward at a length the samples never had (8 padded to
-    11): a reshape into pairs raises there. `zoo check` names it, and the export refuses
-    the guard (the test below)."""
+def test_zoo_check_refuses_a_forward_that_fails_at_a_length_inside_the_range(tmp_path):
+    """A reshape into pairs raises at an odd length, which the samples (8) and the range's
+    ends (2, 8, 32) never have: `zoo check` passed it with a padding warning ("batched only
+    with requests of the same length"), though the server takes length 9 and every backend
+    then fails on it."""
     checked = zoo_check("pairs.reshaped", tmp_path)
-    assert checked.returncode == 0 and "Traceback" not in checked.stderr, checked.stderr
-    assert "pairs.reshaped: it fails with seq padded from 8 to 11 (RuntimeError: shape" in checked.stderr, \
-        checked.stderr
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    assert ("error: pairs.reshaped: the forward fails at seq = 9, inside the spec's range 2 to 32 (RuntimeError: "
+            "shape '[1, -1, 8]' is invalid") in checked.stderr, checked.stderr
+    assert "ragged batching" not in checked.stderr
+
+
+UNET = Path(__file__).parent / "user_plugins" / "unet.py"
+
+
+def unet_specs() -> dict[str, zoo.ModelSpec]:
+    loaded = importlib.util.spec_from_file_location("unet_plugin", UNET)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    specs: list[zoo.ModelSpec] = []
+    module.zoo_register_models(specs.append)
+    return {s.name: s for s in specs}
+
+
+def test_a_unet_that_takes_only_multiples_of_four_is_refused_and_one_that_pads_exports(tmp_path):
+    """Two poolings and skip connections: heights and widths of 16, 32 and 128 (the range's
+    ends and the sample) work, 33 does not. `zoo check` passed it (with a padding warning),
+    and only the export refused it; now the check names the size and the fix. The same
+    network padding its input to a multiple of 4 inside forward passes and exports."""
+    specs = unet_specs()
+    report = check(specs["unet.tiny"], specs["unet.tiny"].build().eval())
+    assert [c.name for c in report.checks if c.problems] == ["sizes"]
+    assert report.failures == [
+        f"unet.tiny: the forward fails at {axis} = 33, inside the spec's range 16 to 128 (RuntimeError: Sizes of "
+        f"tensors must match except in dimension 1. Expected size 32 but got size 33 for tensor number 1 in the "
+        f"list; the sample at batch 1 cut or repeated along {axis} from 32): the server takes every size in the "
+        f"range, so let the forward take each (pad the input inside forward to a size it takes and cut the output "
+        f"back), or declare the axis static, AxisRange(n, n, n)" for axis in ("height", "width")]
+    with pytest.raises(SpecError, match="unet.tiny: the forward fails at height = 33"):
+        zoo.export(specs["unet.tiny"], backend="onnxruntime", random_init=True, repository=tmp_path / "tiny")
+    padded = specs["unet.padded"]
+    assert check(padded, padded.build().eval()).passed
+    art = zoo.export(padded, backend="onnxruntime", random_init=True, repository=tmp_path / "padded")
+    image = np.random.default_rng(1).standard_normal((2, 3, 35, 19)).astype(np.float32)  # neither a multiple of 4
+    module, _ = reference_module(padded, random_init=True)
+    with torch.inference_mode():
+        want = module(torch.from_numpy(image)).numpy()
+    got = art.load()({"image": image})["mask_logits"]
+    assert got.shape == (2, 2, 35, 19) and np.abs(got - want).max() < 1e-4
 
 
 def test_onnx_export_refuses_a_forward_that_needs_an_even_length(tmp_path):

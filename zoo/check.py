@@ -53,7 +53,7 @@ from .arrays import as_numpy
 from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .inputs import dataset_splits, load_split
-from .padding import padding_safe, ragged_axes
+from .padding import PAD, padding_safe, ragged_axes
 from .vectors import check_ends
 from .verify import RELATIVE_BELOW
 
@@ -147,6 +147,8 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         report.checks.append(Check("value_range", spec.axes["batch"].min, _range_ends(spec, module, bounded, seed)))
     if report.passed and len(bounded) < len(integer) and device == "cpu":
         report.warnings += _unbounded_ids(spec, module, [t for t in integer if t.value_range is None], seed)
+    if report.passed and ragged_axes(spec):
+        report.checks.append(Check("sizes", spec.axes["batch"].min, _other_sizes(spec, module, device, seed)))
     if report.passed and ragged_axes(spec):
         safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
         if not safe:
@@ -244,6 +246,34 @@ def _moved(now: Any, kept: Any, saved: Any) -> bool:
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and (
         torch.equal(a, b) or (a.is_floating_point() and bool(torch.isclose(a, b, 0, 0, equal_nan=True).all())))
+
+
+def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: int) -> list[str]:
+    """Sizes of each dynamic axis but the batch that the samples do not have, inside the
+    spec's range: one and PAD past the sampled size (or one short of it at the range's end),
+    the sample at the smallest batch cut or repeated along the axis (`at_length`). A forward
+    that takes only some sizes (a U-Net's skip connections: multiples of its downsampling;
+    a reshape into pairs: even lengths) passed every sample and every end of the range, and
+    then failed the request of another size the server let through. One line per axis."""
+    from .bench.measure import at_length, lengths_of
+
+    batch = spec.axes["batch"].min
+    inputs = spec.sample(batch, np.random.default_rng(seed))
+    problems = []
+    for axis, size in lengths_of(spec, inputs).items():
+        r = spec.axes[axis]
+        tried = sorted({n for n in (size + 1, size + PAD) if n <= r.max} or ({size - 1} if size > r.min else set()))
+        for n in tried:
+            try:
+                _run(module, spec, at_length(spec, inputs, axis, n), device)
+            except Exception as exc:  # noqa: BLE001 - the plugin's forward at a size inside the range
+                problems.append(f"{spec.name}: the forward fails at {axis} = {n}, inside the spec's range {r.min} to "
+                                f"{r.max} ({type(exc).__name__}: {first_line(exc).rstrip('.')}; the sample at batch {batch} cut "
+                                f"or repeated along {axis} from {size}): the server takes every size in the range, "
+                                f"so let the forward take each (pad the input inside forward to a size it takes and cut "
+                                f"the output back), or declare the axis static, AxisRange(n, n, n)")
+                break
+    return problems
 
 
 def _unbounded_ids(spec: ModelSpec, module: torch.nn.Module, integer: list[TensorSpec], seed: int) -> list[str]:

@@ -31,6 +31,7 @@ import importlib.util
 import logging
 import os
 import sys
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -80,6 +81,8 @@ _entry_points_loaded = False
 plugin_files: list[str] = []
 #: what users read for a plugin name: "zoo-vision (vision)" for an entry point, a file's name
 _labels: dict[str, str] = {}
+#: the plugins a hook left out at the last collection, by kind ("model", "backend"), label -> why
+_left_out: dict[str, dict[str, str]] = {"model": {}, "backend": {}}
 #: where a plugin comes from, by label: {"distribution": name, "version": v} or {"file": name};
 #: manifests record it, so an artifact can say what to install when its plugin is absent
 _origins: dict[str, dict[str, str]] = {}
@@ -242,6 +245,7 @@ def _collect(hook: pluggy.HookCaller, kind: str, *cls: type) -> dict[str, tuple[
     A plugin whose hook raises or registers something that is not a `cls` is left out of
     this hook, all of it (half a plugin's models would be a puzzle), with a warning."""
     found: dict[str, tuple[object, str]] = {}
+    _left_out[kind] = {}
     for impl in hook.get_hookimpls():
         label = _label(impl.plugin)
         items: list[Any] = []
@@ -253,15 +257,28 @@ def _collect(hook: pluggy.HookCaller, kind: str, *cls: type) -> dict[str, tuple[
             impl.function(register=register)
             wrong = next(filter(None, (_wrong(item, kind, *cls) for item in items)), None)
         except Exception as exc:
-            wrong = f"failed in {hook.name}: {first_line(exc)}"
+            wrong = f"failed in {hook.name}{_where(exc, impl.function)}: {first_line(exc)}"
         if wrong:
             _warn(label, f"plugin {label} {wrong}; its {kind}s are left out")
+            _left_out[kind][label] = wrong
             continue
         for item in items:
             if item.name in found:
                 raise PluginError(f"{kind} {item.name!r} is registered twice: by {found[item.name][1]} and by {label}")
             found[item.name] = (item, label)
     return found
+
+
+def _where(exc: BaseException, hook: Callable) -> str:
+    """" at FILE:LINE (CODE)", the last line of the plugin's hook module that the failure
+    passed through: an AxisRange or TensorSpec knows neither its model nor its field, the
+    line that builds it does."""
+    file = getattr(getattr(hook, "__code__", None), "co_filename", None)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == file]
+    if not frames:
+        return ""
+    line = (frames[-1].line or "").strip()
+    return f" at {Path(file).name}:{frames[-1].lineno}" + (f" ({line[:160]})" if line else "")
 
 
 def _wrong(item: object, kind: str, *cls: type) -> str | None:
@@ -392,7 +409,8 @@ def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
         # a shared family (`resnet8.nosuch`), else a misspelling (`resnt8.digits`)
         close = [n for n in table if name.split(".")[0] in n] or difflib.get_close_matches(name, list(table), 5, 0.75)
         hint = f"; did you mean {', '.join(close[:5])}?" if close else "; `zoo list` shows them all"
-        raise UnknownModelError(f"unknown model {name!r}{hint}")
+        failed = "".join(f"; plugin {label} registered no models, as it {why}" for label, why in _left_out["model"].items())
+        raise UnknownModelError(f"unknown model {name!r}{failed or hint}")
     return _spec(name).configure(**config)
 
 

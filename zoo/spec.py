@@ -143,8 +143,16 @@ class AxisRange:
     max: int
 
     def __post_init__(self) -> None:
+        values = (self.min, self.opt, self.max)
+        if not all(_is_int(v) for v in values):
+            raise ZooError(f"{self}: an axis range is three integer sizes, smallest, typical and largest, as "
+                           f"AxisRange(1, 8, 32)")
         if not 1 <= self.min <= self.opt <= self.max:
-            raise ZooError(f"axis range must satisfy 1 <= min <= opt <= max, got {self}")
+            broken = next(f"{a} {x} > {b} {y}" for a, x, b, y in (("1", 1, "min", self.min),
+                                                                   ("min", self.min, "opt", self.opt),
+                                                                   ("opt", self.opt, "max", self.max)) if x > y)
+            raise ZooError(f"{self}: an axis range must satisfy 1 <= min <= opt <= max (smallest, typical, "
+                           f"largest), and here {broken}")
 
 
 @dataclass(frozen=True)
@@ -345,6 +353,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ZooError(f"model name {self.name!r} must be lowercase `arch.tag` (letters, digits, _ and -)")
+        self._check_fields()
         if "batch" not in self.axes:
             raise ZooError(f"model {self.name}: axes must include 'batch'")
         if (self.preprocess is None) != (self.raw_kind is None):
@@ -392,6 +401,31 @@ class ModelSpec:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:
                 raise ZooError(f"model {self.name}: input {t.name} uses axes {missing} with no range in `axes`")
+        sized = {a for t in self.inputs for a in t.dynamic_axes.values()}
+        for t in self.outputs:  # Triton's config would say -1 there, and nothing would check the size
+            unsized = [a for a in t.dynamic_axes.values() if a not in sized and a not in self.axes]
+            if unsized:
+                raise ZooError(f"model {self.name}: output {t.name!r} has axes {unsized}, which no input has and "
+                               f"which have no range in `axes`: give the size where it is fixed (as "
+                               f"(\"batch\", 3)), or a range in `axes` where it varies with the inputs' values "
+                               f"(the boxes a detector keeps)")
+
+    def _check_fields(self) -> None:
+        """`inputs` and `outputs` are sequences of TensorSpec (a list is kept as a tuple),
+        `axes` maps axis names to AxisRange: each error names the model and the field."""
+        for kind in ("inputs", "outputs"):
+            tensors = getattr(self, kind)
+            if isinstance(tensors, TensorSpec):
+                raise ZooError(f"model {self.name}: `{kind}` is one zoo.TensorSpec; it takes a tuple of them: "
+                               f"{kind}=(zoo.TensorSpec(...),), with the comma")
+            if not isinstance(tensors, (tuple, list)) or not all(isinstance(t, TensorSpec) for t in tensors):
+                raise ZooError(f"model {self.name}: `{kind}` must be a tuple of zoo.TensorSpec, got "
+                               f"{type(tensors).__name__}: {str(tensors)[:200]}")
+            object.__setattr__(self, kind, tuple(tensors))
+        if not isinstance(self.axes, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, AxisRange) for k, v in self.axes.items()):
+            raise ZooError(f"model {self.name}: `axes` must map each axis name to a zoo.AxisRange, as "
+                           f"{{\"batch\": zoo.AxisRange(1, 8, 32)}}, got {str(self.axes)[:200]}")
 
     @property
     def trainable(self) -> bool:
