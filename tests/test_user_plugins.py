@@ -133,14 +133,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(work):
-    """`zoo serve` of the repository, with no plugin loaded."""
+@contextlib.contextmanager
+def serving(work: Path, *plugins: str):
+    """`zoo serve` of the repository with these `--plugin` arguments; its host:port."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
-    log = open(work / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", "exports", "--port", str(port), "--grpc-port", "0",
-                             "--threads", "1"],
+    log_file = work / f"serve{len(plugins)}.log"
+    log = open(log_file, "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", *plugins, "serve", "exports", "--port", str(port),
+                             "--grpc-port", "0", "--threads", "1"],
                             cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     import httpx
 
@@ -148,7 +149,7 @@ def server(work):
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            assert proc.poll() is None, (work / "serve.log").read_text()
+            assert proc.poll() is None, log_file.read_text()
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"http://{url}/v2/health/ready", timeout=2).status_code == 200:
                     break
@@ -158,6 +159,66 @@ def server(work):
         proc.kill()
         proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(work):
+    """`zoo serve` of the repository, with no plugin loaded."""
+    with serving(work) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def cancer_server(work):
+    """`zoo serve` of the repository with mlp.cancer's plugin, which reads its CSV rows."""
+    with serving(work, *plugin("mlp.cancer")) as url:
+        yield url
+
+
+#: rows 0 and 19 of scikit-learn's breast-cancer data: a malignant tumour, a benign one
+ROWS = ["17.99,10.38,122.8,1001.0,0.1184,0.2776,0.3001,0.1471,0.2419,0.07871,1.095,0.9053,8.589,153.4,0.006399,"
+        "0.04904,0.05373,0.01587,0.03003,0.006193,25.38,17.33,184.6,2019.0,0.1622,0.6656,0.7119,0.2654,0.4601,0.1189",
+        "13.54,14.36,87.46,566.3,0.09779,0.08129,0.06664,0.04781,0.1885,0.05766,0.2699,0.7886,2.058,23.56,0.008462,"
+        "0.0146,0.02387,0.01315,0.0198,0.0023,15.11,19.26,99.7,711.2,0.144,0.1773,0.239,0.1288,0.2977,0.07259"]
+
+
+def diagnoses(result: subprocess.CompletedProcess) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return [r["diagnosis"] for r in json.loads(result.stdout)["results"]]
+
+
+def test_the_trained_model_diagnoses_csv_rows_here_and_through_a_server_with_its_plugin(work, cancer_server):
+    local = zoo_cli(*plugin("mlp.cancer"), "predict", "mlp.cancer", *ROWS, "--artifact", name("mlp.cancer"),
+                    "-r", "exports", "--json", cwd=work)
+    assert diagnoses(local) == ["malignant", "benign"]
+    remote = zoo_cli("predict", name("mlp.cancer"), *ROWS, "--url", f"http://{cancer_server}", "--json", cwd=work)
+    assert diagnoses(remote) == ["malignant", "benign"]
+
+
+def test_items_sent_as_another_datatype_are_named_as_such(cancer_server):
+    """CSV rows sent as FP32 (or UINT8 bytes) were answered "missing ['features'],
+    unexpected ['csvrow']", as if the model took no items."""
+    import tritonclient.http as triton
+
+    client = triton.InferenceServerClient(cancer_server)
+    for datatype, value in (("FP32", np.zeros((1,), np.float32)), ("UINT8", np.frombuffer(ROWS[0].encode(), np.uint8))):
+        given = triton.InferInput("csvrow", list(value.shape), datatype)
+        given.set_data_from_numpy(value)
+        with pytest.raises(triton.InferenceServerException) as refused:
+            client.infer(name("mlp.cancer"), [given])
+        assert (f"input 'csvrow' has datatype {datatype}; model {name('mlp.cancer')} takes one BYTES input 'csvrow' "
+                f"of csvrow items, or its tensors ['features']") in refused.value.message()
+
+
+def test_predict_against_a_server_without_the_plugin_names_the_plugin(work, server):
+    """The client said the model "takes no domain-native inputs (it takes tensors)"; the
+    server knew (from the artifact) which plugin file reads its items."""
+    refused = zoo_cli("predict", name("mlp.cancer"), ROWS[0], "--url", f"http://{server}", cwd=work)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert (f"model {name('mlp.cancer')} on http://{server} takes no domain-native inputs there: model mlp.cancer "
+            f"was defined by the plugin file tabular_int8.py; load it (`zoo --plugin tabular_int8.py`, or ZOO_PLUGINS) "
+            f"to send it csvrow items; this server has not loaded it; send its tensors ['features'] instead"
+            ) in " ".join(refused.stderr.split()), refused.stderr
 
 
 @pytest.mark.parametrize("model", MODELS)

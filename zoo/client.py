@@ -103,7 +103,12 @@ class Client:
     def no_domain_native(self, model: str) -> str:
         """Why `model` on this server takes no domain-native items: it takes tensors (zoo serve
         says so), or the server does not advertise them (its metadata has no `zoo` block, as Triton's)."""
-        if "zoo" in self.metadata(model):
+        metadata = self.metadata(model)
+        if "zoo" in metadata:
+            unavailable = metadata["zoo"].get("domain_native_unavailable")
+            if unavailable:  # the artifact's model takes them, through a plugin that server lacks
+                return (f"model {model} on {self.url} takes no domain-native inputs there: {unavailable}; send "
+                        f"its tensors {[t['name'] for t in metadata.get('inputs', [])]} instead")
             return f"model {model} on {self.url} takes no domain-native inputs (it takes tensors)"
         return (f"server {self.url} does not advertise domain-native inputs for model {model}: zoo serve "
                 f"advertises them in its model metadata, Triton and other servers do not; send the model's "

@@ -161,10 +161,14 @@ class ServedModel:
         if kind is None:
             self._refuse_items_without_plugin(request)
             return None
-        if len(request.inputs) != 1 or request.inputs[0].datatype != "BYTES" or request.inputs[0].name != kind:
+        if len(request.inputs) != 1 or request.inputs[0].name != kind:
             return None
-        if any(t.name == kind and t.dtype == "string" for t in self.spec.inputs):
-            return None  # the model's own tensor input has this name: the tensor path takes it
+        if self._a_tensor_of_its_own(request):
+            return None
+        datatype = request.inputs[0].datatype
+        if datatype != "BYTES":  # its items as another datatype: not "missing [the tensors]"
+            raise InputError(f"input {kind!r} has datatype {datatype}; model {self.name} takes one BYTES input "
+                             f"{kind!r} of {kind} items, or its tensors {[t.name for t in self.spec.inputs]}")
         t = request.inputs[0]
         limit = self.max_items
         if len(t.shape) != 1 or not 1 <= t.shape[0] <= limit:
@@ -179,20 +183,40 @@ class ServedModel:
                     raise InputError(f"{kind} item {k} is not valid UTF-8") from None
         return items
 
+    def _a_tensor_of_its_own(self, request: InferRequest) -> bool:
+        """Whether the request's one input, named as the model's items are, is the model's own
+        tensor of that name (a BYTES tensor, or one of another type sent as that type): the
+        tensor path takes it. BYTES sent for a numeric tensor of the items' name are items."""
+        given = request.inputs[0]
+        own = next((t for t in self.spec.inputs if t.name == given.name), None)
+        return own is not None and (own.dtype == "string" or given.datatype != "BYTES")
+
     def _refuse_items_without_plugin(self, request: InferRequest) -> None:
         """Items of the kind the artifact's model takes through its plugin (its manifest says
         which), sent to a server without that plugin: say what to install, not which tensors
         are missing."""
         model = self.artifact.manifest["model"]
         recorded = model.get("raw_input")
-        if not recorded or len(request.inputs) != 1 or request.inputs[0].name != recorded \
-                or request.inputs[0].datatype != "BYTES" \
-                or any(t.name == recorded and t.dtype == "string" for t in self.spec.inputs):  # its own BYTES tensor
+        if not recorded or len(request.inputs) != 1 or request.inputs[0].name != recorded:
+            return
+        if self._a_tensor_of_its_own(request):
             return
         from ..standalone import needs_plugin
 
         raise InputError(f"{needs_plugin(model, f'send it {recorded} items')}; this server has not loaded it, so "
                          f"send the tensors {[t.name for t in self.spec.inputs]} instead (GET /v2/models/{self.name})")
+
+    def _without_plugin(self) -> str | None:
+        """Why this server takes no domain-native items for a model whose artifact records
+        that it takes some (its plugin, which preprocesses them, is not loaded here); None
+        where it takes them or the model never did."""
+        model = self.artifact.manifest["model"]
+        recorded = model.get("raw_input")
+        if not recorded or self.spec.raw_kind:
+            return None
+        from ..standalone import needs_plugin
+
+        return f"{needs_plugin(model, f'send it {recorded} items')}; this server has not loaded it"
 
     @property
     def max_items(self) -> int:
@@ -267,7 +291,9 @@ class ServedModel:
                     "device": self.artifact.device,
                     "axes": {k: [r.min, r.opt, r.max] for k, r in self.spec.axes.items()},
                     "parity": m.get("parity"), "domain_check": m.get("domain"), "metric": m.get("metric"),
-                    "batching": self.policy.to_json(), "domain_native": raw, "state": self.state,
+                    "batching": self.policy.to_json(), "domain_native": raw,
+                    **({"domain_native_unavailable": unavailable} if (unavailable := self._without_plugin()) else {}),
+                    "state": self.state,
                     "value_ranges": {t.name: list(t.value_range) for t in self.spec.inputs if t.value_range}},
         }
 
