@@ -250,8 +250,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: int) -> list[str]:
     """Sizes of each dynamic axis but the batch that the samples do not have, inside the
-    spec's range: one and PAD past the sampled size (or one short of it at the range's end),
-    the sample at the smallest batch cut or repeated along the axis (`at_length`). A forward
+    spec's range: one and PAD past the sampled size, the sample at the smallest batch
+    repeated along the axis (`at_length`). A forward
     that takes only some sizes (a U-Net's skip connections: multiples of its downsampling;
     a reshape into pairs: even lengths) passed every sample and every end of the range, and
     then failed the request of another size the server let through. One line per axis."""
@@ -262,14 +262,15 @@ def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: in
     problems = []
     for axis, size in lengths_of(spec, inputs).items():
         r = spec.axes[axis]
-        tried = sorted({n for n in (size + 1, size + PAD) if n <= r.max} or ({size - 1} if size > r.min else set()))
+        tried = sorted({n for n in (size + 1, size + PAD) if n <= r.max})  # longer only: repeated content keeps
+        # every length or index into the axis valid (cut, it may not be: `zoo check`'s axis ends do that)
         for n in tried:
             try:
                 _run(module, spec, at_length(spec, inputs, axis, n), device)
             except Exception as exc:  # noqa: BLE001 - the plugin's forward at a size inside the range
                 problems.append(f"{spec.name}: the forward fails at {axis} = {n}, inside the spec's range {r.min} to "
-                                f"{r.max} ({type(exc).__name__}: {first_line(exc).rstrip('.')}; the sample at batch {batch} cut "
-                                f"or repeated along {axis} from {size}): the server takes every size in the range, "
+                                f"{r.max} ({type(exc).__name__}: {first_line(exc).rstrip('.')}; the sample at batch {batch} "
+                                f"repeated along {axis} from {size}): the server takes every size in the range, "
                                 f"so let the forward take each (pad the input inside forward to a size it takes and cut "
                                 f"the output back), or declare the axis static, AxisRange(n, n, n)")
                 break
