@@ -11,6 +11,7 @@ rows (model, backend, precision, device, batch, status, and the reason of a fail
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ ray = pytest.importorskip("ray", reason="zoo[ray] is not installed")
 
 import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
+from zoo.errors import UsageError  # noqa: E402
 
 MODELS = [zoo.get_model("resnet8.digits").tiny()]
 FAST = {"warmup": 1, "min_time": 0.05, "min_iters": 5, "batch_sizes": [1, 2], "timeout": 300}
@@ -177,6 +179,21 @@ def test_an_address_where_nothing_answers_fails_at_once(form, tmp_path, without_
     with pytest.raises(zoo.ZooError, match=f"--ray {address}: nothing answers at 127.0.0.1:{port}"):
         zoo.benchmark(MODELS, ["onnxruntime"], repository=tmp_path, random_init=True, ray=address, **FAST)
     assert time.monotonic() - start < 10
+
+
+def test_another_address_than_the_instance_in_use_is_refused_not_swapped(tmp_path, local_ray):
+    """With Ray already started in the process (a notebook), `--ray HOST:PORT` of another
+    cluster ran the sweep on the local instance and said nothing."""
+    current = ray.get_runtime_context().gcs_address
+    host, _, port = current.rpartition(":")
+    other = f"{host}:{int(port) + 1}"
+    with pytest.raises(UsageError, match=re.escape(f"--ray {other}: this process already uses the Ray instance at "
+                                                   f"{current} (`ray.init` was called before)")):
+        zoo.benchmark(MODELS, ["onnxruntime"], repository=tmp_path, random_init=True, ray=other, **FAST)
+    with pytest.raises(UsageError, match=r"--ray ray://127\.0\.0\.1:10001: this process already uses"):
+        zoo.benchmark(MODELS, ["onnxruntime"], repository=tmp_path, random_init=True, ray="ray://127.0.0.1:10001",
+                      **FAST)
+    assert ray.is_initialized()  # left as it was
 
 
 def test_sigterm_shuts_ray_down_without_a_crash_dump(tmp_path):

@@ -30,7 +30,8 @@ joins the cluster this machine belongs to; "ray://HOST:PORT" connects a Ray clie
 server listens on 10001 by default) and "HOST:PORT" a head node's GCS (6379 by default).
 Any other form is a usage error, and an address where nothing answers a TCP connection
 within `PROBE_TIMEOUT` seconds an error, before `ray.init` (which would retry for minutes).
-An instance already started in this process (`ray.init` in a notebook or a test) is used as is.
+An instance already started in this process (`ray.init` in a notebook or a test) is used as is
+for "local", "auto" and its own address; another explicit address is a usage error.
 """
 
 from __future__ import annotations
@@ -63,6 +64,44 @@ def endpoint(address: str) -> tuple[str, int] | None:
     if not host or port is None or parts.netloc != inner or "@" in inner:
         raise UsageError(f"--ray {address}: not a Ray address; give {FORMS}")
     return host, port
+
+
+def _refuse_another_address(ray: Any, address: str) -> None:
+    """An instance this process already uses (`ray.init` in a notebook) is used as is for
+    "local" and "auto", and for the address it is connected to; another explicit address
+    is refused, not silently swapped for it."""
+    where = endpoint(address)
+    if where is None:
+        return
+    client = ray.util.client.ray.is_connected()
+    if client and address.startswith("ray://"):
+        return  # a Ray client's server does not say which one it is: the user connected it
+    current = None if client else ray.get_runtime_context().gcs_address
+    if current is not None and not address.startswith("ray://"):
+        host, _, port = current.rpartition(":")
+        if int(port) == where[1] and _same_host(host, where[0]):
+            return
+    raise UsageError(f"--ray {address}: this process already uses the Ray instance at "
+                     f"{'a Ray client server' if client else current} (`ray.init` was called before); "
+                     f"call `ray.shutdown()` first to sweep on {address}, or pass --ray local to use the one it has")
+
+
+def _same_host(a: str, b: str) -> bool:
+    """Whether two host names or addresses name the same machine: the same address, or
+    both addresses of this one (a socket binds to each)."""
+    def local(ip: str) -> bool:
+        try:
+            with socket.socket() as s:
+                s.bind((ip, 0))
+            return True
+        except OSError:
+            return False
+
+    try:
+        ia, ib = socket.gethostbyname(a), socket.gethostbyname(b)
+    except OSError:
+        return False
+    return ia == ib or (local(ia) and local(ib))
 
 
 def check_reachable(address: str) -> None:
@@ -126,7 +165,9 @@ def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, add
     """Submit every job (None: a hole, answered None), then yield each outcome in order."""
     ray = _ray()
     started = False
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        _refuse_another_address(ray, address)
+    else:
         check_reachable(address)
         try:
             ray.init(address=None if address == "local" else address, include_dashboard=False,
