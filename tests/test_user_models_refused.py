@@ -28,8 +28,9 @@ from zoo.inputs import CheckedRunner
 PLUGIN = Path(__file__).parent / "user_plugins" / "refused.py"
 
 
-def plugin_specs() -> dict[str, zoo.ModelSpec]:
-    loaded = importlib.util.spec_from_file_location("refused_plugin", PLUGIN)
+def plugin_specs(path: Path = PLUGIN) -> dict[str, zoo.ModelSpec]:
+    """What the plugin file registers, by name, loaded as `zoo --plugin` loads it."""
+    loaded = importlib.util.spec_from_file_location(f"{path.stem}_plugin", path)
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     specs: list[zoo.ModelSpec] = []
@@ -234,21 +235,12 @@ def test_zoo_check_refuses_a_forward_that_fails_at_a_length_inside_the_range(tmp
 UNET = Path(__file__).parent / "user_plugins" / "unet.py"
 
 
-def unet_specs() -> dict[str, zoo.ModelSpec]:
-    loaded = importlib.util.spec_from_file_location("unet_plugin", UNET)
-    module = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(module)
-    specs: list[zoo.ModelSpec] = []
-    module.zoo_register_models(specs.append)
-    return {s.name: s for s in specs}
-
-
 def test_a_unet_that_takes_only_multiples_of_four_is_refused_and_one_that_pads_exports(tmp_path):
     """Two poolings and skip connections: heights and widths of 16, 32 and 128 (the range's
     ends and the sample) work, 33 does not. `zoo check` passed it (with a padding warning),
     and only the export refused it; now the check names the size and the fix. The same
     network padding its input to a multiple of 4 inside forward passes and exports."""
-    specs = unet_specs()
+    specs = plugin_specs(UNET)
     report = check(specs["unet.tiny"], specs["unet.tiny"].build().eval())
     assert [c.name for c in report.checks if c.problems] == ["sizes"]
     assert report.failures == [
