@@ -28,6 +28,9 @@ runner and the server refuse it by name. An integer input with `value_range` is 
 ends of it (every such input at its low end, then at its high end, at the smallest batch):
 a forward that raises there (ids up to 100 into a table of 100 rows) fails the check,
 naming the input, the value and the error, since the server takes every value in range.
+Likewise each dynamic axis but the batch is run one and three past its sampled size (the
+sample repeated along it): a forward that takes only some sizes of its range (a U-Net's
+skip connections, a reshape into pairs) fails the check there.
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
@@ -268,11 +271,12 @@ def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: in
             try:
                 _run(module, spec, at_length(spec, inputs, axis, n), device)
             except Exception as exc:  # noqa: BLE001 - the plugin's forward at a size inside the range
+                error = f"{type(exc).__name__}: {first_line(exc).rstrip('.')}"
                 problems.append(f"{spec.name}: the forward fails at {axis} = {n}, inside the spec's range {r.min} to "
-                                f"{r.max} ({type(exc).__name__}: {first_line(exc).rstrip('.')}; the sample at batch {batch} "
-                                f"repeated along {axis} from {size}): the server takes every size in the range, "
-                                f"so let the forward take each (pad the input inside forward to a size it takes and cut "
-                                f"the output back), or declare the axis static, AxisRange(n, n, n)")
+                                f"{r.max} ({error}; the sample at batch {batch} repeated along {axis} from {size}): "
+                                f"the server takes every size in the range, so let the forward take each (pad the "
+                                f"input inside forward to a size it takes and cut the output back), or declare the "
+                                f"axis static, AxisRange(n, n, n)")
                 break
     return problems
 

@@ -409,7 +409,8 @@ def get_model(name: str | ModelSpec, **config: object) -> ModelSpec:
         # a shared family (`resnet8.nosuch`), else a misspelling (`resnt8.digits`)
         close = [n for n in table if name.split(".")[0] in n] or difflib.get_close_matches(name, list(table), 5, 0.75)
         hint = f"; did you mean {', '.join(close[:5])}?" if close else "; `zoo list` shows them all"
-        failed = "".join(f"; plugin {label} registered no models, as it {why}" for label, why in _left_out["model"].items())
+        failed = "".join(f"; plugin {label} registered no models, as it {why}"
+                         for label, why in _left_out["model"].items())
         raise UnknownModelError(f"unknown model {name!r}{failed or hint}")
     return _spec(name).configure(**config)
 
