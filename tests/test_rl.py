@@ -266,7 +266,7 @@ def test_observation_bounds_are_checked_on_every_path(registered_envs):
     # the tensor path (zoo serve, an artifact's runner) refuses what an observation item is refused for
     wide = zoo_rl.policy_spec("ppo.wide", zoo_rl.Environment.from_gymnasium("ZooTestWide-v0"))
     assert wide.inputs[0].value_range == (-10.0, 10.0)
-    with pytest.raises(InputError, match="input .observation. has value 1.0+15.*e\\+30 at index \\[0, 4\\]; it takes "
+    with pytest.raises(InputError, match="input .observation. has value 1e\\+30 at index \\[0, 4\\]; it takes "
                                          "values from -10 to 10"):
         check_inputs({"observation": np.array([[0, 0, 0, 0, 1e30]], np.float32)}, wide, "ppo.wide")
     assert zoo.get_model("ppo.pendulum").inputs[0].value_range == (-8.0, 8.0)  # one range: the widest dimension's

@@ -54,7 +54,8 @@ IDS = ModelSpec(name="ids.inputs-test", domain="nlp", task="embedding",
                 axes={"batch": AxisRange(1, 4, 8), "seq": AxisRange(1, 4, 8)},
                 build=Embed, sample=lambda b, rng: {"ids": rng.integers(0, 10, (b, 4))})
 FEATURES = ModelSpec(name="features.inputs-test", domain="tabular", task="regression",
-                     inputs=(TensorSpec("x", "float32", ("batch", 4)), TensorSpec("scale", "float32", ("batch", 1))),
+                     inputs=(TensorSpec("x", "float32", ("batch", 4)),
+                             TensorSpec("scale", "float32", ("batch", 1), value_range=(0.0, 10.0))),
                      outputs=(TensorSpec("y", "float32", ("batch", 4)),),
                      axes={"batch": AxisRange(1, 4, 32)}, build=Scaled,
                      sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32),
@@ -77,6 +78,8 @@ BAD = [
      "model {model}: input 'ids' has value 10 at index [1, 1]; it takes values from 0 to 9"),
     ("negative-id", IDS, {"ids": np.array([[-1, 2, 3]])},
      "model {model}: input 'ids' has value -1 at index [0, 0]; it takes values from 0 to 9"),
+    ("scale-below-range", FEATURES, {**rows(2), "scale": np.full((2, 1), -0.1, np.float32)},  # not -0.10000000149...
+     "model {model}: input 'scale' has value -0.1 at index [0, 0]; it takes values from 0 to 10"),
     ("wrong-rank", IDS, {"ids": np.array([1, 2, 3])}, "input 'ids' has shape [3]; model {model} takes [-1, -1]"),
     ("seq-too-long", IDS, {"ids": np.zeros((1, 9), np.int64)},
      "input 'ids': axis 'seq' (dimension 1) is 9; model {model} takes 1 to 8"),

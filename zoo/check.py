@@ -30,7 +30,10 @@ a forward that raises there (ids up to 100 into a table of 100 rows) fails the c
 naming the input, the value and the error, since the server takes every value in range.
 Likewise each dynamic axis but the batch is run one and three past its sampled size (the
 sample repeated along it): a forward that takes only some sizes of its range (a U-Net's
-skip connections, a reshape into pairs) fails the check there.
+skip connections, a reshape into pairs) fails the check there. A module with attention is
+run again with PyTorch's fast path off: nn.TransformerEncoder given a padding mask answers 0
+at padded positions on it (nested tensors) where every export computes values, and that
+difference fails the check with the fix (enable_nested_tensor=False).
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
@@ -140,6 +143,8 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         _check_outputs(spec, result, batch, sizes, outputs.problems)
         if batch == typical and not outputs.problems:
             outputs.problems += _nondeterministic(spec, module, inputs, result, batch, device)
+        if batch == typical and not outputs.problems:
+            outputs.problems += _fast_path(spec, module, inputs, result, batch, device)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
     stateful = Check("state", typical, _state_changed(spec, module, state))
@@ -463,18 +468,54 @@ def _nondeterministic(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[
     """The outputs a second run of the same inputs changes beyond the fp32 tolerance (dropout
     left on, sampling in the forward): parity compares an artifact's run with another run of
     the reference, so such a model fails every backend's parity, each blamed on the backend."""
-    again = _run(module, spec, inputs, device)
+    differs = _differs(spec, result, _run(module, spec, inputs, device))
+    if differs is None:
+        return []
+    name, worst, atol = differs
+    return [f"{spec.name}: at batch {batch}: output {name!r} differs by up to {worst:.3g} between two runs of the "
+            f"same inputs (fp32 atol {atol:g}): the forward is not deterministic in eval mode (dropout called with "
+            f"training=True, random sampling); no export can match it"]
+
+
+def _differs(spec: ModelSpec, a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, float, float] | None:
+    """The first gated float output on which two runs differ beyond the fp32 atol: (its
+    name, the largest difference, the atol); None where none does."""
     tol = spec.tolerance("fp32")
     for t in spec.outputs:
-        a, b = result[t.name], again[t.name]
-        if not (a.is_floating_point() and a.shape == b.shape) or not tol.compares(t.name):
+        x, y = a[t.name], b[t.name]
+        if not (x.is_floating_point() and x.shape == y.shape) or not tol.compares(t.name):
             continue
-        worst = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        worst = float((x.double() - y.double()).abs().max()) if x.numel() else 0.0
         if worst > tol.atol:
-            return [f"{spec.name}: at batch {batch}: output {t.name!r} differs by up to {worst:.3g} between two runs "
-                    f"of the same inputs (fp32 atol {tol.atol:g}): the forward is not deterministic in eval mode "
-                    f"(dropout called with training=True, random sampling); no export can match it"]
-    return []
+            return t.name, worst, tol.atol
+    return None
+
+
+def _fast_path(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, Any], result: Mapping[str, Any],
+               batch: int, device: str) -> list[str]:
+    """Outputs PyTorch's fast path for attention changes: in eval mode, nn.TransformerEncoder
+    with a padding mask runs as nested tensors and answers 0 at padded positions, where the
+    standard path, and every exported graph (ONNX, torch.export), compute values there.
+    Parity then failed on every backend ("differs from PyTorch fp32 by up to 2.46"), naming
+    neither the cause nor the fix. Run again with the fast path off where the module has
+    attention, and compared."""
+    if not any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
+        return []
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        standard = _run(module, spec, inputs, device)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+    differs = _differs(spec, result, standard)
+    if differs is None:
+        return []
+    name, worst, atol = differs
+    return [f"{spec.name}: at batch {batch}: output {name!r} differs by up to {worst:.3g} (fp32 atol {atol:g}) "
+            f"between PyTorch's fast path for attention (eval mode's default) and its standard path, which exports "
+            f"compute: nn.TransformerEncoder with a padding mask answers 0 at padded positions on the fast path. "
+            f"Build it with enable_nested_tensor=False, or set the padded positions in forward (torch.where on the "
+            f"mask), so that PyTorch and every export agree"]
 
 
 def _small_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, precision: str) -> list[str]:

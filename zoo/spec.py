@@ -112,8 +112,9 @@ class TensorSpec:
         if not bad.any():
             return None
         index = tuple(int(i) for i in np.argwhere(bad)[0])
-        value = array[index].item()
-        return (f"input {self.name!r} has value {value!r} at index {list(index)}; "
+        # a float as its own dtype prints it (float32 -0.1, not -0.10000000149011612)
+        value = str(array[index]) if array.dtype.kind == "f" else repr(array[index].item())
+        return (f"input {self.name!r} has value {value} at index {list(index)}; "
                 f"it takes values from {_number(low)} to {_number(high)}")
 
     def to_json(self) -> dict[str, Any]:

@@ -122,6 +122,26 @@ class AlwaysDropout(torch.nn.Module):
         return self.head(torch.nn.functional.dropout(self.inner(x).relu(), p=0.2, training=True))
 
 
+class Encoder(torch.nn.Module):
+    """A standard nn.TransformerEncoder given a padding mask (True: padding). In eval mode
+    PyTorch's fast path runs it as nested tensors and answers 0 at padded positions, where
+    the standard path and every exported graph compute values."""
+
+    def __init__(self, nested: bool = True) -> None:
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=nested)
+
+    def forward(self, x, padding):
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
+def padded_tokens(batch, rng):
+    lengths = rng.integers(1, 10, batch)
+    return {"x": rng.standard_normal((batch, 9, 16)).astype(np.float32),
+            "padding": np.arange(9)[None, :] >= lengths[:, None]}
+
+
 def padded_sequences(batch, rng):
     lengths = rng.integers(1, 11, batch)
     x = rng.standard_normal((batch, 10, 6)) * (np.arange(10)[None, :, None] < lengths[:, None, None])
@@ -185,3 +205,11 @@ def zoo_register_models(register):
         inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
         build=AlwaysDropout, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    for name, nested in (("encoder.nested", True), ("encoder.standard", False)):
+        register(zoo.ModelSpec(
+            name=name, domain="nlp", task="encoding",
+            inputs=(zoo.TensorSpec("x", "float32", ("batch", "seq", 16)),
+                    zoo.TensorSpec("padding", "bool", ("batch", "seq"))),
+            outputs=(zoo.TensorSpec("hidden", "float32", ("batch", "seq", 16)),),
+            build=lambda nested=nested: Encoder(nested), sample=padded_tokens,
+            axes={"batch": zoo.AxisRange(1, 4, 8), "seq": zoo.AxisRange(1, 9, 24)}))
