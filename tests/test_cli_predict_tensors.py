@@ -83,8 +83,10 @@ def test_a_server_answers_the_same(work):
     (["--tensor", "features"], 2, "--tensor takes KEY=VALUE, got 'features'"),
     (["--out", "o"], 2, "--out writes the outputs of --tensor inputs"),
     (["--tensor", "features=features.npy", "--text", "hi"], 2, "--tensor gives a model's tensors"),
-    ([], 1, "model mlp.cancer takes no domain-native inputs (it takes tensors: features; on the command line, "
-            "--tensor NAME=FILE.npy)"),
+    ([], 2, "model mlp.cancer: give at least one csvrow input"),
+    # its CSV rows are read by its plugin, which this process has not loaded
+    (["1,2,3"], 1, "model mlp.cancer was defined by the plugin file tabular_int8.py; load it (`zoo --plugin "
+                   "tabular_int8.py`, or ZOO_PLUGINS) to turn csvrow inputs into tensors"),
 ])
 def test_misuse_is_one_line(work, args, code, message):
     result = zoo_cli("predict", "mlp.cancer", "--artifact", ARTIFACT, *args, cwd=work)
