@@ -201,10 +201,8 @@ class ServedModel:
             return
         if self._a_tensor_of_its_own(request):
             return
-        from ..standalone import needs_plugin
-
-        raise InputError(f"{needs_plugin(model, f'send it {recorded} items')}; this server has not loaded it, so "
-                         f"send the tensors {[t.name for t in self.spec.inputs]} instead (GET /v2/models/{self.name})")
+        raise InputError(f"{self._without_plugin()}, so send the tensors {[t.name for t in self.spec.inputs]} "
+                         f"instead (GET /v2/models/{self.name})")
 
     def _without_plugin(self) -> str | None:
         """Why this server takes no domain-native items for a model whose artifact records
