@@ -403,3 +403,49 @@ def test_a_float32_constant_bf16_cannot_hold_is_named_with_the_fix(tmp_path):
     with pytest.raises(VerificationError, match=r"BFloat16 without overflow; the forward makes a constant bf16 "
                                                 r"cannot hold .*torch.finfo\(x.dtype\).min, or keep fp32"):
         zoo.export(spec, backend="torch", precision="bf16", random_init=True, repository=tmp_path)
+
+
+PACKED = ("lstm.packed: at batch 4: the forward packs its sequences by their lengths "
+          "(torch.nn.utils.rnn.pack_padded_sequence): a PackedSequence's batch sizes are computed from the "
+          "lengths' values, which neither torch.export nor ONNX export can capture. Run the recurrent layer on "
+          "the padded batch and read each row at its last real step")
+
+
+def test_an_lstm_over_packed_sequences_is_refused_by_check_and_its_fix_exports(tmp_path):
+    """PyTorch runs it and `zoo check` passed it; then torch.export failed with "zeros():
+    argument 'size' failed to unpack the object at pos 2 ... got FakeTensor" and ONNX export
+    with that and "vector::_M_range_check", after printing some forty lines of TorchScript
+    graph. Refused by the check, and so by every export before any backend work, naming the
+    fix; the fix (`lstm.gathered`, the same weights) answers the same and exports."""
+    packed, gathered = SPECS["lstm.packed"], SPECS["lstm.gathered"]
+    report = check(packed, packed.build().eval())
+    assert len(report.failures) == 1 and report.failures[0].startswith(PACKED), report.failures
+    for backend in ("torch", "onnxruntime"):
+        with pytest.raises(SpecError) as refused:
+            zoo.export(packed, backend=backend, random_init=True, repository=tmp_path)
+        assert str(refused.value).startswith(PACKED)
+    assert not list(tmp_path.rglob("*.onnx")) and not list(tmp_path.rglob("*.pt2"))
+    module = packed.build().eval()
+    fixed = gathered.build().eval()
+    fixed.load_state_dict(module.state_dict())
+    inputs = {k: torch.from_numpy(v) for k, v in packed.sample(8, np.random.default_rng(1)).items()}
+    with torch.no_grad():
+        torch.testing.assert_close(fixed(**inputs), module(**inputs), atol=1e-6, rtol=1e-5)
+    assert check(gathered, fixed).passed
+    zoo.export(gathered, backend="onnxruntime", random_init=True, repository=tmp_path)
+
+
+def test_a_failed_torchscript_export_prints_no_graph(tmp_path, capfd):
+    """When both ONNX exporters fail, the TorchScript one printed its whole graph to the
+    process's standard output (torch's C++ ONNX log, which it turns on whatever it is asked):
+    forty lines of IR before the one-line error, and inside a `--json` answer."""
+    from zoo_onnx.export import export_onnx
+
+    spec = SPECS["lstm.packed"]
+    example = {k: torch.from_numpy(v) for k, v in spec.sample(4, np.random.default_rng(0)).items()}
+    with pytest.raises(ExportError, match="the TorchScript exporter failed with"):
+        export_onnx(spec.build().eval(), spec, example, tmp_path / "lstm.onnx")
+    print("after the export")
+    out = capfd.readouterr().out
+    assert out == "after the export\n", out[:2000]
+    assert not torch._C._jit_is_onnx_log_enabled()

@@ -33,7 +33,9 @@ sample repeated along it): a forward that takes only some sizes of its range (a 
 skip connections, a reshape into pairs) fails the check there. A module with attention is
 run again with PyTorch's fast path off: nn.TransformerEncoder given a padding mask answers 0
 at padded positions on it (nested tensors) where every export computes values, and that
-difference fails the check with the fix (enable_nested_tensor=False).
+difference fails the check with the fix (enable_nested_tensor=False). The forward is run once
+more with every operator it dispatches recorded: one that no exporter captures
+(`pack_padded_sequence`) fails the check with what to write instead.
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
@@ -145,6 +147,8 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             outputs.problems += _nondeterministic(spec, module, inputs, result, batch, device)
         if batch == typical and not outputs.problems:
             outputs.problems += _fast_path(spec, module, inputs, result, batch, device)
+        if batch == typical and not outputs.problems:
+            forward.problems += _uncapturable(spec, module, inputs, batch, device)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
     stateful = Check("state", typical, _state_changed(spec, module, state))
@@ -516,6 +520,43 @@ def _fast_path(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, An
             f"compute: nn.TransformerEncoder with a padding mask answers 0 at padded positions on the fast path. "
             f"Build it with enable_nested_tensor=False, or set the padded positions in forward (torch.where on the "
             f"mask), so that PyTorch and every export agree"]
+
+
+# Operators no exporter captures, with what to write instead. torch.export traces with
+# symbolic sizes and ONNX's exporters through it or TorchScript: an op whose output's
+# structure comes from its inputs' values fails there with the tracer's internals ("zeros():
+# argument 'size' failed to unpack ... FakeTensor", "vector::_M_range_check"), after `zoo
+# check` had passed.
+_UNCAPTURABLE = {
+    "aten._pack_padded_sequence": (
+        "packs its sequences by their lengths (torch.nn.utils.rnn.pack_padded_sequence): a PackedSequence's "
+        "batch sizes are computed from the lengths' values, which neither torch.export nor ONNX export can "
+        "capture. Run the recurrent layer on the padded batch and read each row at its last real step "
+        "(out.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[2])) for a unidirectional one), "
+        "or mask the padded steps"),
+}
+
+
+def _uncapturable(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, Any], batch: int,
+                  device: str) -> list[str]:
+    """The forward run once more, every operator it dispatches recorded: one no exporter
+    captures (`_UNCAPTURABLE`) fails the check with what to write instead, before any
+    backend meets it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Record():
+            _run(module, spec, inputs, device)
+    except Exception:  # a forward the recording itself upsets: the exporters will say what they find
+        return []
+    return [f"{spec.name}: at batch {batch}: the forward {why}" for op, why in _UNCAPTURABLE.items() if op in seen]
 
 
 def _small_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, precision: str) -> list[str]:

@@ -136,6 +136,29 @@ class Encoder(torch.nn.Module):
         return self.encoder(x, src_key_padding_mask=padding)
 
 
+class Packed(torch.nn.Module):
+    """An LSTM over padded sequences packed by their lengths (pack_padded_sequence), read at
+    its last hidden state: PyTorch runs it, no exporter captures it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm, self.head = torch.nn.LSTM(6, 12, batch_first=True), torch.nn.Linear(12, 2)
+
+    def forward(self, x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, (hidden, _) = self.lstm(packed)
+        return self.head(hidden[-1])
+
+
+class Gathered(Packed):
+    """The same LSTM run on the padded batch and read at each row's last real step, as the
+    refusal of `lstm.packed` says: the same answer, and it exports."""
+
+    def forward(self, x, lengths):
+        out, _ = self.lstm(x)
+        return self.head(out.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[2])).squeeze(1))
+
+
 def padded_tokens(batch, rng):
     lengths = rng.integers(1, 10, batch)
     return {"x": rng.standard_normal((batch, 9, 16)).astype(np.float32),
@@ -213,3 +236,10 @@ def zoo_register_models(register):
             outputs=(zoo.TensorSpec("hidden", "float32", ("batch", "seq", 16)),),
             build=lambda nested=nested: Encoder(nested), sample=padded_tokens,
             axes={"batch": zoo.AxisRange(1, 4, 8), "seq": zoo.AxisRange(1, 9, 24)}))
+    for name, build in (("lstm.packed", Packed), ("lstm.gathered", Gathered)):
+        register(zoo.ModelSpec(
+            name=name, domain="timeseries", task="classification",
+            inputs=(zoo.TensorSpec("x", "float32", ("batch", 10, 6)),
+                    zoo.TensorSpec("lengths", "int64", ("batch",), value_range=(1, 10))),
+            outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
+            build=build, sample=padded_sequences, axes={"batch": zoo.AxisRange(1, 4, 8)}))

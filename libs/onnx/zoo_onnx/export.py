@@ -16,7 +16,10 @@ import contextlib
 import functools
 import importlib
 import logging
+import os
 import re
+import sys
+import tempfile
 import types
 import warnings
 from pathlib import Path
@@ -115,7 +118,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
             raise ExportError(f"could not export {spec.name} to ONNX: torch.export found the spec's axes "
                               f"constrained by the forward: {export_reason(violated)}") from None
         try:
-            with _quiet(), warnings.catch_warnings(record=True) as seen:
+            with _quiet(), _native_stdout_dropped(), warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
                 torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset,
                                   input_names=[t.name for t in spec.inputs],
@@ -390,6 +393,30 @@ def _quiet() -> Iterator[None]:
             yield
     finally:
         logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _native_stdout_dropped() -> Iterator[None]:
+    """The TorchScript exporter turns torch's C++ ONNX log on whatever its caller asks (its
+    `setup_onnx_logging` tests the function `_jit_is_onnx_log_enabled`, not its value, and
+    so never turns it off again) and, when a pass fails, prints the whole TorchScript graph
+    to the process's standard output: some forty lines of torch's IR before our one-line
+    error, and in the middle of a `--json` answer. That stream is file descriptor 1, so
+    while the exporter runs, descriptor 1 writes to a file that is then dropped; the log is
+    turned off again after."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                os.dup2(saved, 1)
+                torch._C._jit_set_onnx_log_enabled(False)
+    finally:
+        os.close(saved)
 
 
 def _opset(path: Path) -> int:
