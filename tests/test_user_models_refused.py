@@ -290,12 +290,41 @@ def test_a_forward_that_makes_float32_is_refused_at_bf16_naming_the_fix(tmp_path
     assert not list(tmp_path.iterdir())
 
 
-def test_torch_export_of_a_constrained_axis_names_the_fix(tmp_path):
-    """The torch backend's own torch.export raises the violation: its message says what to do."""
-    with pytest.raises(ExportError, match=r"torch.export could not capture pairs.evenseq: .*seq.*: declare the "
-                                          r"axis static in the spec's axes with one size, AxisRange\(n, n, n\), or "
-                                          r"remove the condition on its size from forward"):
+def test_torch_export_of_a_constrained_axis_names_the_size_and_the_fix(tmp_path):
+    """The torch backend's own torch.export raises the violation; captured with the range
+    as a hint, the program's own check fails at the first odd length past the example's:
+    its message names the size, the guard and what to do."""
+    with pytest.raises(ExportError, match=r"torch.export could not capture pairs.evenseq for every seq in the "
+                                          r"spec's range 2 to 32: captured from the example \(seq = 8\), the program "
+                                          r"fails at seq = 9 \(AssertionError: Guard failed: .*% 2 == 0\)\. .*Let the "
+                                          r"forward take one path at every size .* or declare the axis static, "
+                                          r"AxisRange\(n, n, n\)"):
         zoo.export(SPECS["pairs.evenseq"], backend="torch", random_init=True, repository=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_torch_backend_takes_a_range_torch_export_cannot_prove_and_refuses_a_path_fixed_at_the_example(tmp_path):
+    """A U-Net padding its input to the next multiple of 4 inside forward: torch.export
+    refused the range ("Not all values of height ... satisfy the generated guard") whether
+    the pad can be 0 (`unet.padded`: a path fixed at the example's 32, failing at 33) or
+    never is (`unet.always`: one path at every size). The second now exports, its program
+    checking at run time what torch could not prove, and answers PyTorch at 35x19; the
+    first is refused naming the size it fails at."""
+    specs = plugin_specs(UNET)
+    with pytest.raises(ExportError, match=r"torch.export could not capture unet.padded for every height in the "
+                                          r"spec's range 16 to 128: captured from the example \(height = 32\), the "
+                                          r"program fails at height = 33 \(AssertionError: Guard failed: "):
+        zoo.export(specs["unet.padded"], backend="torch", random_init=True, repository=tmp_path / "padded")
+    assert not list((tmp_path / "padded").iterdir())
+    always = specs["unet.always"]
+    art = zoo.export(always, backend="torch", random_init=True, repository=tmp_path / "always")
+    module, _ = reference_module(always, random_init=True)
+    for shape in ((2, 3, 35, 19), (1, 3, 16, 128), (4, 3, 33, 17)):
+        image = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        with torch.inference_mode():
+            want = module(torch.from_numpy(image)).numpy()
+        got = zoo.load(art.path)({"image": image})["mask_logits"]
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-4, shape
 
 
 def test_a_forward_that_fails_at_an_axis_end_is_named_by_check_and_export(tmp_path):

@@ -42,6 +42,14 @@ def dynamic_shapes(spec: ModelSpec) -> tuple[dict[int, torch.export.Dim], ...]:
     return tuple({i: dims[axis] for i, axis in t.dynamic_axes.items() if axis in dims} for t in spec.inputs)
 
 
+def hinted_shapes(spec: ModelSpec) -> tuple[dict[int, Any], ...]:
+    """As `dynamic_shapes`, each range given as a hint (`Dim.DYNAMIC`) instead of a claim:
+    torch.export then turns a guard on the axis it cannot prove from the range into a check
+    the program runs, instead of refusing the capture."""
+    hints = {name: torch.export.Dim.DYNAMIC(min=r.min, max=r.max) for name, r in spec.axes.items() if r.min < r.max}
+    return tuple({i: hints[axis] for i, axis in t.dynamic_axes.items() if axis in hints} for t in spec.inputs)
+
+
 def export_reason(exc: BaseException) -> str:
     """torch.export's error in one line: its first, and for violated constraints each
     "- ..." line under it that says which axis and why ("... specialized it to be a

@@ -39,9 +39,19 @@ class PaddedUNet(UNet):
         return super().forward(padded)[..., :height, :width]
 
 
+class AlwaysPaddedUNet(UNet):
+    """The same network padded by 1 to 4 rows and columns, never 0 (`4 - height % 4`): one
+    path through the forward at every size, which torch.export can follow."""
+
+    def forward(self, image):
+        height, width = image.shape[-2:]
+        padded = torch.nn.functional.pad(image, (0, 4 - width % 4, 0, 4 - height % 4))
+        return super().forward(padded)[..., :height, :width]
+
+
 @zoo.hookimpl
 def zoo_register_models(register):
-    for name, build in (("unet.tiny", UNet), ("unet.padded", PaddedUNet)):
+    for name, build in (("unet.tiny", UNet), ("unet.padded", PaddedUNet), ("unet.always", AlwaysPaddedUNet)):
         register(zoo.ModelSpec(
             name=name, domain="vision", task="segmentation",
             inputs=(zoo.TensorSpec("image", "float32", ("batch", 3, "height", "width")),),

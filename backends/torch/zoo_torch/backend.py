@@ -23,7 +23,8 @@ import torch
 from zoo import Availability, Backend, ModelSpec
 from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.signature import Signature
-from zoo.tensors import PRECISION_DTYPES, TORCH_DTYPES, dynamic_shapes, export_reason, to_torch
+from zoo.tensors import (PRECISION_DTYPES, TORCH_DTYPES, constraint_violation, dynamic_shapes, export_reason,
+                         hinted_shapes, to_torch)
 
 from .shapes import check_shapes, row_major
 
@@ -110,10 +111,76 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
-        raise ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}") from exc
+        refused = ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}")
+        if constraint_violation(exc) is None:
+            raise refused from exc
+        program = _without_proof(module, spec, args, precision, refused)
     if dtype is not None:
         _refuse_mixed_dtypes(program, spec, args, precision)
     return program
+
+
+def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precision: str,
+                   refused: ExportError) -> torch.export.ExportedProgram:
+    """torch.export refuses a range whose guards it cannot prove from the range alone, true
+    or not: a forward padding its input to the next multiple of 4 by `4 - h % 4` takes
+    every height, yet torch cannot prove `4 * ((h + 4 - h % 4) // 4) == h + 4 - h % 4`.
+    Captured again with the ranges as hints (`zoo.tensors.hinted_shapes`), those guards
+    become checks the program runs; it is kept only where it runs, and answers as the
+    module does, at each end of every dynamic axis and at one and three past the example's
+    size of each other one (the sizes where a path chosen for the example's sizes fails).
+    Else `refused` stands, with the size the program fails at."""
+    try:
+        program = torch.export.export(module, args, dynamic_shapes={"inputs": hinted_shapes(spec)})
+    except Exception:  # noqa: BLE001 - the first refusal says why
+        raise refused from None
+    tolerance = spec.tolerances.get(precision) or spec.tolerances.get("fp32")
+    for axis, example, size, inputs in _probe_sizes(spec, args):
+        try:
+            with torch.inference_mode():
+                want = module(*inputs)
+        except Exception:  # noqa: BLE001 - the forward itself fails there: `zoo check` names that
+            continue
+        try:
+            with torch.inference_mode():
+                got = program.module()(*inputs)
+            torch.testing.assert_close(got, want, atol=tolerance.atol if tolerance else None,
+                                       rtol=tolerance.rtol if tolerance else None)
+        except Exception as exc:  # noqa: BLE001 - a failed runtime check, or another answer
+            r = spec.axes[axis]
+            raise ExportError(f"torch.export could not capture {spec.name} for every {axis} in the spec's range "
+                              f"{r.min} to {r.max}: captured from the example ({axis} = {example}), the program "
+                              f"fails at {axis} = {size} ({type(exc).__name__}: {first_line(exc)[:300]}). "
+                              f"torch.export keeps the path the forward takes at the example's sizes: a condition on "
+                              f"the size, or an op that does nothing at some sizes (a pad of -{axis} % 4 is 0 "
+                              f"at multiples of 4), holds there only. Let the forward take one path at every size "
+                              f"(a pad never 0, cut back after), or declare the axis static, AxisRange(n, n, n)"
+                              ) from None
+    return program
+
+
+def _probe_sizes(spec: ModelSpec, args: tuple) -> list[tuple[str, int, int, tuple]]:
+    """(axis, the example's size, size, the example cut or repeated to it along that axis) for each end of every
+    dynamic axis and one and three past the example's size of the others, in range."""
+    sizes: dict[str, int] = {}
+    for t, tensor in zip(spec.inputs, args):
+        for dim, axis in t.dynamic_axes.items():
+            sizes.setdefault(axis, tensor.shape[dim])
+    probes = []
+    for axis, have in sizes.items():
+        r = spec.axes[axis]
+        # past the example first: the sizes where a path taken for the example's fails
+        wanted = ([] if axis == "batch" else [have + 1, have + 3]) + [r.min, r.max]
+        for n in dict.fromkeys(n for n in wanted if r.min <= n <= r.max and n != have):
+            inputs = []
+            for t, tensor in zip(spec.inputs, args):
+                for dim, name in t.dynamic_axes.items():
+                    if name == axis:
+                        index = torch.arange(n, device=tensor.device) % tensor.shape[dim]
+                        tensor = tensor.index_select(dim, index)
+                inputs.append(tensor.contiguous())
+            probes.append((axis, have, n, tuple(inputs)))
+    return probes
 
 
 #: PyTorch's words for an op given tensors of two dtypes ("mat1 and mat2 must have the same
