@@ -347,3 +347,48 @@ def test_an_artifact_whose_lazy_spec_cannot_be_made_uses_its_manifest(repository
         assert any("failed to make its spec: config.json: no such file" in w for w in plugin_warnings)
     finally:
         registry.unregister_plugin(plugin)
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, features):
+        return self.linear(features)
+
+
+def linear_spec(**fields) -> zoo.ModelSpec:
+    return zoo.ModelSpec(**{
+        "name": "linear.mistaken", "domain": "tabular", "task": "classification",
+        "inputs": (zoo.TensorSpec("features", "float32", ("batch", 4)),),
+        "outputs": (zoo.TensorSpec("logits", "float32", ("batch", 3)),),
+        "build": Net, "sample": lambda batch, rng: {"features": rng.standard_normal((batch, 4)).astype(np.float32)},
+        **fields})
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    # was: 'float' object has no attribute 'compare'
+    ({"tolerances": {"fp32": 1e-4}}, "model linear.mistaken: `tolerances` must map each precision to a "
+     "zoo.Tolerance, as {\"fp32\": zoo.Tolerance(1e-4, 1e-4)} (atol, rtol), got {'fp32': 0.0001}"),
+    # was: "failed to build: Net.forward() missing 1 required positional argument" at the first command
+    ({"build": Net()}, "model linear.mistaken: `build` is a module (Net(...)), and it takes what makes one, called "
+     "for each new module: the class (build=Net) or a function returning a new module"),
+    ({"build": "Net"}, "model linear.mistaken: `build` must be the module's class or a function returning a new "
+     "module, got str: Net"),
+    # was: taken, shown by `zoo info`, and checked by nothing (a fixed size written where the axis was meant)
+    ({"axes": {"batch": zoo.AxisRange(1, 4, 16), "seq": zoo.AxisRange(1, 8, 32)}},
+     "model linear.mistaken: `axes` gives a range to ['seq'], which no input or output has in its shape: name the "
+     "axis in the shapes where its size varies (as (\"batch\", \"seq\")), or remove it from `axes`"),
+])
+def test_a_spec_field_given_the_wrong_kind_of_value_is_refused_naming_the_field(fields, message):
+    with pytest.raises(ZooError) as refused:
+        linear_spec(**fields)
+    assert str(refused.value) == message
+
+
+def test_an_axis_range_below_one_says_which_bound():
+    """It said "here 1 1 > min 0"."""
+    with pytest.raises(ZooError, match=r"AxisRange\(min=0, opt=4, max=16\): an axis range must satisfy 1 <= min <= "
+                                       r"opt <= max \(smallest, typical, largest\), and here min 0 < 1$"):
+        zoo.AxisRange(0, 4, 16)

@@ -478,3 +478,61 @@ def test_a_failed_torchscript_export_prints_no_graph(tmp_path, capfd):
     out = capfd.readouterr().out
     assert out == "after the export\n", out[:2000]
     assert not torch._C._jit_is_onnx_log_enabled()
+
+
+def test_torchscript_modules_are_refused_by_check_naming_where(tmp_path):
+    """A scripted submodule passed `zoo check` and every export then failed with PyTorch's
+    words ("Gate.forward() takes 2 positional arguments but 3 were given", "State dict entry
+    for parameter ... is not an instance of torch.nn.Parameter"); a scripted whole module
+    was "internal error: get_submodule is not supported on ScriptModules"."""
+    for model, where in (("script.submodule", "submodule 'gate'"), ("script.whole", "the module")):
+        spec = SPECS[model]
+        assert check(spec, spec.build().eval()).failures == [
+            f"{model}: {where} is TorchScript (torch.jit.script or torch.jit.trace), which torch.export and so every "
+            f"exporter cannot take: build the plain nn.Module, without torch.jit.script or trace"]
+        with pytest.raises(SpecError, match=f"{model}: {where} is TorchScript"):
+            zoo.export(spec, backend="onnxruntime", random_init=True, repository=tmp_path)
+    checked = zoo_check("script.whole", tmp_path)
+    assert checked.returncode == 1 and "internal error" not in checked.stderr
+    assert "error: script.whole: the module is TorchScript" in checked.stderr, checked.stderr
+
+
+def test_a_random_buffer_no_export_saves_is_refused_by_check(tmp_path):
+    """A random projection registered with persistent=False: not in the saved weights, so
+    `zoo verify` with the plugin rebuilt the reference with another projection and said the
+    forward had changed since the export, which re-exporting did not cure."""
+    spec = SPECS["fourier.randbuf"]
+    report = check(spec, spec.build().eval())
+    assert report.failures == [
+        "fourier.randbuf: buffer 'proj' is not persistent (register_buffer(..., persistent=False)), so no export "
+        "saves it, and two builds of the module give it different values: every rebuilt reference computes "
+        "something else. Register it persistent, or compute it the same on every build (a seeded torch.Generator, "
+        "or a formula)"]
+    module = spec.build().eval()
+    torch.manual_seed(3)
+    first = torch.rand(1)
+    torch.manual_seed(3)
+    check(spec, module)
+    assert torch.equal(torch.rand(1), first)  # the second build drew from a random state of its own
+
+
+def test_a_time_major_input_pads_its_sequence_axis_not_the_batch(tmp_path, capfd):
+    """(seq, batch, 4): the batch axis is second. The check padded it as a ragged axis and
+    warned "output logits has shape [5, 3] padded, [2, 3] not", for a model the server
+    never batches (max_batch_size 0); and every export of the GRU printed torch's warning
+    about its `_flat_weights`."""
+    spec = SPECS["timemajor.gru"]
+    report = check(spec, spec.build().eval())
+    assert report.passed and report.warnings == [], report.warnings
+    zoo.export(spec, backend="onnxruntime", random_init=True, repository=tmp_path)
+    assert "_flat_weights" not in capfd.readouterr().err
+
+
+def test_an_output_axis_past_its_declared_range_is_refused_by_check():
+    """torch.nonzero over (batch, 6) with its axis given 1 to 8: a batch of 4 finds about
+    12, and the check, the export and its manifest took the range the model overshoots."""
+    spec = SPECS["positive.narrow"]
+    failures = check(spec, spec.build().eval()).failures
+    assert failures and all(re.fullmatch(r"positive.narrow: at batch (4|16): output 'indices' has found = \d+, past "
+                                         r"the largest size the spec's axes give it \(8\): widen its range, or cap "
+                                         r"the output in forward", f) for f in failures), failures

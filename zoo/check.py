@@ -35,7 +35,8 @@ run again with PyTorch's fast path off: nn.TransformerEncoder given a padding ma
 at padded positions on it (nested tensors) where every export computes values, and that
 difference fails the check with the fix (enable_nested_tensor=False). The forward is run once
 more with every operator it dispatches recorded: one that no exporter captures
-(`pack_padded_sequence`) fails the check with what to write instead.
+(`pack_padded_sequence`) fails the check with what to write instead; so do TorchScript
+modules, and a non-persistent buffer two builds give different values (no export saves it).
 
 It also warns when an output's magnitude at the typical batch is so small against the
 precision's `atol` that parity holds it relative to its scale instead
@@ -62,6 +63,7 @@ from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .inputs import dataset_splits, load_split
 from .padding import PAD, padding_safe, ragged_axes
+from .triton import rows_batched
 from .vectors import check_ends
 from .verify import RELATIVE_BELOW
 
@@ -115,6 +117,10 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
     The samples are drawn as parity draws them (the same seed, the same batch sizes), so
     what is checked here is what parity will compare."""
     report = Report(spec.name, precision)
+    scripted = _scripted(spec, module)
+    if scripted:  # TorchScript runs none of what follows as a module does (and has no get_submodule)
+        report.checks.append(Check("forward", None, scripted))
+        return report
     rng = np.random.default_rng(seed)
     typical = spec.axes["batch"].opt
     state = _state(module)
@@ -151,7 +157,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             forward.problems += _uncapturable(spec, module, inputs, batch, device)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
-    stateful = Check("state", typical, _state_changed(spec, module, state))
+    stateful = Check("state", typical, _state_changed(spec, module, state) + _unsaved_buffers(spec, module))
     report.checks.append(stateful)
     integer = [t for t in spec.inputs if t.dtype in ("int64", "int32", "int8", "uint8")]
     bounded = [t for t in integer if t.value_range is not None]
@@ -161,7 +167,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         report.warnings += _unbounded_ids(spec, module, [t for t in integer if t.value_range is None], seed)
     if report.passed and ragged_axes(spec):
         report.checks.append(Check("sizes", spec.axes["batch"].min, _other_sizes(spec, module, device, seed)))
-    if report.passed and ragged_axes(spec):
+    if report.passed and ragged_axes(spec) and rows_batched(spec):  # else the server never pads: no batches
         safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
         if not safe:
             report.warnings.append(f"{spec.name}: {why}: `zoo serve` will batch its requests only with requests of "
@@ -208,6 +214,47 @@ def check_dataset(spec: ModelSpec) -> list[Check]:
 def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], device: str) -> dict[str, Any]:
     with torch.inference_mode(), ieee_fp32(device):
         return call_module(module, spec, to_torch(inputs, spec, device))
+
+
+def _scripted(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
+    """A TorchScript module (torch.jit.script or torch.jit.trace), whole or inside: the
+    check passed a scripted submodule and every export then failed with PyTorch's words
+    ("Gate.forward() takes 2 positional arguments but 3 were given", "State dict entry for
+    parameter ... is not an instance of torch.nn.Parameter"); a scripted whole was an
+    internal error. torch.export, which every exporter starts from, takes Python modules."""
+    found = [name for name, m in module.named_modules() if isinstance(m, torch.jit.ScriptModule)]
+    if not found:
+        return []
+    where = "the module" if found[0] == "" else f"submodule {found[0]!r}"
+    return [f"{spec.name}: {where} is TorchScript (torch.jit.script or torch.jit.trace), which torch.export and "
+            f"so every exporter cannot take: build the plain nn.Module, without torch.jit.script or trace"]
+
+
+def _unsaved_buffers(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
+    """Non-persistent buffers (`register_buffer(..., persistent=False)`) that differ between
+    two builds: they are not in the weights an export saves, so `zoo verify`'s rebuilt
+    reference drew its own (a random projection) and blamed a changed forward. Built once
+    more only where the module has such buffers."""
+    saved = set(module.state_dict())
+    unsaved = {name: b for name, b in module.named_buffers() if name not in saved}
+    if not unsaved:
+        return []
+    from .checkpoint import built  # checkpoint imports this module's neighbours
+
+    try:
+        with torch.random.fork_rng(devices=[]):  # the caller's random state as it was
+            other = dict(built(spec).named_buffers())
+    except Exception:  # noqa: BLE001 - the plugin's build: the check that built it first reports on it
+        return []
+    problems = []
+    for name, value in unsaved.items():
+        again = other.get(name)
+        if again is not None and not _same(value.detach().cpu(), again.detach().cpu()):
+            problems.append(f"{spec.name}: buffer {name!r} is not persistent (register_buffer(..., persistent=False)), "
+                            f"so no export saves it, and two builds of the module give it different values: every "
+                            f"rebuilt reference computes something else. Register it persistent, or compute it the "
+                            f"same on every build (a seeded torch.Generator, or a formula)")
+    return problems
 
 
 def _state(module: torch.nn.Module) -> dict[str, tuple[Any, Any]]:
@@ -460,6 +507,11 @@ def _check_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, sizes
             problems.append(f"{where}: output {t.name!r} has shape {shape}; the spec declares {_shape(t)}"
                             + (f" with {known}" if known else "") + ", i.e. "
                             + str([w if w is not None else d for w, d in zip(expected, t.shape)]).replace("'", ""))
+        for dim, axis in t.dynamic_axes.items():  # an output's own axis (the boxes a detector keeps)
+            if axis not in sizes and dim < value.dim() and value.shape[dim] > spec.axes[axis].max:
+                problems.append(f"{where}: output {t.name!r} has {axis} = {value.shape[dim]}, past the largest size "
+                                f"the spec's axes give it ({spec.axes[axis].max}): widen its range, or cap the "
+                                f"output in forward")
         if value.is_floating_point():
             bad = int((~torch.isfinite(value)).sum())
             if bad:

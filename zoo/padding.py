@@ -30,8 +30,9 @@ PAD = 3
 
 
 def ragged_axes(spec: ModelSpec) -> list[str]:
-    """The dynamic non-batch axes of the inputs: those a ragged batch pads."""
-    return sorted({a for t in spec.inputs for d, a in t.dynamic_axes.items() if d > 0})
+    """The dynamic non-batch axes of the inputs: those a ragged batch pads (by name: a
+    time-major input has its batch axis second)."""
+    return sorted({a for t in spec.inputs for a in t.dynamic_axes.values() if a != "batch"})
 
 
 def padded(spec: ModelSpec, inputs: Mapping[str, Any], axis: str, extra: int) -> dict[str, np.ndarray]:
@@ -39,7 +40,7 @@ def padded(spec: ModelSpec, inputs: Mapping[str, Any], axis: str, extra: int) ->
     out = {}
     for t in spec.inputs:
         x = np.asarray(inputs[t.name])
-        widths = [(0, extra if d > 0 and t.dynamic_axes.get(d) == axis else 0) for d in range(x.ndim)]
+        widths = [(0, extra if t.dynamic_axes.get(d) == axis else 0) for d in range(x.ndim)]
         out[t.name] = np.pad(x, widths) if any(w for _, w in widths) else x
     return out
 

@@ -149,9 +149,9 @@ class AxisRange:
             raise ZooError(f"{self}: an axis range is three integer sizes, smallest, typical and largest, as "
                            f"AxisRange(1, 8, 32)")
         if not 1 <= self.min <= self.opt <= self.max:
-            broken = next(f"{a} {x} > {b} {y}" for a, x, b, y in (("1", 1, "min", self.min),
-                                                                   ("min", self.min, "opt", self.opt),
-                                                                   ("opt", self.opt, "max", self.max)) if x > y)
+            broken = next(f"{a} {x} > {b} {y}" for a, x, b, y in (("min", self.min, "opt", self.opt),
+                                                                   ("opt", self.opt, "max", self.max)) if x > y
+                          ) if self.min >= 1 else f"min {self.min} < 1"
             raise ZooError(f"{self}: an axis range must satisfy 1 <= min <= opt <= max (smallest, typical, "
                            f"largest), and here {broken}")
 
@@ -411,6 +411,13 @@ class ModelSpec:
                                f"(\"batch\", 3)), or a range in `axes` where it varies with the inputs' values "
                                f"(the boxes a detector keeps)")
 
+        used = {a for t in self.inputs + self.outputs for a in t.dynamic_axes.values()}
+        unused = sorted(set(self.axes) - used - {"batch"})
+        if unused:  # a range nothing reads: a fixed size written where the axis was meant, most likely
+            raise ZooError(f"model {self.name}: `axes` gives a range to {unused}, which no input or output has in "
+                           f"its shape: name the axis in the shapes where its size varies (as (\"batch\", "
+                           f"\"{unused[0]}\")), or remove it from `axes`")
+
     def _check_fields(self) -> None:
         """`inputs` and `outputs` are sequences of TensorSpec (a list is kept as a tuple),
         `axes` maps axis names to AxisRange: each error names the model and the field."""
@@ -423,6 +430,18 @@ class ModelSpec:
                 raise ZooError(f"model {self.name}: `{kind}` must be a tuple of zoo.TensorSpec, got "
                                f"{type(tensors).__name__}: {str(tensors)[:200]}")
             object.__setattr__(self, kind, tuple(tensors))
+        if not isinstance(self.tolerances, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Tolerance) for k, v in self.tolerances.items()):
+            raise ZooError(f"model {self.name}: `tolerances` must map each precision to a zoo.Tolerance, as "
+                           f"{{\"fp32\": zoo.Tolerance(1e-4, 1e-4)}} (atol, rtol), got {str(self.tolerances)[:200]}")
+        module = hasattr(self.build, "forward") and hasattr(self.build, "state_dict")
+        if module and not isinstance(self.build, type):  # a module instance, not what makes one
+            raise ZooError(f"model {self.name}: `build` is a module ({type(self.build).__name__}(...)), and it takes "
+                           f"what makes one, called for each new module: the class (build={type(self.build).__name__}"
+                           f") or a function returning a new module")
+        if not callable(self.build):
+            raise ZooError(f"model {self.name}: `build` must be the module's class or a function returning a new "
+                           f"module, got {type(self.build).__name__}: {str(self.build)[:100]}")
         if not isinstance(self.axes, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, AxisRange) for k, v in self.axes.items()):
             raise ZooError(f"model {self.name}: `axes` must map each axis name to a zoo.AxisRange, as "

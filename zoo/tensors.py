@@ -25,6 +25,12 @@ TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
 }
+#: torch.export's warning about an RNN's own `_flat_weights`, which nn.LSTM and nn.GRU reassign
+#: on every call ("The tensor attributes self.module.gru._flat_weights[0], ... were assigned
+#: during export"): torch's internals, not the user's model (a forward that keeps state in
+#: attributes of its own is refused by `zoo check`)
+RNN_WEIGHTS_ASSIGNED = r"The tensor attributes .*_flat_weights\[\d+\].* were assigned during export"
+
 #: the dtype a module is cast to for each precision (int8 is a backend's business).
 PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

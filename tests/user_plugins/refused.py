@@ -159,6 +159,59 @@ class Gathered(Packed):
         return self.head(out.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[2])).squeeze(1))
 
 
+class Gate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.linear(x))
+
+
+class WithScript(torch.nn.Module):
+    """A gate compiled with torch.jit.script inside a plain module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.gate, self.b = torch.nn.Linear(6, 8), torch.jit.script(Gate()), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.b(self.gate(self.a(x)))
+
+
+class Fourier(torch.nn.Module):
+    """Random Fourier features: a random projection kept as a non-persistent buffer, so it is
+    in no saved weights and drawn again on every build."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("proj", torch.randn(6, 8), persistent=False)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        z = x @ self.proj
+        return self.out(torch.cat([torch.sin(z), torch.cos(z)], -1))
+
+
+class Positive(torch.nn.Module):
+    """The (row, column) of every positive value: as many as the values make."""
+
+    def forward(self, x):
+        return torch.nonzero(x > 0)
+
+
+class TimeMajor(torch.nn.Module):
+    """A GRU over time-major sequences, (seq, batch, features): the batch axis second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru, self.head = torch.nn.GRU(4, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        _, hidden = self.gru(x)
+        return self.head(hidden[-1])
+
+
 def padded_tokens(batch, rng):
     lengths = rng.integers(1, 10, batch)
     return {"x": rng.standard_normal((batch, 9, 16)).astype(np.float32),
@@ -243,3 +296,21 @@ def zoo_register_models(register):
                     zoo.TensorSpec("lengths", "int64", ("batch",), value_range=(1, 10))),
             outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
             build=build, sample=padded_sequences, axes={"batch": zoo.AxisRange(1, 4, 8)}))
+    for name, build in (("script.submodule", WithScript), ("script.whole", lambda: torch.jit.script(Fourier())),
+                        ("fourier.randbuf", Fourier)):
+        register(zoo.ModelSpec(
+            name=name, domain="tabular", task="regression",
+            inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+            outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
+            build=build, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16)}))
+    register(zoo.ModelSpec(
+        name="timemajor.gru", domain="timeseries", task="classification",
+        inputs=(zoo.TensorSpec("x", "float32", ("seq", "batch", 4)),),
+        outputs=(zoo.TensorSpec("logits", "float32", ("batch", 3)),),
+        build=TimeMajor, sample=lambda batch, rng: {"x": rng.standard_normal((7, batch, 4)).astype(np.float32)},
+        axes={"batch": zoo.AxisRange(1, 4, 8), "seq": zoo.AxisRange(2, 7, 20)}))
+    register(zoo.ModelSpec(
+        name="positive.narrow", domain="tabular", task="selection",
+        inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
+        outputs=(zoo.TensorSpec("indices", "int64", ("found", 2)),),
+        build=Positive, sample=features, axes={"batch": zoo.AxisRange(1, 4, 16), "found": zoo.AxisRange(1, 4, 8)}))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -23,8 +24,8 @@ import torch
 from zoo import Availability, Backend, ModelSpec
 from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.signature import Signature
-from zoo.tensors import (PRECISION_DTYPES, TORCH_DTYPES, constraint_violation, dynamic_shapes, export_reason,
-                         hinted_shapes, to_torch)
+from zoo.tensors import (PRECISION_DTYPES, RNN_WEIGHTS_ASSIGNED, TORCH_DTYPES, constraint_violation,
+                         dynamic_shapes, export_reason, hinted_shapes, to_torch)
 
 from .shapes import check_shapes, row_major
 
@@ -107,7 +108,9 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     try:
         # keyed by the signature's one (variadic) parameter; the program takes the inputs
         # in spec order and returns a plain tuple, so loading it needs no plugin's classes
-        program = torch.export.export(module, args, dynamic_shapes={"inputs": dynamic_shapes(spec)})
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=RNN_WEIGHTS_ASSIGNED)
+            program = torch.export.export(module, args, dynamic_shapes={"inputs": dynamic_shapes(spec)})
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
@@ -131,7 +134,9 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
     size of each other one (the sizes where a path chosen for the example's sizes fails).
     Else `refused` stands, with the size the program fails at."""
     try:
-        program = torch.export.export(module, args, dynamic_shapes={"inputs": hinted_shapes(spec)})
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=RNN_WEIGHTS_ASSIGNED)
+            program = torch.export.export(module, args, dynamic_shapes={"inputs": hinted_shapes(spec)})
     except Exception:  # noqa: BLE001 - the first refusal says why
         raise refused from None
     tolerance = spec.tolerances.get(precision) or spec.tolerances.get("fp32")

@@ -32,7 +32,7 @@ import torch
 from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
 from zoo.signature import Signature
-from zoo.tensors import constraint_violation, dynamic_shapes, export_reason
+from zoo.tensors import RNN_WEIGHTS_ASSIGNED, constraint_violation, dynamic_shapes, export_reason
 
 from . import cache
 
@@ -390,6 +390,7 @@ def _quiet() -> Iterator[None]:
             warnings.simplefilter("ignore", FutureWarning)
             # Said once per input after the first that shares an axis: the sharing we asked for.
             warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+            warnings.filterwarnings("ignore", message=RNN_WEIGHTS_ASSIGNED)
             yield
     finally:
         logger.setLevel(level)
