@@ -526,6 +526,12 @@ def test_a_time_major_input_pads_its_sequence_axis_not_the_batch(tmp_path, capfd
     assert report.passed and report.warnings == [], report.warnings
     zoo.export(spec, backend="onnxruntime", random_init=True, repository=tmp_path)
     assert "_flat_weights" not in capfd.readouterr().err
+    # torch.export unrolls the GRU over time, whatever the user's code: said, with what keeps the axis dynamic
+    with pytest.raises(ExportError, match=r"torch.export could not capture timemajor.gru: .*specialized it to be a "
+                                          r"constant \(7\).*Here it is 'gru', an nn.GRU: torch.export unrolls it over "
+                                          r"its time steps.*The onnxruntime and openvino backends export it with the "
+                                          r"axis dynamic"):
+        zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)
 
 
 def test_an_output_axis_past_its_declared_range_is_refused_by_check():

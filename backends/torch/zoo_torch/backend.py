@@ -114,13 +114,30 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     except ZooError:
         raise
     except Exception as exc:  # torch.export's own errors (data-dependent control flow, guards ...)
-        refused = ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}")
+        refused = ExportError(f"torch.export could not capture {spec.name}: {export_reason(exc)}"
+                              f"{_unrolled(module, exc)}")
         if constraint_violation(exc) is None:
             raise refused from exc
         program = _without_proof(module, spec, args, precision, refused)
     if dtype is not None:
         _refuse_mixed_dtypes(program, spec, args, precision)
     return program
+
+
+def _unrolled(module: torch.nn.Module, exc: BaseException) -> str:
+    """Where an axis was fixed to the example's size and the module has an nn.GRU, nn.LSTM or
+    nn.RNN: torch.export decomposes it into a Python loop over time and unrolls it, whatever
+    the user's code; say so, and what keeps the axis dynamic."""
+    if "specialized it to be a constant" not in str(exc):
+        return ""
+    rnn = next((name for name, m in module.named_modules() if isinstance(m, torch.nn.RNNBase)), None)
+    if rnn is None:
+        return ""
+    kind = type(module.get_submodule(rnn)).__name__
+    return (f". Here it is {rnn.removeprefix('module.')!r}, an nn.{kind}: torch.export unrolls it over its time "
+            f"steps, fixing the sequence axis to the example's length. The onnxruntime and openvino backends export "
+            f"it with the axis dynamic; here, give the axis one size, or run the recurrence as a loop the graph "
+            f"keeps (torch's scan, as zoo-nlp's gru.pydoc does)")
 
 
 def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precision: str,
