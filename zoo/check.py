@@ -59,6 +59,7 @@ import torch
 from .errors import SpecError, ZooError, first_line
 from .spec import ModelSpec, TensorSpec
 from .arrays import as_numpy
+from .checkpoint import built
 from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .inputs import dataset_splits, load_split
@@ -239,8 +240,6 @@ def _unsaved_buffers(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
     unsaved = {name: b for name, b in module.named_buffers() if name not in saved}
     if not unsaved:
         return []
-    from .checkpoint import built  # checkpoint imports this module's neighbours
-
     try:
         with torch.random.fork_rng(devices=[]):  # the caller's random state as it was
             other = dict(built(spec).named_buffers())
