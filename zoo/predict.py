@@ -78,8 +78,14 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes |
     `items` is a list of inputs (str or bytes); a lone str or bytes is one item, and its
     result comes back as a list of one, as a transformers pipeline returns for one text."""
     raw = _raw(spec, items)
+    if spec.postprocess is None and spec.detokenize is not None:  # a language model: its results are texts
+        raise ZooError(f"model {spec.name} is a language model, whose answer to a text is the text it continues "
+                       f"it with: `zoo generate {spec.name} --prompt TEXT`; `zoo predict` takes its tensors "
+                       f"(--tensor NAME=FILE.npy: {', '.join(t.name for t in spec.inputs)})")
     if spec.postprocess is None:
-        raise ZooError(f"model {spec.name} has no postprocessing for domain outputs")
+        raise ZooError(f"model {spec.name} turns {spec.raw_kind} inputs into tensors but has no results to make "
+                       f"of its outputs (its plugin gives no postprocess): `zoo predict` takes its tensors "
+                       f"(--tensor NAME=FILE.npy: {', '.join(t.name for t in spec.inputs)})")
     step = spec.axes["batch"].max
     results: list[Any] = []
     for i in range(0, len(raw), step):

@@ -66,15 +66,19 @@ def pretrained_state(directory: str, config: Any, task: str) -> dict[str, torch.
     mismatched = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info["mismatched_keys"])
     if mismatched:
         raise CheckpointError(f"{directory} has weights of another shape than its config.json implies for "
-                              f"{len(mismatched)} tensors of {type(model).__name__}, e.g. {', '.join(mismatched[:4])}: "
-                              f"the {task} model would be partly random. Make the config match the weights (its "
+                              f"{_tensors(len(mismatched))} of {type(model).__name__}, e.g. "
+                              f"{', '.join(mismatched[:4])}: the {task} model would be partly random. Make the config match the weights (its "
                               f"labels, vocab_size, sizes)")
     if info["missing_keys"]:
         missing = sorted(info["missing_keys"])
-        raise CheckpointError(f"{directory} has no weights for {len(missing)} tensors of {type(model).__name__}, "
+        raise CheckpointError(f"{directory} has no weights for {_tensors(len(missing))} of {type(model).__name__}, "
                               f"e.g. {', '.join(missing[:4])}: the {task} model would be partly random. Register it "
                               f"with a task its checkpoint was trained for")
     return {f"model.{k}": v for k, v in model.state_dict().items()}
+
+
+def _tensors(count: int) -> str:
+    return "1 tensor" if count == 1 else f"{count} tensors"
 
 
 def _model_class(config: Any, task: str) -> type:

@@ -94,6 +94,9 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     tolerances, quantization: per-precision bounds (default `TOLERANCES`); an "int8" entry
       needs a `quantization` method ("dynamic" for transformers).
     """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
+        raise ZooError(f"model {name}: max_length is the longest sequence in tokens, a whole number of at least 2 "
+                       f"(the tokenizer's start and end tokens and one of text), got {max_length!r}")
     directory, base = _load_config(source, revision)
     tasks.check_task(base, task)
     folder = _sentence_transformers(directory) if directory is not None else {}
@@ -106,8 +109,12 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         pooling = pooling or folder.get("pooling", "mean")
         normalize = folder.get("normalize", False) if normalize is None else normalize
         if pooling not in tasks.POOLINGS:
-            raise UnsupportedError(f"model {name}: pooling {pooling!r} is not one zoo_hf builds "
-                                   f"({', '.join(tasks.POOLINGS)}); pass pooling= to choose one")
+            raise UnsupportedError(f"model {name}: pooling {pooling!r} is not one zoo_hf builds; choose one of "
+                                   f"{', '.join(tasks.POOLINGS)}")
+        if pooling == "none" and normalize:
+            raise ZooError(f"model {name}: normalize=True L2-normalizes a pooled embedding, and pooling='none' "
+                           f"pools none (its output is every token's last_hidden_state): choose a pooling "
+                           f"({', '.join(p for p in tasks.POOLINGS if p != 'none')}) or leave normalize off")
     elif pooling is not None or normalize:
         raise ZooError(f"model {name}: pooling and normalize apply to feature-extraction, not {task}")
     hf_config = _configured(base, config or {})
@@ -116,6 +123,10 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     real = directory is not None and not changed
     names = _input_names(hf_config, task)
     seq_max = _longest(hf_config, max_length or folder.get("max_length") or DEFAULT_MAX_LENGTH)
+    if max_length is not None and seq_max < max_length and (name, "max_length") not in _WARNED:
+        _WARNED.add((name, "max_length"))  # once, not per variant of the spec
+        log.warning("model %s: max_length %d is more than the %d positions the model has; its sequences go up to %d "
+                    "tokens", name, max_length, seq_max, seq_max)
     output, postprocess = _outputs(task, pooling, hf_config)
     pad_id = _pad_id(hf_config)
     tokenizer = directory / "tokenizer.json" if directory is not None else None
