@@ -157,6 +157,7 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
     except Exception:  # noqa: BLE001 - the first refusal says why
         raise refused from None
     tolerance = spec.tolerances.get(precision) or spec.tolerances.get("fp32")
+    run = program.module()
     for axis, example, size, inputs in _probe_sizes(spec, args):
         try:
             with torch.inference_mode():
@@ -165,7 +166,7 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
             continue
         try:
             with torch.inference_mode():
-                got = program.module()(*inputs)
+                got = run(*inputs)
             torch.testing.assert_close(got, want, atol=tolerance.atol if tolerance else None,
                                        rtol=tolerance.rtol if tolerance else None)
         except Exception as exc:  # noqa: BLE001 - a failed runtime check, or another answer
@@ -182,8 +183,9 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
 
 
 def _probe_sizes(spec: ModelSpec, args: tuple) -> list[tuple[str, int, int, tuple]]:
-    """(axis, the example's size, size, the example cut or repeated to it along that axis) for each end of every
-    dynamic axis and one and three past the example's size of the others, in range."""
+    """(axis, the example's size, size, the example cut or repeated to it along that axis)
+    for each end of every dynamic axis, and one and three past the example's size of each
+    but the batch, inside the spec's range."""
     sizes: dict[str, int] = {}
     for t, tensor in zip(spec.inputs, args):
         for dim, axis in t.dynamic_axes.items():
