@@ -149,9 +149,9 @@ class AxisRange:
             raise ZooError(f"{self}: an axis range is three integer sizes, smallest, typical and largest, as "
                            f"AxisRange(1, 8, 32)")
         if not 1 <= self.min <= self.opt <= self.max:
-            broken = next(f"{a} {x} > {b} {y}" for a, x, b, y in (("min", self.min, "opt", self.opt),
-                                                                   ("opt", self.opt, "max", self.max)) if x > y
-                          ) if self.min >= 1 else f"min {self.min} < 1"
+            pairs = (("min", self.min, "opt", self.opt), ("opt", self.opt, "max", self.max))
+            broken = (f"min {self.min} < 1" if self.min < 1 else
+                      next(f"{a} {x} > {b} {y}" for a, x, b, y in pairs if x > y))
             raise ZooError(f"{self}: an axis range must satisfy 1 <= min <= opt <= max (smallest, typical, "
                            f"largest), and here {broken}")
 
