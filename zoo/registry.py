@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -202,7 +204,14 @@ def _invalid(exc: pluggy.PluginValidationError, label: str | None = None) -> str
     name = label or _label(exc.plugin)
     if unknown:
         return f"plugin {name} implements {', '.join(unknown)}, which zoo does not define (hooks: {defined})"
-    return f"plugin {name} is invalid: {first_line(exc)}"
+    for hook in (n for n in vars(hookspecs) if n.startswith("zoo_")):  # pluggy says this over three lines
+        function, spec = getattr(exc.plugin, hook, None), getattr(pm.hook, hook).spec
+        if callable(function) and spec is not None:
+            extra = [a for a in inspect.signature(function).parameters if a not in spec.argnames]
+            if extra:
+                return (f"plugin {name}: its {hook} takes {', '.join(extra)}, which the hook does not pass: "
+                        f"write `def {hook}({', '.join(spec.argnames)}):`")
+    return f"plugin {name} is invalid: {' '.join(str(exc).split())}"
 
 
 def _label(plugin: object) -> str:
@@ -254,8 +263,10 @@ def _collect(hook: pluggy.HookCaller, kind: str, *cls: type) -> dict[str, tuple[
             items.append(item)
 
         try:
-            impl.function(register=register)
-            wrong = next(filter(None, (_wrong(item, kind, *cls) for item in items)), None)
+            # as pluggy calls a hook: with the parameters the implementation names
+            returned = impl.function(**({"register": register} if "register" in impl.argnames else {}))
+            wrong = _unregistered(impl, returned, items, kind) or next(
+                filter(None, (_wrong(item, kind, *cls) for item in items)), None)
         except Exception as exc:
             wrong = f"failed in {hook.name}{_where(exc, impl.function)}: {first_line(exc)}"
         if wrong:
@@ -279,6 +290,19 @@ def _where(exc: BaseException, hook: Callable) -> str:
         return ""
     line = (frames[-1].line or "").strip()
     return f" at {Path(file).name}:{frames[-1].lineno}" + (f" ({line[:160]})" if line else "")
+
+
+def _unregistered(impl: pluggy.HookImpl, returned: object, items: list, kind: str) -> str | None:
+    """Why a hook that registered nothing did so, where its writer meant it to register:
+    it has no `register` parameter, or it returned what it meant to register."""
+    hook = impl.function.__name__
+    if "register" not in impl.argnames:
+        return (f"defines {hook}() without its `register` parameter, so it registers nothing: write "
+                f"`def {hook}(register):` and call register(...) once per {kind}")
+    if returned is not None and not items:
+        return (f"returned a {type(returned).__name__} from {hook} and registered nothing: zoo does not read "
+                f"the hook's return value; call register(...) once per {kind}")
+    return None
 
 
 def _wrong(item: object, kind: str, *cls: type) -> str | None:
