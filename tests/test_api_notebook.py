@@ -198,6 +198,14 @@ def test_a_tensor_shape_that_is_not_sizes_and_axis_names_is_refused(shape):
         zoo.TensorSpec("x", "float32", shape)
 
 
+def test_a_shape_given_before_the_dtype_is_named_with_the_order_to_write():
+    with pytest.raises(ZooError, match=r"^tensor 'x': shape and dtype are the other way round: TensorSpec takes "
+                                       r"\(name, dtype, shape\), as TensorSpec\('x', 'float32', \('batch', 2\)\)$"):
+        zoo.TensorSpec("x", ("batch", 2), "float32")
+    with pytest.raises(ZooError, match=r"^tensor 'x': unknown dtype \['batch', 2\] \(one of float32"):
+        zoo.TensorSpec("x", ["batch", 2], ("batch", 2))
+
+
 def test_a_tensor_shape_given_as_a_list_or_numpy_sizes_is_a_tuple_of_ints():
     assert zoo.TensorSpec("x", "float32", ["batch", np.int64(3)]).shape == ("batch", 3)
 

@@ -58,7 +58,10 @@ class TensorSpec:
     labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
+        if isinstance(self.dtype, (tuple, list)) and isinstance(self.shape, str) and self.shape in DTYPES:
+            raise ZooError(f"tensor {self.name!r}: shape and dtype are the other way round: TensorSpec takes "
+                           f"(name, dtype, shape), as TensorSpec({self.name!r}, {self.shape!r}, {tuple(self.dtype)!r})")
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ZooError(f"tensor {self.name!r}: unknown dtype {self.dtype!r} (one of {', '.join(DTYPES)})")
         self._check_shape()
         if self.value_range is not None:
