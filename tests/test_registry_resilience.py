@@ -153,8 +153,8 @@ def test_a_misdeclared_spec_is_named_by_its_line_and_field_and_its_models_by_the
     lines = {
         "misdeclared.py": "warning: plugin misdeclared.py failed in zoo_register_models at misdeclared.py:23 "
                           "(axes={'batch': zoo.AxisRange(32, 8, 1)}))): AxisRange(min=32, opt=8, max=1): an axis "
-                          "range must satisfy 1 <= min <= opt <= max (smallest, typical, largest), and here min 32 "
-                          "> opt 8; its models are left out",
+                          "range must satisfy 0 <= min <= opt <= max and max >= 1 (smallest, typical, largest; 0 "
+                          "only where outputs alone have the axis), and here min 32 > opt 8; its models are left out",
         "one_tensor.py": "warning: plugin one_tensor.py failed in zoo_register_models at one_tensor.py:8 "
                          "(return zoo.ModelSpec(): model linear.one: `inputs` is one zoo.TensorSpec; it takes a "
                          "tuple of them: inputs=(zoo.TensorSpec(...),), with the comma; its models are left out",
@@ -412,8 +412,25 @@ def test_a_spec_field_given_the_wrong_kind_of_value_is_refused_naming_the_field(
     assert str(refused.value) == message
 
 
-def test_an_axis_range_below_one_says_which_bound():
+@pytest.mark.parametrize("sizes, broken", [((-1, 4, 16), "min -1 < 0"), ((0, 0, 0), "max 0 < 1")])
+def test_an_axis_range_below_its_bounds_says_which_bound(sizes, broken):
     """It said "here 1 1 > min 0"."""
-    with pytest.raises(ZooError, match=r"AxisRange\(min=0, opt=4, max=16\): an axis range must satisfy 1 <= min <= "
-                                       r"opt <= max \(smallest, typical, largest\), and here min 0 < 1$"):
-        zoo.AxisRange(0, 4, 16)
+    with pytest.raises(ZooError, match=rf"AxisRange\(min={sizes[0]}, opt={sizes[1]}, max={sizes[2]}\): an axis range "
+                                       rf"must satisfy 0 <= min <= opt <= max and max >= 1 \(smallest, typical, "
+                                       rf"largest; 0 only where outputs alone have the axis\), and here {broken}$"):
+        zoo.AxisRange(*sizes)
+
+
+def test_only_an_axis_that_outputs_alone_have_may_start_at_0():
+    """A detector may keep no box; an input of no rows or no tokens is no request."""
+    kept = linear_spec(outputs=(zoo.TensorSpec("kept", "int64", ("kept",)),),
+                       axes={"batch": zoo.AxisRange(1, 4, 16), "kept": zoo.AxisRange(0, 4, 64)})
+    assert kept.axes["kept"].min == 0
+    with pytest.raises(ZooError, match=r"^model linear.mistaken: the batch axis starts at 1, a request of one row; "
+                                       r"here AxisRange\(min=0, opt=4, max=16\)$"):
+        linear_spec(axes={"batch": zoo.AxisRange(0, 4, 16)})
+    seq = zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 9))
+    with pytest.raises(ZooError, match=r"^model linear.mistaken: input 'tokens' has axis 'seq', whose range starts at "
+                                       r"0; an input's axis starts at 1 \(0 is for an axis only outputs have, as the "
+                                       r"boxes a detector keeps\): AxisRange\(1, 8, 32\)$"):
+        linear_spec(inputs=(seq,), axes={"batch": zoo.AxisRange(1, 4, 16), "seq": zoo.AxisRange(0, 8, 32)})

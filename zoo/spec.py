@@ -140,7 +140,10 @@ def _number(x: float) -> str:
 
 @dataclass(frozen=True)
 class AxisRange:
-    """The range a dynamic axis is exported for: smallest, typical (tuning point), largest."""
+    """The range a dynamic axis is exported for: smallest, typical (tuning point), largest.
+
+    An input's axis starts at 1; an axis only outputs have (the boxes a detector keeps)
+    may start at 0, an output with nothing in it."""
 
     min: int
     opt: int
@@ -151,12 +154,12 @@ class AxisRange:
         if not all(_is_int(v) for v in values):
             raise ZooError(f"{self}: an axis range is three integer sizes, smallest, typical and largest, as "
                            f"AxisRange(1, 8, 32)")
-        if not 1 <= self.min <= self.opt <= self.max:
+        if not 0 <= self.min <= self.opt <= self.max or self.max < 1:
             pairs = (("min", self.min, "opt", self.opt), ("opt", self.opt, "max", self.max))
-            broken = (f"min {self.min} < 1" if self.min < 1 else
+            broken = (f"min {self.min} < 0" if self.min < 0 else f"max {self.max} < 1" if self.max < 1 else
                       next(f"{a} {x} > {b} {y}" for a, x, b, y in pairs if x > y))
-            raise ZooError(f"{self}: an axis range must satisfy 1 <= min <= opt <= max (smallest, typical, "
-                           f"largest), and here {broken}")
+            raise ZooError(f"{self}: an axis range must satisfy 0 <= min <= opt <= max and max >= 1 (smallest, "
+                           f"typical, largest; 0 only where outputs alone have the axis), and here {broken}")
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,9 @@ class ModelSpec:
         self._check_fields()
         if "batch" not in self.axes:
             raise ZooError(f"model {self.name}: axes must include 'batch'")
+        if self.axes["batch"].min < 1:
+            raise ZooError(f"model {self.name}: the batch axis starts at 1, a request of one row; here "
+                           f"{self.axes['batch']}")
         if (self.preprocess is None) != (self.raw_kind is None):
             raise ZooError(f"model {self.name}: `preprocess` and `raw_kind` go together")
         if self.raw_kind is not None and not RAW_KIND.match(self.raw_kind):
@@ -405,6 +411,12 @@ class ModelSpec:
             missing = [a for a in t.dynamic_axes.values() if a not in self.axes]
             if missing:
                 raise ZooError(f"model {self.name}: input {t.name} uses axes {missing} with no range in `axes`")
+            empty = [a for a in t.dynamic_axes.values() if self.axes[a].min == 0]
+            if empty:
+                r = self.axes[empty[0]]
+                raise ZooError(f"model {self.name}: input {t.name!r} has axis {empty[0]!r}, whose range starts at 0; "
+                               f"an input's axis starts at 1 (0 is for an axis only outputs have, as the boxes a "
+                               f"detector keeps): AxisRange(1, {max(r.opt, 1)}, {r.max})")
         sized = {a for t in self.inputs for a in t.dynamic_axes.values()}
         for t in self.outputs:  # Triton's config would say -1 there, and nothing would check the size
             unsized = [a for a in t.dynamic_axes.values() if a not in sized and a not in self.axes]
