@@ -172,6 +172,25 @@ class Confused(torch.nn.Module):
         return (ids + types + mask).float()
 
 
+class Keywords(torch.nn.Module):
+    """Every input as a keyword: `forward(**inputs)`, and a parameter of its own."""
+
+    def forward(self, scale=1, **inputs):
+        return scale * (inputs["input_ids"] + 10 * inputs["token_type_ids"] + 100 * inputs["attention_mask"]).float()
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_a_forward_taking_every_input_as_a_keyword_gets_each_by_its_name(inline, repository, backend):
+    """It was refused, with "forward(**inputs) has no parameter for inputs [...]"."""
+    spec = text_spec("mixer.kwargs", Keywords)
+    inline(spec)
+    assert binding(Keywords(), spec) == KEYWORD
+    inputs = {"input_ids": np.array([[3, 4, 5, 6, 7, 8]]), "token_type_ids": np.array([[0, 0, 1, 1, 0, 1]]),
+              "attention_mask": np.array([[1, 1, 1, 0, 0, 0]])}
+    out = zoo.export("mixer.kwargs", backend=backend, repository=repository).load()(inputs)
+    np.testing.assert_array_equal(out["mixed"], expected(inputs))
+
+
 class NeedsMore(torch.nn.Module):
     def forward(self, input_ids, token_type_ids, attention_mask, position_ids):
         return input_ids.float()

@@ -5,7 +5,8 @@ one binding, so an artifact cannot agree with its reference by making the same m
 (a BertModel whose spec lists `token_type_ids` before `attention_mask` gets each tensor
 under its own name, not the second one as its mask).
 
-Inputs: a forward whose parameters name every spec input is called by keyword. A
+Inputs: a forward whose parameters name every spec input, or that takes them all as
+keywords (`forward(self, **inputs)`), is called by keyword. A
 forward without named parameters (`forward(self, *inputs)`), or one with a single
 input that the spec names differently (`forward(self, x)` for input "image"), is called
 positionally in spec order, and `binding` says "positional". Anything else is
@@ -58,7 +59,8 @@ def binding(module: Any, spec: ModelSpec) -> str:
     required = [n for n, p in named.items() if p.default is p.empty]
     described = ", ".join(str(p) for p in params)
     unfed = [n for n in required if n not in names]
-    if all(n in named for n in names) or (takes_kwargs and any(n in named for n in names)):
+    if all(n in named for n in names) or takes_kwargs and (any(n in named for n in names) or not takes_args
+                                                           and not unfed):
         if unfed:
             raise SignatureError(f"model {spec.name}: forward({described}) requires {unfed}, which the spec "
                                  f"does not name as inputs {names}")
