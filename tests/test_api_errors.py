@@ -142,9 +142,9 @@ def test_predict_takes_a_lone_str_or_bytes_as_one_item():
     spec = text_spec(seen)
     fn = lambda inputs: {"y": np.zeros((len(inputs["x"]), 2), np.float32)}  # noqa: E731
     assert zoo.predict(spec, fn, "hello world") == [{"n": 1}]
-    assert zoo.predict(spec, fn, b"\x89PNG\r\n") == [{"n": 1}]
+    assert zoo.predict(spec, fn, "héllo".encode()) == [{"n": 1}]
     assert zoo.predict(spec, fn, ["a", b"b"]) == [{"n": 1}, {"n": 1}]
-    assert seen == [[b"hello world"], [b"\x89PNG\r\n"], [b"a", b"b"]]
+    assert seen == [[b"hello world"], ["héllo".encode()], [b"a", b"b"]]
     with pytest.raises(InputError, match="item 2 is int, not str or bytes"):
         zoo.predict(spec, fn, ["a", 7])  # was a buffer of seven zero bytes
     with pytest.raises(InputError, match="items is a list of str or bytes inputs, not NoneType"):

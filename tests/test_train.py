@@ -96,7 +96,12 @@ def test_a_run_that_misses_its_recipes_target_says_so(tmp_path, caplog):
         ckpt = zoo.train(unreachable, out=tmp_path / "miss", epochs=1, progress=False)
     reached = ckpt.metrics["target"]
     assert reached == {"metric": "accuracy", "value": ckpt.metrics["test_accuracy"], "target": 1.01, "met": False}
-    assert any("short of its recipe's target 1.01" in r.getMessage() for r in caplog.records)
+    assert any(r.getMessage().endswith("short of its recipe's target 1.01 (seed 0, 1 epochs)") for r in caplog.records)
     assert json.loads((tmp_path / "miss" / "metrics.json").read_text())["target"]["met"] is False
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zoo.train"):  # a cut run is not the recipe's whole run
+        zoo.train(unreachable, out=tmp_path / "cut", epochs=2, progress=False, options=TrainOptions(max_steps=1))
+    assert any(r.getMessage().endswith("short of its recipe's target 1.01 (seed 0, a run cut by --max-steps after "
+                                       "1 step of 2 epochs)") for r in caplog.records), caplog.text
     lower = dataclasses.replace(tiny, recipe=dataclasses.replace(tiny.recipe, target=0.0))
     assert zoo.train(lower, out=tmp_path / "met", epochs=1, progress=False).metrics["target"]["met"] is True

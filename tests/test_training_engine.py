@@ -151,8 +151,42 @@ def _with_a_nan_image(split):
     return x, y
 
 
+def _a_nan_augment(batch, generator):
+    return {"image": batch["image"].masked_fill(batch["image"] > 0.99, float("nan"))}
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_split_with_nan_is_refused_before_any_step_naming_its_rows(tmp_path, split):
+    """A test split with NaN inputs was scored without a word (argmax of NaN logits: class 0)."""
+    from zoo_vision import digits
+
+    def load(which):
+        return _with_a_nan_image(which) if which == split else digits.load(which)
+
+    spec = dataclasses.replace(MLP, dataset=zoo.Dataset("digits with a NaN pixel", load))
+    with pytest.raises(ZooError, match=rf"^{MLP.name}: dataset '{split}': input 'image' has non-finite values \(NaN "
+                                       rf"or infinity\) in 1 row \(5\): clean the dataset$"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_a_run_directory_whose_new_run_failed_points_to_the_run_it_set_aside(tmp_path):
+    """It said "train one with `zoo train MODEL`", which trains into another directory."""
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
+    spec = dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, augment=_a_nan_augment))
+    with pytest.raises(ZooError, match="training loss is nan"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    with pytest.raises(zoo.errors.CheckpointError, match=rf"^no checkpoint at {tmp_path} .*; the finished run set "
+                                                         rf"aside when a new run started there is in {tmp_path}/previous: "
+                                                         rf"--checkpoint {tmp_path}/previous$"):
+        zoo.load_checkpoint(tmp_path, expect_model=MLP.name)
+    assert zoo.load_checkpoint(tmp_path / "previous", expect_model=MLP.name).model == MLP.name
+    with pytest.raises(zoo.errors.CheckpointError, match=rf"train one with `zoo train {MLP.name} --out {tmp_path}/x`$"):
+        zoo.load_checkpoint(tmp_path / "x", expect_model=MLP.name)
+
+
 def test_a_non_finite_loss_stops_the_run_naming_the_input_and_writes_nothing(tmp_path):
-    spec = dataclasses.replace(MLP, dataset=zoo.Dataset("digits with a NaN pixel", _with_a_nan_image))
+    spec = dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, augment=_a_nan_augment))
     with pytest.raises(ZooError, match=r"training loss is nan at this step; non-finite values in the batch's image: clean"):
         zoo.train(spec, out=tmp_path, epochs=1, progress=False)
     assert not (tmp_path / "model").exists() and not (tmp_path / "metrics.json").exists()

@@ -139,6 +139,17 @@ def test_resume_refuses_another_optimizer_schedule_or_learning_rate(tmp_path):
             zoo.train(spec, out=tmp_path, progress=False, options=TrainOptions(resume=True))
 
 
+def test_resume_refuses_another_precision(tmp_path, monkeypatch):
+    """It was taken, and the record said the whole run was bf16 when most of it ran in fp32."""
+    import zoo.training.options
+
+    zoo.train(MLP, out=tmp_path, progress=False, options=TrainOptions(max_steps=2))
+    monkeypatch.setattr(zoo.training.options, "_cpu_has_bf16", lambda: True)  # refused before any bf16 step
+    with pytest.raises(CheckpointError, match="was trained with precision=fp32, this run asks for bf16; resume with "
+                                              "the same settings"):
+        zoo.train(MLP, out=tmp_path, progress=False, options=TrainOptions(resume=True, precision="bf16"))
+
+
 def test_an_architecture_mismatch_names_the_keys_and_the_first_shape(tmp_path):
     state = PLUGIN.MLP(hidden=16).state_dict()
     ckpt = zoo.Checkpoint(MLP.name, {}, {**state, "extra": torch.zeros(1)}, path=tmp_path)
@@ -391,3 +402,84 @@ def test_a_run_directory_of_another_model_is_refused_untouched(tmp_path):
                                               f"into another --out, or delete that directory first"):
         zoo.train(other, out=tmp_path, epochs=1, progress=False)
     assert sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- a user's own data and recipe
+
+
+def _first(rows: int):
+    """The digits' train split cut to its first `rows` examples, the test split whole."""
+    from zoo_vision import digits
+
+    def load(split):
+        x, y = digits.load(split)
+        return ({"image": x["image"][:rows]}, y[:rows]) if split == "train" else (x, y)
+    return load
+
+
+class _Normalized(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16),
+                                       torch.nn.ReLU(), torch.nn.Linear(16, 10))
+
+    def forward(self, image):
+        return self.net(image)
+
+
+def test_an_empty_test_split_is_refused_before_the_first_step(tmp_path):
+    """It trained every epoch, then blamed the user's metric (KeyError: 'logits')."""
+    from zoo_vision import digits
+
+    def no_test(split):
+        x, y = digits.load(split)
+        return ({"image": x["image"][:0]}, y[:0]) if split == "test" else (x, y)
+
+    spec = dataclasses.replace(MLP, dataset=zoo.Dataset("digits without a test split", no_test))
+    with pytest.raises(SpecError, match=r"^mlp.digits-test: dataset 'test': it holds no examples, and a run is "
+                                        r"scored on it$"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_seed_torch_cannot_take_is_a_usage_error():
+    """It was "internal error: Overflow when unpacking long long", from torch.manual_seed."""
+    for seed in (2 ** 64, -1):
+        with pytest.raises(zoo.errors.UsageError, match=rf"^seed must be an integer from 0 to 2\*\*64 - 1, got {seed}$"):
+            zoo.train(MLP, seed=seed, progress=False)
+        with pytest.raises(ZooError, match=rf"seed must be an integer from 0 to 2\*\*64 - 1, got {seed}$"):
+            zoo.Recipe(epochs=1, batch_size=8, lr=0.1, seed=seed)
+
+
+def test_a_last_batch_of_one_that_batchnorm_cannot_train_on_is_explained(tmp_path):
+    spec = dataclasses.replace(MLP, build=_Normalized, dataset=zoo.Dataset("9 digits", _first(9)),
+                               recipe=dataclasses.replace(MLP.recipe, batch_size=4, val_fraction=0.0))
+    with pytest.raises(SpecError, match=r"a training step \(image\[1, 1, 8, 8\]\) raised ValueError: Expected more "
+                                        r"than 1 value per channel .*; that batch holds one example, the remainder of "
+                                        r"the training examples after the full batches, and batch statistics "
+                                        r"\(BatchNorm\) need two: choose a --batch-size that leaves another remainder$"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+
+
+def test_a_batch_larger_than_the_training_examples_is_said(tmp_path, caplog):
+    import logging
+
+    spec = dataclasses.replace(MLP, dataset=zoo.Dataset("9 digits", _first(9)),
+                               recipe=dataclasses.replace(MLP.recipe, batch_size=64, val_fraction=0.0))
+    with caplog.at_level(logging.WARNING, logger="zoo.train"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+    assert "mlp.digits-test: batch size 64 is more than its 9 training examples: each epoch is one step over all of " \
+           "them" in caplog.text
+
+
+def test_an_interrupted_run_says_what_it_kept_and_how_to_continue(tmp_path):
+    from zoo.training.state import interrupted
+
+    zoo.train(MLP, out=tmp_path / "run", epochs=2, progress=False, options=TrainOptions(max_steps=30))
+    argv = ["--plugin", "p.py", "train", "mlp.digits-test", "--out", str(tmp_path / "run")]
+    assert interrupted(tmp_path / "run", argv) == (
+        f"interrupted: the resume point {tmp_path}/run/last holds the run after epoch 1 (the one in progress is "
+        f"lost); `zoo --plugin p.py train mlp.digits-test --out {tmp_path}/run --resume` continues it from there")
+    assert interrupted(tmp_path / "none", argv) == (
+        f"interrupted before the run's first resume point (written after each epoch): nothing in {tmp_path}/none "
+        f"to resume")

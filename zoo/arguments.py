@@ -46,9 +46,23 @@ def domain_items(items: Any) -> list[bytes]:
     raw = []
     for k, item in enumerate(items, 1):
         if isinstance(item, str):
-            raw.append(item.encode())
+            try:  # a lone surrogate: bytes no UTF-8 decodes (a command-line argument's, say)
+                raw.append(item.encode())
+            except UnicodeEncodeError:
+                raise InputError(f"item {k} is not valid UTF-8") from None
         elif isinstance(item, (bytes, bytearray, memoryview)):
             raw.append(bytes(item))
         else:
             raise InputError(f"item {k} is {type(item).__name__}, not str or bytes")
     return raw
+
+
+def check_text_items(kind: str, items: list[bytes]) -> list[bytes]:
+    """Text items (a kind that is not binary) as UTF-8, each that is not named before the
+    plugin's preprocess sees it: as the server answers, so `zoo predict` does."""
+    for k, item in enumerate(items, 1):
+        try:
+            item.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{kind} item {k} is not valid UTF-8") from None
+    return items

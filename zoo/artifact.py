@@ -185,6 +185,7 @@ class Artifact:
     def load(self, threads: int | None = None, device: str | None = None):
         """A `Runner` for this artifact, after checking the backend can run it here: the
         backend's, behind the input check the server makes (`zoo.inputs.CheckedRunner`)."""
+        from .backend import loaded
         from .registry import get_backend, probe
 
         backend = get_backend(self.backend)
@@ -196,8 +197,8 @@ class Artifact:
         backend.check_compatible(self.manifest["backend"].get("versions", {}), self.name)
         try:
             spec = self.spec()
-            runner = backend.load(self.model_file, spec, self.precision, device, threads,
-                                  self.manifest["backend"].get("info") or {})
+            runner = loaded(backend, backend.load(self.model_file, spec, self.precision, device, threads,
+                                                  self.manifest["backend"].get("info") or {}))
         except ZooError:
             raise
         except Exception as exc:  # a library's own error while reading a file that hashed fine

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol
 
-from .errors import StaleArtifactError, UnsupportedError
+from .errors import PluginError, StaleArtifactError, UnsupportedError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -166,13 +166,59 @@ class Backend(abc.ABC):
         The default requires the same major.minor version of every library recorded;
         a backend whose artifacts run only with the exact build that wrote them overrides this.
         """
-        current = self.versions()
+        current = library_versions(self)
         for lib, version in recorded.items():
             now = current.get(lib)
             if now is None or _major_minor(now) != _major_minor(version):
                 raise StaleArtifactError(
                     f"artifact {artifact} was built with {lib} {version} but this machine has "
                     f"{lib} {now or '(not installed)'}; re-export it with `zoo export --force`")
+
+
+def declared_wrong(backend: Backend) -> str | None:
+    """Why a backend's declaration cannot work, or None: a `filename` that is not a plain
+    file name (the version folder holds the model file; a path out of it is never
+    followed), `precisions` that do not map devices to precisions zoo knows."""
+    from .spec import PRECISIONS
+
+    filename = getattr(backend, "filename", None)
+    if not isinstance(filename, str) or filename in ("", ".", "..") or Path(filename).name != filename \
+            or "\\" in filename:
+        return (f"its filename {filename!r} is not a file name: it names the model file inside the artifact's "
+                f"version folder, as \"model.onnx\"")
+    precisions = getattr(backend, "precisions", None)
+    if not isinstance(precisions, Mapping) or not all(
+            isinstance(d, str) and isinstance(ps, (tuple, list)) and all(isinstance(x, str) for x in ps)
+            for d, ps in precisions.items()):
+        return (f"its precisions {str(precisions)[:100]} must map each device to the precisions it runs there, as "
+                f"{{\"cpu\": (\"fp32\", \"int8\")}}")
+    unknown = sorted({x for ps in precisions.values() for x in ps} - set(PRECISIONS))
+    if unknown:
+        return f"its precisions name {', '.join(unknown)}, which zoo does not know (it knows {', '.join(PRECISIONS)})"
+    return None
+
+
+def loaded(backend: Backend, runner: Any) -> Any:
+    """What `backend.load` returned, if it is a runner (a callable): a plugin's slip (a load
+    that returns nothing) is named as that backend's, not met later as "None is not callable"."""
+    if not callable(runner):
+        raise PluginError(f"backend {backend.name}: load() returned {str(runner)[:100]}, not a runner: a callable "
+                          f"taking a dict of input arrays by name and returning a dict of output arrays by name")
+    return runner
+
+
+def library_versions(backend: Backend) -> dict[str, str]:
+    """`backend.versions()`, checked: a plugin's code, whose failure or wrong answer is named
+    as that backend's (a listing shows it against the backend; an export to it is refused),
+    never as zoo's own "internal error" in a command about another backend."""
+    try:
+        answer = backend.versions()
+    except Exception as exc:
+        raise PluginError(f"backend {backend.name}: versions() raised {type(exc).__name__}: {first_line(exc)}") from exc
+    if not isinstance(answer, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in answer.items()):
+        raise PluginError(f"backend {backend.name}: versions() returned {str(answer)[:200]}; it returns a dict of "
+                          f"library names to version strings, as {{\"onnxruntime\": onnxruntime.__version__}}")
+    return dict(answer)
 
 
 def device_kind(device: str) -> str:

@@ -151,6 +151,15 @@ def missing(model: str, untrained: str, other: str = "--checkpoint DIR") -> Chec
                            f"pass {other}, or {untrained}")
 
 
+def _what_is_there(path: Path, model: str) -> str:
+    """Where the checkpoint asked for is instead: the finished run that a new run, which then
+    failed before its first epoch ended, set aside (`previous`); else how to make one there."""
+    if (path / "previous" / RUN_MODEL / META).is_file():
+        return (f"the finished run set aside when a new run started there is in {path / 'previous'}: "
+                f"--checkpoint {path / 'previous'}")
+    return f"train one with `zoo train {model} --out {path}`"
+
+
 def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkpoint:
     """Read and validate a checkpoint directory (or its model.safetensors file)."""
     path = Path(path)
@@ -160,7 +169,7 @@ def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkp
         path = path / RUN_MODEL  # a run directory: its selected checkpoint
     if not (path / META).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (expected {META} and {WEIGHTS}); "
-                              f"train one with `zoo train {expect_model or 'MODEL'}`")
+                              + _what_is_there(path, expect_model or "MODEL"))
     try:
         meta = json.loads((path / META).read_text())
         state = load_file(str(path / WEIGHTS))

@@ -14,8 +14,9 @@ import typer
 from rich.markup import escape
 
 from . import registry
+from .backend import Availability, library_versions
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
-from .errors import UnknownModelError, UsageError, ZooError
+from .errors import PluginError, UnknownModelError, UsageError, ZooError
 from .fsutil import check_destination
 
 
@@ -98,14 +99,18 @@ def backends(device: Optional[str] = typer.Option(None, help="Only this device: 
     """Every backend plugin: can it run here, library versions, devices, precisions; if not, why."""
     rows = []
     for be in registry.backends().values():
+        try:  # a third-party backend's versions() or probe that raises must not take the listing down
+            versions, broken = library_versions(be), None
+        except PluginError as exc:
+            versions, broken = {}, str(exc)
         for dev in [device] if device else list(be.devices):
             if dev not in be.precisions:
                 rows.append({"backend": be.name, "device": dev, "available": False, "precisions": [],
-                             "versions": be.versions(), "reason": f"does not run on {dev}"})
+                             "versions": versions, "reason": f"does not run on {dev}"})
                 continue
-            probe = registry.probe(be, dev)  # a third-party probe that raises must not take the listing down
+            probe = Availability(False, broken) if broken else registry.probe(be, dev)
             rows.append({"backend": be.name, "device": dev, "available": probe.ok,
-                         "precisions": list(be.precisions[dev]), "versions": be.versions(), "reason": probe.reason})
+                         "precisions": list(be.precisions[dev]), "versions": versions, "reason": probe.reason})
     if as_json:
         return _emit_json(rows)
     _table(["backend", "device", "available", "precisions", "versions", "reason"],
@@ -141,6 +146,7 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     from .train import train as run
     from .training.distributed import check_launch, launch
     from .training.options import TrainOptions, check_usage
+    from .training.state import interrupted
 
     overrides = _config(config)
     if overrides and out_dir is None:
@@ -158,7 +164,11 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     if nproc is not None:
         options.check_device(device)
         check_launch(spec, options, out_dir or default_path(spec.name), nproc)
-        code, shown = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
+        try:
+            code, shown = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
+        except KeyboardInterrupt:
+            err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False, soft_wrap=True)
+            raise
         if code and shown:  # the processes said why
             raise typer.Exit(code)
         if code:
@@ -168,7 +178,11 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     if not any(isinstance(h, _WarningLine) for h in train_log.handlers):
         train_log.addHandler(_WarningLine())
         train_log.propagate = False
-    ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
+    try:
+        ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
+    except KeyboardInterrupt:
+        err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False, soft_wrap=True)
+        raise
     if ckpt.path is None:  # not rank 0 of a distributed run
         return
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(

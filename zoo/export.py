@@ -35,12 +35,12 @@ from safetensors.torch import save_file
 from . import vectors
 from .version import __version__
 from .arguments import check_threads
-from .backend import for_serving
+from .backend import for_serving, library_versions, loaded
 from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, built, default_path, load_checkpoint, missing, whose
-from .errors import (ArtifactError, BackendUnavailableError, PluginError, UnsupportedError, UsageError, ZooError,
-                     first_line)
+from .errors import (ArtifactError, BackendUnavailableError, ExportError, PluginError, UnsupportedError, UsageError,
+                     ZooError, first_line)
 from .fsutil import atomic_directory, sha256_file
 from .registry import get_backend, get_model, probe
 from .spec import QUANTIZATIONS, ModelSpec
@@ -167,11 +167,10 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         model_file = tmp / VERSION_DIR / be.filename
         model_file.parent.mkdir()
         example = example_inputs(spec, device)
-        with torch.inference_mode(False), torch.no_grad():
-            info = be.export(module, spec, example, model_file, precision, device) or {}
+        info = _backend_export(be, module, spec, example, model_file, precision, device)
         if not model_file.is_file():
             raise ArtifactError(f"backend {be.name} wrote no {VERSION_DIR}/{be.filename}")
-        runner = be.load(model_file, spec, precision, device, threads, info)
+        runner = loaded(be, be.load(model_file, spec, precision, device, threads, info))
         reference = module_fn(module, spec, device)
         report = parity(spec, reference, runner, precision)
         domain = domain_report(spec, reference, runner, precision)
@@ -200,6 +199,32 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     return Artifact(final, manifest)
 
 
+def _backend_export(be, module, spec: ModelSpec, example, model_file: Path, precision: str,
+                    device: str) -> dict[str, Any]:
+    """`be.export`, its failure and its answer named as the backend's: a library error inside
+    it is this export's failure, not zoo's "internal error"; what it returns is kept in the
+    manifest (`info`, given back to `load`), so it is a dict JSON holds, or None."""
+    try:
+        with torch.inference_mode(False), torch.no_grad():
+            info = be.export(module, spec, example, model_file, precision, device)
+    except ZooError:
+        raise
+    except Exception as exc:
+        raise ExportError(f"backend {be.name} failed to export {spec.name} ({precision}, {device}): "
+                          f"{type(exc).__name__}: {first_line(exc)}") from exc
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise PluginError(f"backend {be.name}: export() returned a {type(info).__name__} ({str(info)[:100]}); it "
+                          f"returns None or a dict, which the manifest keeps and load() gets back as `info`")
+    try:
+        json.dumps(info, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PluginError(f"backend {be.name}: export() returned an `info` the manifest cannot hold ({exc}): keep "
+                          f"to strings, numbers, booleans, None, lists and dicts with string keys") from None
+    return info
+
+
 def _check_module(spec: ModelSpec, module, precision: str, device: str) -> None:
     """What every step of an export relies on, before any backend work: one line per departure."""
     checked = check(spec, module, precision, device)
@@ -218,7 +243,7 @@ def _provenance(state, spec: ModelSpec, be, precision: str, device: str, form: s
                 parameters: Mapping[str, str]) -> dict[str, Any]:
     """What an artifact was built from: an existing one is reused only where all of it is the same."""
     return {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
-            "backend": be.name, "versions": be.versions(), "precision": precision, "device": device,
+            "backend": be.name, "versions": library_versions(be), "precision": precision, "device": device,
             "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
             "triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
 

@@ -23,13 +23,15 @@ Triton), then its arrays with `check_arrays`; its runners are the unchecked ones
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .arrays import as_numpy
-from .errors import InputError, SpecError, VerificationError, first_line
+from .errors import InputError, PluginError, SpecError, VerificationError, first_line
 from .serve import datatypes as dt
 from .spec import ModelSpec, TensorSpec
 
@@ -153,15 +155,34 @@ def check_split(spec: ModelSpec, split: str, inputs: Any, targets: Any) -> None:
             if np.ndim(arrays[t.name]) == 0 or len(arrays[t.name]) != rows:
                 raise InputError(f"input {t.name!r} has {_rows(arrays[t.name])}, the targets {rows}")
             check_type(t.name, t.dtype, arrays[t.name], spec.name)
-        if not rows:  # nothing to train on: the loop says so
-            return
+        if not rows:  # nothing to train on: the loop says so; nothing to score a run on
+            if split == "train":
+                return
+            raise InputError("it holds no examples, and a run is scored on it")
         check_shapes(arrays, spec, spec.name, batch_max=rows)
         for t in spec.inputs:
             reason = _out_of_range(t, arrays[t.name])
             if reason is not None:
                 raise InputError(reason)
+        for name, array in [*arrays.items(), ("the targets", targets)]:
+            _finite(name, array)
     except InputError as exc:
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _finite(name: str, array: Any) -> None:
+    """Refuse NaN or infinity in a split: in a test split it was scored as whatever the
+    metric made of the NaN outputs (argmax's class 0), without a word."""
+    array = np.asarray(array)
+    if array.dtype.kind not in "fc":
+        return
+    bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1) if array.ndim else ~np.isfinite(array)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        where = ", ".join(map(str, rows[:5])) + (" ..." if len(rows) > 5 else "")
+        label = name if name == "the targets" else f"input {name!r}"
+        raise InputError(f"{label} {'have' if name == 'the targets' else 'has'} non-finite values (NaN or infinity) "
+                         f"in {len(rows)} row{'s' * (len(rows) != 1)} ({where}): clean the dataset")
 
 
 def _rows(array: Any) -> str:
@@ -181,6 +202,8 @@ class CheckedRunner:
 
     def __call__(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         outputs = self.unchecked(check_inputs(inputs, self._spec, self._model), *args, **kwargs)
+        if not isinstance(outputs, Mapping):
+            raise VerificationError(unnamed_outputs(outputs, self._model))
         if self._typed:
             check_output_types(outputs, self._spec, self._model)
         return outputs
@@ -189,6 +212,67 @@ class CheckedRunner:
         if name.startswith("__") or "unchecked" not in self.__dict__:  # copy and pickle, before __init__ ran
             raise AttributeError(name)
         return getattr(self.unchecked, name)
+
+
+def preprocessed(spec: ModelSpec, count: int, inputs: Any) -> Mapping[str, Any]:
+    """What a plugin's `preprocess` made of `count` items, if it is the model's inputs with a
+    row per item: a slip there (a missing tensor, rows that are not the items) is named as
+    the plugin's, where it would have been a KeyError, or results for other items."""
+    if not isinstance(inputs, Mapping):
+        raise PluginError(f"model {spec.name}: its preprocess returned a {type(inputs).__name__}, not a dict of "
+                          f"its inputs by name")
+    missing = [t.name for t in spec.inputs if t.name not in inputs]
+    if missing:
+        raise PluginError(f"model {spec.name}: its preprocess returned no {missing} (it gave "
+                          f"{sorted(map(str, inputs))})")
+    for t in spec.inputs:
+        rows = np.shape(inputs[t.name])[:1]
+        if t.shape[:1] == ("batch",) and rows != (count,):
+            raise PluginError(f"model {spec.name}: its preprocess made {rows[0] if rows else 'no'} rows of "
+                              f"{t.name!r} for {count} item{'s' * (count != 1)}; it makes one row per item")
+    return inputs
+
+
+def postprocessed(spec: ModelSpec, count: int, results: Any) -> list[Any]:
+    """What a plugin's `postprocess` made of the outputs of `count` items, if it is one
+    result per item in order: a list or tuple of `count` (a set has no order; fewer results
+    would leave items unanswered, without a word)."""
+    if not isinstance(results, (list, tuple)):
+        raise PluginError(f"model {spec.name}: its postprocess returned a {type(results).__name__}, not a list of "
+                          f"one result per item")
+    if len(results) != count:
+        raise PluginError(f"model {spec.name}: its postprocess returned {len(results)} result"
+                          f"{'s' * (len(results) != 1)} for {count} item{'s' * (count != 1)}; it returns one per item")
+    plain = [plain_result(r) for r in results]
+    for k, result in enumerate(plain, 1):
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise PluginError(f"model {spec.name}: its postprocess's result for item {k} is not JSON ({exc}): a "
+                              f"result is made of strings, numbers, booleans, None, lists and dicts") from None
+    return plain
+
+
+def plain_result(value: Any) -> Any:
+    """A plugin's postprocess result as plain JSON values: numpy scalars and arrays as
+    numbers and lists, and a non-finite float as null, since JSON (RFC 8259) has no NaN.
+    The same locally (`zoo.predict`) as from a server, which sends results as JSON."""
+    if isinstance(value, dict):
+        return {k: plain_result(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_result(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return plain_result(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def unnamed_outputs(outputs: Any, model: str) -> str:
+    """Why a runner's answer is not outputs: it returns them by name, a dict, which a list
+    (ONNX Runtime's `session.run`) or a lone array is not."""
+    return (f"model {model}: its backend's runner returned a {type(outputs).__name__}, not a dict of output arrays "
+            f"by name")
 
 
 #: precisions whose runners answer exactly the spec's output types (at fp16/bf16 an engine

@@ -13,9 +13,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .arguments import check_device, check_threads, domain_items
+from .arguments import check_device, check_text_items, check_threads, domain_items
 from .checkpoint import Checkpoint
-from .errors import InputError, NoInputsError, SettingError, ZooError
+from .errors import InputError, NoInputsError, PluginError, SettingError, ZooError, first_line
+from .inputs import postprocessed, preprocessed
 from .registry import get_model
 from .spec import ModelSpec
 
@@ -69,7 +70,7 @@ def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[by
     raw = domain_items(items)
     if not raw:
         raise NoInputsError(f"model {spec.name}: give at least one {spec.raw_kind} input")
-    return raw
+    return raw if spec.raw_binary else check_text_items(spec.raw_kind, raw)
 
 
 def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes | str) -> list[Any]:
@@ -89,12 +90,25 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes |
     step = spec.axes["batch"].max
     results: list[Any] = []
     for i in range(0, len(raw), step):
+        chunk = raw[i:i + step]
         try:
-            inputs = spec.preprocess(raw[i:i + step])
+            inputs = preprocessed(spec, len(chunk), spec.preprocess(chunk))
         except InputError as exc:  # the plugin numbers items within the chunk it was given
             raise exc.in_chunk(i, step, len(raw)) from None
+        except ZooError:
+            raise
+        except Exception as exc:  # a slip in the plugin's code, named as its own
+            raise PluginError(f"model {spec.name}: its preprocess failed: {type(exc).__name__}: "
+                              f"{first_line(exc)}") from exc
         outputs = {k: np.asarray(v) for k, v in fn(inputs).items()}
-        results.extend(spec.postprocess(outputs))
+        try:
+            made = spec.postprocess(outputs)
+        except ZooError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"model {spec.name}: its postprocess failed: {type(exc).__name__}: "
+                              f"{first_line(exc)}") from exc
+        results.extend(postprocessed(spec, len(chunk), made))
     return results
 
 

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable
 import pluggy
 
 from . import hookspecs
-from .backend import Availability, Backend
+from .backend import Availability, Backend, declared_wrong
 from .errors import PluginError, UnknownBackendError, UnknownModelError, UsageError, first_line
 from .spec import ModelSpec, name_matches
 
@@ -312,6 +312,8 @@ def _wrong(item: object, kind: str, *cls: type) -> str | None:
         return f"registered a {kind} without a name: {item!r}"
     if not isinstance(item, cls):
         return f"registered {name!r}, which is not a {' or a '.join(f'zoo.{c.__name__}' for c in cls)}"
+    if isinstance(item, Backend) and (why := declared_wrong(item)):
+        return f"registered backend {name!r}: {why}"
     return None
 
 
@@ -354,6 +356,8 @@ def _made(lazy: LazySpec | LazyBackend, label: str, kind: str, cls: type, failin
         what = f"{'spec' if cls is ModelSpec else kind} {made.name!r}" if isinstance(made, cls) else repr(made)[:100]
         raise PluginError(f"{kind} {name!r} of plugin {label}: its {type(lazy).__name__} made {what}, not a "
                           f"zoo.{cls.__name__} named {name!r}")
+    if isinstance(made, Backend) and (why := declared_wrong(made)):
+        raise PluginError(f"backend {name!r} of plugin {label}: {why}")
     return made
 
 

@@ -252,6 +252,10 @@ class Dataset:
     augment: Callable[[dict[str, "torch.Tensor"], "torch.Generator"], dict[str, "torch.Tensor"]] | None = None
 
 
+#: seeds run: torch.manual_seed takes 0 to 2**64 - 1 (a negative one is read modulo 2**64)
+SEEDS = 2 ** 64
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Supervised training recipe; `zoo train` follows it exactly, so runs reproduce."""
@@ -280,7 +284,9 @@ class Recipe:
             ("weight_decay", self.weight_decay, _is_number(self.weight_decay) and 0 <= self.weight_decay < math.inf,
              "a number of at least 0"),
             ("val_fraction", self.val_fraction, _is_number(self.val_fraction) and 0 <= self.val_fraction < 1,
-             "in [0, 1)")) if not ok]
+             "in [0, 1)"),
+            ("seed", self.seed, _is_int(self.seed) and 0 <= self.seed < SEEDS, "an integer from 0 to 2**64 - 1"))
+            if not ok]
         if problems:
             raise ZooError(f"training recipe: {'; '.join(problems)}")
 

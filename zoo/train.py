@@ -25,10 +25,10 @@ import torch
 
 from .arguments import check_device
 from .checkpoint import Checkpoint, check_replaceable, default_path
-from .errors import ZooError
+from .errors import UsageError, ZooError
 from .fsutil import check_destination
 from .registry import get_model
-from .spec import ModelSpec
+from .spec import SEEDS, ModelSpec
 from .arrays import to_numpy
 from .tensors import call_module, to_torch
 from .training import distributed
@@ -58,6 +58,8 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     recipe = spec.recipe
     assert recipe is not None
     seed = recipe.seed if seed is None else seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
+        raise UsageError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
     epochs = recipe.epochs if epochs is None else epochs
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
@@ -81,7 +83,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
         torch.set_num_threads(options.threads)
     try:
         run = Run(spec, out, options, world, seed, epochs, world.device(device), progress, on_epoch_end)
-        run.facts.update(seed=seed, epochs=epochs, accumulate=options.accumulate,
+        run.facts.update(seed=seed, epochs=epochs, accumulate=options.accumulate, precision=options.precision,
                          batch_size=options.batch_size or recipe.batch_size,
                          val_fraction=recipe.val_fraction if options.val_fraction is None else options.val_fraction)
         if spec.trainer is not None:
@@ -97,12 +99,25 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
         if reached is not None:
             ckpt.metrics["target"] = reached
             if not reached["met"] and world.main:
-                log.warning("%s reached test %s %.4g, short of its recipe's target %g (seed %d, %d epochs)",
-                            spec.name, reached["metric"], reached["value"], reached["target"], seed, epochs)
+                log.warning("%s reached test %s %.4g, short of its recipe's target %g (seed %d, %s)",
+                            spec.name, reached["metric"], reached["value"], reached["target"], seed,
+                            _length(ckpt.metrics, epochs))
         return run.finish(ckpt)
     finally:
         torch.set_num_threads(threads)
         distributed.shutdown(world)
+
+
+def _length(metrics: dict[str, Any], epochs: int) -> str:
+    """How long the run scored against its target was: its epochs, or where --max-steps or
+    early stopping ended it sooner, that (the target is stated for the whole recipe)."""
+    run, steps = metrics.get("epochs_run"), metrics.get("steps")
+    if metrics.get("cut_in_epoch") is not None or (isinstance(run, int) and run < epochs and
+                                                   not metrics.get("stopped_early")):
+        return f"a run cut by --max-steps after {steps} step{'s' * (steps != 1)} of {epochs} epochs"
+    if metrics.get("stopped_early"):
+        return f"stopped early after {run} of {epochs} epochs"
+    return f"{epochs} epochs"
 
 
 def target_report(spec: ModelSpec, metrics: dict[str, Any]) -> dict[str, Any] | None:

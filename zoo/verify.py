@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
-from .inputs import TYPED_PRECISIONS, check_output_types, load_split
+from .inputs import TYPED_PRECISIONS, check_output_types, load_split, unnamed_outputs
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
@@ -106,6 +106,8 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
                     if precision in ("bf16", "fp16") and "without overflow" in str(exc) else "")
             raise VerificationError(f"{spec.name}: the artifact failed to run inputs of shapes {shapes}: "
                                     f"{first_line(exc)}{hint}") from exc
+        if not isinstance(produced, Mapping):
+            raise VerificationError(unnamed_outputs(produced, spec.name))
         if set(produced) != set(want):
             raise ShapeError(f"{spec.name}: outputs {sorted(produced)} differ from the reference's {sorted(want)}")
         if precision in TYPED_PRECISIONS:  # values are compared below, types here: an artifact answers its spec's

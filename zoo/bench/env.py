@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..backend import library_versions
+from ..errors import PluginError
 from ..version import __version__
+
+log = logging.getLogger(__name__)
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ORT_NUM_THREADS",
                     "CUDA_VISIBLE_DEVICES")
@@ -60,7 +65,11 @@ def environment(threads: int | None = None) -> dict[str, Any]:
                            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     libraries: set[str] = set()
     for be in backends().values():  # every backend plugin's, a third party's included
-        versions = be.versions()
+        try:
+            versions = library_versions(be)
+        except PluginError as exc:  # another backend's broken plugin: said, and the run's facts go on
+            log.warning("%s; its libraries are left out of the report", exc)
+            continue
         env.update(versions)
         libraries.update(versions)
     env["libraries"] = sorted(libraries - {"torch"})

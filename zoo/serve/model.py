@@ -18,14 +18,15 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..artifact import VERSION_DIR, Artifact
 from ..errors import InputError, ZooError
-from ..inputs import check_arrays, check_names, datatype_error, unchecked, wire_shape
+from ..arguments import check_text_items
+from ..inputs import (check_arrays, check_names, datatype_error, postprocessed, preprocessed, unchecked,
+                      wire_shape)
 from ..spec import ModelSpec
 from ..triton import PYTHON_RUNTIME, batched, rows_batched, tensor_config
 from . import datatypes as dt
@@ -137,7 +138,8 @@ class ServedModel:
             except Exception as exc:
                 log.error("model %s: postprocess failed: %s", self.name, exc, exc_info=exc)
                 raise ZooError(f"model {self.name} could not postprocess its outputs") from None
-            items = dt.bytes_array([json.dumps(_plain(r), allow_nan=False).encode() for r in results])
+            results = postprocessed(self.spec, len(raw), results)
+            items = dt.bytes_array([json.dumps(r, allow_nan=False).encode() for r in results])
             return [Tensor(RESULT, "BYTES", (len(items),), items)], work
         return [self._output(name, outputs[name]) for name in wanted], work
 
@@ -175,13 +177,7 @@ class ServedModel:
             raise InputError(f"input {kind!r}: give a shape [n] list of 1 to {limit} {kind} items, got shape "
                              f"{list(t.shape)}")
         items = [bytes(x) for x in t.data]
-        if not self.spec.raw_binary:  # text items: named when not UTF-8, before the plugin sees them
-            for k, item in enumerate(items, 1):
-                try:
-                    item.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError(f"{kind} item {k} is not valid UTF-8") from None
-        return items
+        return items if self.spec.raw_binary else check_text_items(kind, items)
 
     def _a_tensor_of_its_own(self, request: InferRequest) -> bool:
         """Whether the request's one input, named as the model's items are, is the model's own
@@ -229,7 +225,7 @@ class ServedModel:
         except Exception as exc:  # a plugin bug, not the client's fault: details go to the log
             log.error("model %s: preprocess failed: %s", self.name, exc, exc_info=exc)
             raise ZooError(f"model {self.name} could not preprocess the request") from None
-        return self._typed(inputs)
+        return self._typed(preprocessed(self.spec, len(items), inputs))
 
     def _tensor_inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
         given = {t.name: t for t in request.inputs}
@@ -332,17 +328,3 @@ class ServedModel:
         if parameters:  # config.pbtxt's, which the backend was loaded under (`zoo export --triton-parameter`)
             config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
         return config
-
-
-def _plain(value: Any) -> Any:
-    """A plugin's postprocess result as plain JSON values: numpy scalars and arrays as
-    numbers and lists, and a non-finite float as null, since JSON (RFC 8259) has no NaN."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.ndarray, np.generic)):
-        return _plain(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -14,6 +14,7 @@ goes to the later epoch) and drives early stopping. The test split is used once,
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
 from .run import Run, Throughput
 from .state import TrainingState, capture_rng, merge_ranks, restore_rng
+
+log = logging.getLogger("zoo.train")  # `zoo train` prints its warnings, one line each
 
 
 def fit(spec: ModelSpec, run: Run) -> Checkpoint:
@@ -50,6 +53,9 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                        f"examples holds out none; give at least {least:g} (--val-fraction), or 0 for no validation")
     batch_size = run.facts["batch_size"]
     check_batch_size(batch_size, world)
+    if batch_size > len(train_idx) and world.main:
+        log.warning("%s: batch size %d is more than its %d training examples: each epoch is one step over all "
+                    "of them", spec.name, batch_size, len(train_idx))
     micro_per_epoch = math.ceil(len(train_idx) / batch_size)
     steps_per_epoch = math.ceil(micro_per_epoch / opts.accumulate)
     run.facts.update(train_examples=len(train_idx), val_examples=len(val_idx), optimizer=recipe.optimizer,
@@ -243,8 +249,11 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
         if isinstance(exc, torch.OutOfMemoryError):
             raise
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in batch.items())
+        alone = ("; that batch holds one example, the remainder of the training examples after the full batches, "
+                 "and batch statistics (BatchNorm) need two: choose a --batch-size that leaves another remainder"
+                 if len(target) == 1 and "more than 1 value per channel" in str(exc) else "")
         raise SpecError(f"{spec.name}: a training step ({shapes}) raised {type(exc).__name__}: "
-                        f"{first_line(exc)}") from exc
+                        f"{first_line(exc)}{alone}") from exc
     value = loss.detach().float().item()
     if not math.isfinite(value):  # NaN weights from here on: stop while `last/` still holds finite ones
         bad = [k for k, v in {**batch, "target": target}.items() if v.is_floating_point() and not v.isfinite().all()]

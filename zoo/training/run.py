@@ -33,7 +33,7 @@ from .state import STATE, TrainingState, load_state, save_state
 log = logging.getLogger("zoo")
 #: what must be equal for a resumed run to follow the interrupted one exactly
 RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "optimizer", "schedule", "lr",
-               "weight_decay")
+               "weight_decay", "precision")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
 PREVIOUS = "previous"  # inside a run directory: the finished run a new one set aside
 

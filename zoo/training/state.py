@@ -15,6 +15,7 @@ is replaced atomically, so a crash while saving leaves the previous resume point
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -85,6 +86,19 @@ def check_resume_point(path: Path) -> None:
     if not (path / STATE).is_file() or not (path / TENSORS).is_file():
         raise CheckpointError(f"no resume point at {path} (expected {STATE} and {TENSORS}): "
                               f"start the run without --resume")
+
+
+def interrupted(out: Path, argv: list[str]) -> str:
+    """What an interrupted run kept, and the command that continues it (Ctrl-C said nothing:
+    the progress bar stopped where it was)."""
+    last = out / "last"
+    try:
+        epoch = int(json.loads((last / STATE).read_text())["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"interrupted before the run's first resume point (written after each epoch): nothing in {out} to resume"
+    again = argv if "--resume" in argv else [*argv, "--resume"]
+    return (f"interrupted: the resume point {last} holds the run after epoch {epoch} (the one in progress is "
+            f"lost); `zoo {shlex.join(again)}` continues it from there")
 
 
 def load_state(path: Path, model: str) -> TrainingState:
