@@ -308,6 +308,15 @@ def test_misspelled_hook_in_a_plugin_file_is_an_error_at_start_up(tmp_path):
     assert "zoo_register_modles" in result.stderr
 
 
+def test_a_plugin_file_imports_a_module_beside_it(tmp_path):
+    """It was left out: "No module named 'wine'", unless PYTHONPATH named its folder."""
+    folder = tmp_path / "mine"
+    write_plugin(folder / "shared.py", "linear.shared")
+    (folder / "models.py").write_text("from shared import zoo_register_models  # noqa: F401\n")
+    models = listed(zoo_cli("--plugin", str(folder / "models.py"), "list", "--json", cwd=tmp_path))
+    assert "linear.shared" in models
+
+
 def test_plugin_files_with_the_same_name(tmp_path):
     a = write_plugin(tmp_path / "a" / "models.py", "linear.a")
     b = write_plugin(tmp_path / "b" / "models.py", "linear.b")

@@ -4,6 +4,8 @@ named."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -84,3 +86,23 @@ def test_a_bad_item_past_the_first_batch_is_named_by_its_input_number(double):
     bad_first = ["1"] * 4 + ["x", "2"]  # item 1 of its batch: nothing more to say
     with pytest.raises(InputError, match=r"\(among inputs 5 to 6 of 6: item 1 is input 5\)$"):
         zoo.predict(spec, fn, bad_first)
+
+
+def test_a_binary_item_that_is_a_directory_or_missing_says_which(double, tmp_path):
+    """A directory was "input file DIR does not exist"."""
+    from zoo.cli import app
+
+    binary = dataclasses.replace(double, name="double.binary", raw_kind="number", raw_binary=True)
+    plugin = type("Binary", (), {"zoo_register_models": zoo.hookimpl(lambda self, register: register(binary))})()
+    register_plugin(plugin, "double-binary")
+    try:
+        (tmp_path / "one").write_bytes(b"1.5")
+        result = CliRunner().invoke(app, ["predict", "double.binary", str(tmp_path)])
+        assert result.exception.exit_code == 1
+        assert str(result.exception) == f"input file {tmp_path} is a directory; give the files in it, as {tmp_path}/*"
+        result = CliRunner().invoke(app, ["predict", "double.binary", str(tmp_path / "two")])
+        assert str(result.exception) == f"input file {tmp_path / 'two'} does not exist"
+        result = CliRunner().invoke(app, ["predict", "double.binary", str(tmp_path / "one")])
+        assert result.exit_code == 0 and result.output.endswith(": 3.0\n"), result.output
+    finally:
+        unregister_plugin(plugin)

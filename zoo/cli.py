@@ -574,9 +574,14 @@ def _read_array(path: Path, name: str):
 def _read_file(path: Path) -> bytes:
     from .errors import InputError
 
+    if path.is_dir():
+        raise InputError(f"input file {path} is a directory; give the files in it, as {path}/*")
     if not path.is_file():
         raise InputError(f"input file {path} does not exist")
-    return path.read_bytes()
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"input file {path} cannot be read: {exc.strerror}") from None
 
 
 @app.command()

@@ -126,6 +126,8 @@ def _import_file(path: str | os.PathLike[str], file: Path) -> object:
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    if str(file.parent) not in sys.path:  # its own modules beside it import, as `python file.py`'s do (after
+        sys.path.append(str(file.parent))  # the installed packages: a file there named as one shadows nothing)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
