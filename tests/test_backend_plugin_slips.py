@@ -8,9 +8,14 @@ refused to open."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+import zoo
+from zoo import registry
+from zoo.errors import ZooError
 
 from cli_support import zoo_cli
 
@@ -19,29 +24,48 @@ BACKENDS = str(PLUGINS / "slipped_backends.py")
 MODEL = str(PLUGINS / "keyword_only.py")  # gate.kwonly: a small MLP
 
 REFUSED = {
-    "slip-export-says-done": "error: backend slip-export-says-done: export() returned a str (done); it returns None "
-                             "or a dict, which the manifest keeps and load() gets back as `info`",
-    "slip-export-keeps-paths": "error: backend slip-export-keeps-paths: export() returned an `info` the manifest "
-                               "cannot hold (Object of type PosixPath is not JSON serializable): keep to strings, "
-                               "numbers, booleans, None, lists and dicts with string keys",
-    "slip-export-crashes": "error: backend slip-export-crashes failed to export gate.kwonly (fp32, cpu): "
-                           "RuntimeError: my compiler crashed in pass 3",
-    "slip-load-forgets-runner": "error: backend slip-load-forgets-runner: load() returned None, not a runner: a "
-                                "callable taking a dict of input arrays by name and returning a dict of output "
-                                "arrays by name",
-    "slip-runner-list": "error: model gate.kwonly: its backend's runner returned a list, not a dict of output arrays "
-                        "by name",
-    "slip-versions-raise": "error: backend slip-versions-raise: versions() raised ModuleNotFoundError: No module "
-                           "named 'mylib'",
+    "slip-export-says-done": "backend slip-export-says-done: export() returned a str (done); it returns None or a "
+                             "dict, which the manifest keeps and load() gets back as `info`",
+    "slip-export-keeps-paths": "backend slip-export-keeps-paths: export() returned an `info` the manifest cannot hold "
+                               "(Object of type PosixPath is not JSON serializable): keep to strings, numbers, "
+                               "booleans, None, lists and dicts with string keys",
+    "slip-export-crashes": "backend slip-export-crashes failed to export gate.kwonly (fp32, cpu): RuntimeError: my "
+                           "compiler crashed in pass 3",
+    "slip-load-forgets-runner": "backend slip-load-forgets-runner: load() returned None, not a runner: a callable "
+                                "taking a dict of input arrays by name and returning a dict of output arrays by name",
+    "slip-runner-list": "model gate.kwonly: its backend's runner returned a list, not a dict of output arrays by name",
+    "slip-versions-raise": "backend slip-versions-raise: versions() raised ModuleNotFoundError: No module named "
+                           "'mylib'",
 }
 
 
+@pytest.fixture(scope="module")
+def slipped():
+    """Both plugin files loaded in this process, as --plugin loads them, every backend of
+    REFUSED registered; unloaded after, so no other test module sees them."""
+    os.environ["SLIPPED_BACKENDS"] = ",".join(REFUSED)
+    try:
+        registry.load_plugin_file(BACKENDS)
+        registry.load_plugin_file(MODEL)
+        yield
+    finally:
+        registry.unload_plugin_file(BACKENDS)
+        registry.unload_plugin_file(MODEL)
+        del os.environ["SLIPPED_BACKENDS"]
+
+
 @pytest.mark.parametrize("backend", REFUSED)
-def test_an_export_through_a_slipped_backend_is_refused_naming_it_and_writes_nothing(tmp_path, backend):
-    result = zoo_cli("--plugin", BACKENDS, "--plugin", MODEL, "export", "gate.kwonly", "-b", backend,
-                     "--random-init", "-r", "exports", cwd=tmp_path, SLIPPED_BACKENDS=backend)
-    assert result.returncode == 1 and " ".join(result.stderr.split()) == REFUSED[backend]
+def test_an_export_through_a_slipped_backend_is_refused_naming_it_and_writes_nothing(slipped, tmp_path, backend):
+    with pytest.raises(ZooError) as refused:
+        zoo.export("gate.kwonly", backend, repository=tmp_path / "exports", random_init=True)
+    assert str(refused.value) == REFUSED[backend]
     assert not (tmp_path / "exports").exists() or not any((tmp_path / "exports").iterdir())
+
+
+def test_the_command_line_says_it_in_one_line(tmp_path):
+    result = zoo_cli("--plugin", BACKENDS, "--plugin", MODEL, "export", "gate.kwonly", "-b", "slip-export-crashes",
+                     "--random-init", "-r", "exports", cwd=tmp_path, SLIPPED_BACKENDS="slip-export-crashes")
+    assert result.returncode == 1 and " ".join(result.stderr.split()) == f"error: {REFUSED['slip-export-crashes']}"
 
 
 def test_versions_that_fail_mark_their_backend_unavailable_and_the_rest_list(tmp_path):

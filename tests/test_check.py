@@ -254,6 +254,27 @@ def test_a_tiny_output_is_held_relative_to_its_magnitude(bad_models):
     assert "under 10x the fp32 atol 0.0001; parity holds it to 0.1 of its magnitude instead" in warnings[0]
 
 
+def test_an_integer_output_that_differs_is_counted_not_measured():
+    """It read "differs from PyTorch fp32 by up to 0.0625, beyond the tolerance atol=1": the
+    fraction of rows that differed, against a bound that is not one for integers."""
+    s = spec("labels.int", Linear, outputs=(("logits", "float32", ("batch", 2)), ("label", "int64", ("batch",))))
+
+    def reference(inputs):
+        return {"logits": np.zeros((len(inputs["features"]), 2), np.float32),
+                "label": np.arange(len(inputs["features"]), dtype=np.int64)}
+
+    def one_flipped(inputs):
+        out = reference(inputs)
+        out["label"][0] += 1
+        return out
+
+    with pytest.raises(ToleranceError, match=r"^labels.int \[fp32\]: output label at batch 1: 1 of 1 values differ "
+                                             r"from PyTorch fp32's; an integer output must match exactly at any "
+                                             r"precision \(to leave it to the task metric at fp32, compare only the "
+                                             r"others: Tolerance\(\.\.\., compare=\('logits',\)\)\)$"):
+        parity(s, reference, one_flipped, "fp32")
+
+
 def test_outputs_well_above_the_atol_keep_the_stated_tolerance():
     s = spec("unit.scale", Linear)
     reference = module_fn(Linear().eval(), s)

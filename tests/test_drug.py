@@ -113,7 +113,7 @@ def test_renumbering_really_changes_the_inputs():
     ([b"C(C)(C)(C)(C)C"], "invalid SMILES 'C(C)(C)(C)(C)C' (item 1): Explicit valence"),
     ([b"c1cccc1"], "Can't kekulize"),
     ([b"CCO", b""], "empty SMILES (item 2)"),
-    ([b"\xff\xfe"], "item 1 is not UTF-8 text"),
+    ([b"\xff\xfe"], "smiles item 1 is not valid UTF-8"),  # as the server says it, before the plugin decodes
     ([b"C" * (MAX_ATOMS + 1)], f"has {MAX_ATOMS + 1} heavy atoms; this model takes molecules of at most {MAX_ATOMS}"),
     # RDKit would read what follows the whitespace as the molecule's name: benzene's value, silently
     ([b"c1ccccc1 CCCCCCCC"], "SMILES 'c1ccccc1 CCCCCCCC' (item 1) contains whitespace"),

@@ -67,13 +67,17 @@ def faulty_backends():
 def test_parity_failure_is_typed_and_leaves_nothing(faulty_backends, repository):
     with pytest.raises(ToleranceError, match="beyond the tolerance"):
         zoo.export(SPEC, "noisy", repository=repository, random_init=True)
-    assert list(repository.iterdir()) == []  # no artifact, no temporary directory
+    assert not repository.exists()  # no artifact, no temporary directory, no repository made for it
+    repository.mkdir()  # a repository that was there stays, empty as it was
+    with pytest.raises(ToleranceError, match="beyond the tolerance"):
+        zoo.export(SPEC, "noisy", repository=repository, random_init=True)
+    assert list(repository.iterdir()) == []
 
 
 def test_interrupted_export_leaves_nothing_that_loads(faulty_backends, repository):
     with pytest.raises(KeyboardInterrupt):
         zoo.export(SPEC, "interrupted", repository=repository, random_init=True)
-    assert list(repository.iterdir()) == []
+    assert not repository.exists()
 
 
 def test_failed_rebuild_keeps_the_previous_artifact(faulty_backends, repository):

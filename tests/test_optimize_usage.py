@@ -31,6 +31,7 @@ def no_benchmark(monkeypatch):
     (dict(min_time=0), "--min-time"),
     (dict(threads=0), "--threads"),
     (dict(max_metric_drop=-1.0), ">= 0"),
+    (dict(max_metric_drop=float("inf")), "a finite number >= 0"),  # was written to the manifest as Infinity
 ])
 def test_options_no_run_can_use_are_usage_errors(tmp_path, options, match):
     with pytest.raises(UsageError, match=match):

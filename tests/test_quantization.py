@@ -19,6 +19,7 @@ import torch
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, TensorSpec, Tolerance
 from zoo.calibration import DEFAULT_SAMPLES, calibration_batches, calibration_rows
+from zoo.check import check
 from zoo.errors import ExportError, ToleranceError, UnsupportedError, ZooError
 from zoo.registry import backends
 from zoo.spec import _default_tolerances
@@ -65,6 +66,29 @@ def test_calibration_is_capped_by_the_split_and_the_batch_range():
     assert sum(len(b["image"]) for b in batches) == available
     with pytest.raises(ZooError, match="at least one sample"):
         calibration_batches(spec, samples=0)
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda x: x * 16.0, r"input 'image' has value .* at index .*; it takes values from 0 to 1"),  # unscaled
+    (lambda x: np.where(np.arange(len(x))[:, None, None, None] == 3, np.nan, x),
+     r"input 'image' has non-finite values \(NaN or infinity\) in 1 row \(3\): clean the dataset"),
+    (lambda x: x[:0], r"it holds no examples, and a run is trained and int8 calibrated on it"),
+], ids=["out-of-range", "nan", "empty"])
+def test_calibration_data_is_checked_as_training_checks_it(spoil, message):
+    """Calibrated on as it came: an unscaled split made an OpenVINO int8 artifact without a
+    word, and an empty one failed in the quantizer's words ("No data is collected")."""
+    spec = zoo.get_model("resnet8.digits").tiny()
+    ranged = replace(spec.inputs[0], value_range=(0.0, 1.0))
+
+    def load(split):
+        x, y = spec.dataset.load(split)
+        image = spoil(x["image"]) if split == "train" else x["image"]
+        return {"image": image}, y[:len(image)]
+
+    spoiled = replace(spec, inputs=(ranged,) if "takes values" in message else spec.inputs,
+                      dataset=replace(spec.dataset, load=load))
+    with pytest.raises(ZooError, match=rf"^{spec.name}: dataset 'train': {message}$"):
+        calibration_batches(spoiled, samples=40)
 
 
 def test_calibration_without_a_dataset_uses_the_plugins_samples():
@@ -179,8 +203,9 @@ def test_an_artifact_recording_the_other_method_is_rebuilt(both_methods, reposit
         raise Rebuilding(spec.quantization)
 
     monkeypatch.setattr(type(zoo.get_backend("onnxruntime")), "export", rebuild)
-    with pytest.raises(Rebuilding, match="^static$"):
+    with pytest.raises(ExportError, match="failed to export resnet8.digits .*: Rebuilding: static$") as raised:
         zoo.export(spec, "onnxruntime", "int8", repository=repository, random_init=True)
+    assert isinstance(raised.value.__cause__, Rebuilding)
 
 
 def test_a_model_whose_method_is_dynamic_gets_int8_static_for_the_override(repository):
@@ -371,6 +396,17 @@ def test_spec_contracts_for_int8():
         replace(_spec(1.0), tolerances={"int8": Tolerance(1.0, compare=("boxes",))})
     with pytest.raises(ZooError, match="cannot be negative"):
         Tolerance(1.0, metric_drop=-0.1)
+    # was exported, ungated, without a word (a spec rebuilt from a manifest has no metric: not refused there)
+    unmeasured = replace(_spec(0.5), metric=None)
+    assert check(unmeasured, unmeasured.build()).warnings == [
+        "selfmatch.test: its int8 tolerance bounds the task metric's drop (metric_drop=0.5), and it has no `metric` "
+        "to measure it: the bound is not applied (give it a metric and a dataset, or leave metric_drop out)"]
+    # an artifact's manifest holds them: an infinite one was written, and every artifact then refused
+    for fields, name in (({"metric_drop": float("inf")}, "metric_drop"), ({"atol": float("nan")}, "atol"),
+                         ({"rtol": "0.1"}, "rtol"), ({"atol": True}, "atol")):
+        with pytest.raises(ZooError, match=rf"^Tolerance\(.*\): {name} must be a finite number \(a bound; "
+                                           rf"metric_drop=None leaves the metric ungated\)$"):
+            Tolerance(**{"atol": 1.0, **fields})
     assert _spec(0.5).to_json()["tolerances"]["int8"] == {"atol": 1.0, "rtol": 0.1, "metric_drop": 0.5,
                                                           "compare": None}
 

@@ -116,8 +116,13 @@ def test_the_int8_artifact_verifies_without_the_plugin(verified, work):
 
 
 def test_a_third_party_backend_artifact_names_the_backend_it_needs(verified):
+    """And where that backend came from, as an artifact names its model's plugin (it said
+    only "unknown backend 'onnx-reference'; registered: ...")."""
     error = verified["gate.kwonly.onnx-reference.fp32"].get("error", "")
-    assert "onnx-reference" in error, error
+    assert error.startswith("UnknownBackendError: artifact gate.kwonly.onnx-reference.fp32 runs on backend "
+                            "'onnx-reference', which no plugin here registers (registered here: onnxruntime, "), error
+    assert error.endswith("; it came from the plugin file onnx_reference_backend.py: load it (`zoo --plugin "
+                          "onnx_reference_backend.py`, or ZOO_PLUGINS)"), error
 
 
 def test_the_third_party_backend_verifies_with_its_plugin(work):

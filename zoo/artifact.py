@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ArtifactError, BackendUnavailableError, UsageError, ZooError, first_line
+from .errors import ArtifactError, BackendUnavailableError, UnknownBackendError, UsageError, ZooError, first_line
 from .fsutil import sha256_file
 from .inputs import CheckedRunner
 from .manifest_fields import check_fields
@@ -186,9 +186,12 @@ class Artifact:
         """A `Runner` for this artifact, after checking the backend can run it here: the
         backend's, behind the input check the server makes (`zoo.inputs.CheckedRunner`)."""
         from .backend import loaded
-        from .registry import get_backend, probe
+        from .registry import backend_missing, get_backend, probe
 
-        backend = get_backend(self.backend)
+        try:
+            backend = get_backend(self.backend)
+        except UnknownBackendError:
+            raise UnknownBackendError(backend_missing(self.backend, self.manifest["backend"], self.name)) from None
         device = device or self.device
         availability = probe(backend, device)
         if not availability.ok:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ZooError
+from .inputs import load_split
 from .spec import ModelSpec
 
 #: ONNX Runtime's and NNCF's examples calibrate on 100-300 samples; more rarely moves
@@ -51,7 +52,7 @@ def calibration_batches(spec: ModelSpec, samples: int = DEFAULT_SAMPLES, batch_s
         draws = [_typed(spec, spec.sample(min(typical, samples - i), rng)) for i in range(0, samples, typical)]
         return [{k: v[i:i + batch] if k in rows else v for k, v in d.items()}
                 for n, d in zip(range(0, samples, typical), draws) for i in range(0, min(typical, samples - n), batch)]
-    inputs, _ = spec.dataset.load("train")
+    inputs, _ = load_split(spec, "train")  # checked as training checks it: values in range, finite, some rows
     available = len(next(iter(inputs.values())))
     chosen = rng.choice(available, size=min(samples, available), replace=False)
     return [_typed(spec, {k: v[chosen[i:i + batch]] for k, v in inputs.items()})

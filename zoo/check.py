@@ -173,6 +173,11 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         if not safe:
             report.warnings.append(f"{spec.name}: {why}: `zoo serve` will batch its requests only with requests of "
                                    f"the same length (docs/serving.md, ragged batching)")
+    ungated = [p for p, t in spec.tolerances.items() if t.metric_drop is not None]
+    if ungated and spec.metric is None:  # exports passed, the bound never applied, and nothing said so
+        report.warnings.append(f"{spec.name}: its {ungated[0]} tolerance bounds the task metric's drop (metric_drop="
+                               f"{spec.tolerances[ungated[0]].metric_drop:g}), and it has no `metric` to measure it: "
+                               f"the bound is not applied (give it a metric and a dataset, or leave metric_drop out)")
     return report
 
 

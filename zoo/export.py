@@ -42,7 +42,8 @@ from .checkpoint import Checkpoint, built, default_path, load_checkpoint, missin
 from .errors import (ArtifactError, BackendUnavailableError, ExportError, PluginError, UnsupportedError, UsageError,
                      ZooError, first_line)
 from .fsutil import atomic_directory, sha256_file
-from .registry import get_backend, get_model, probe
+from .inputs import json_unfit
+from .registry import backend_record, get_backend, get_model, probe
 from .spec import QUANTIZATIONS, ModelSpec
 from .signature import binding
 from .signing import SIGNATURE
@@ -187,7 +188,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             # how the module took its inputs ("keyword", or "positional" where its forward names none)
             "model": described["model"],
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
-            "backend": {"name": be.name, "versions": provenance["versions"], "info": info},
+            "backend": {"name": be.name, "versions": provenance["versions"], "info": info, **backend_record(be.name)},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
             "triton": _triton_record(be, form, parameters),
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
@@ -217,11 +218,9 @@ def _backend_export(be, module, spec: ModelSpec, example, model_file: Path, prec
     if not isinstance(info, dict):
         raise PluginError(f"backend {be.name}: export() returned a {type(info).__name__} ({str(info)[:100]}); it "
                           f"returns None or a dict, which the manifest keeps and load() gets back as `info`")
-    try:
-        json.dumps(info, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise PluginError(f"backend {be.name}: export() returned an `info` the manifest cannot hold ({exc}): keep "
-                          f"to strings, numbers, booleans, None, lists and dicts with string keys") from None
+    if (why := json_unfit(info)) is not None:
+        raise PluginError(f"backend {be.name}: export() returned an `info` the manifest cannot hold ({why}): keep "
+                          f"to strings, numbers, booleans, None, lists and dicts with string keys")
     return info
 
 

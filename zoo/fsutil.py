@@ -23,7 +23,8 @@ def sha256_file(path: Path) -> str:
 def atomic_directory(final: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success fsync it and rename it to `final`.
 
-    If the body raises, the temporary directory is removed and `final` is untouched. An
+    If the body raises, the temporary directory is removed, and so are the folders above
+    it that were made for it (empty still), and `final` is untouched. An
     existing `final` is replaced only after the new one is complete: it is moved aside,
     the new one renamed in, and the old one deleted, so at every instant `final` is
     either the old complete directory or the new complete one (or, for an instant
@@ -36,6 +37,7 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     read. Executable files keep their execute bits (as the umask allows).
     """
     final = Path(final)
+    made = [p for p in (final.parent, *final.parent.parents) if not p.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -54,6 +56,11 @@ def atomic_directory(final: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # the folders made for it (a new repository), left as they were: absent
+            try:
+                folder.rmdir()
+            except OSError:  # something else was written there meanwhile: kept
+                break
         raise
 
 

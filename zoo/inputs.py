@@ -155,10 +155,9 @@ def check_split(spec: ModelSpec, split: str, inputs: Any, targets: Any) -> None:
             if np.ndim(arrays[t.name]) == 0 or len(arrays[t.name]) != rows:
                 raise InputError(f"input {t.name!r} has {_rows(arrays[t.name])}, the targets {rows}")
             check_type(t.name, t.dtype, arrays[t.name], spec.name)
-        if not rows:  # nothing to train on: the loop says so; nothing to score a run on
-            if split == "train":
-                return
-            raise InputError("it holds no examples, and a run is scored on it")
+        if not rows:  # `zoo check` passed it, and int8 calibration failed in the engine's words
+            raise InputError("it holds no examples, and a run is " + ("trained and int8 calibrated on it"
+                                                                       if split == "train" else "scored on it"))
         check_shapes(arrays, spec, spec.name, batch_max=rows)
         for t in spec.inputs:
             reason = _out_of_range(t, arrays[t.name])
@@ -245,12 +244,20 @@ def postprocessed(spec: ModelSpec, count: int, results: Any) -> list[Any]:
                           f"{'s' * (len(results) != 1)} for {count} item{'s' * (count != 1)}; it returns one per item")
     plain = [plain_result(r) for r in results]
     for k, result in enumerate(plain, 1):
-        try:
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise PluginError(f"model {spec.name}: its postprocess's result for item {k} is not JSON ({exc}): a "
-                              f"result is made of strings, numbers, booleans, None, lists and dicts") from None
+        if (why := json_unfit(result)) is not None:
+            raise PluginError(f"model {spec.name}: its postprocess's result for item {k} is not JSON ({why}): a "
+                              f"result is made of strings, numbers, booleans, None, lists and dicts")
     return plain
+
+
+def json_unfit(value: Any) -> str | None:
+    """Why strict JSON (no NaN) cannot hold `value` (a plugin's answer, kept in a manifest or
+    sent to a client), or None."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def plain_result(value: Any) -> Any:

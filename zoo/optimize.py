@@ -128,9 +128,10 @@ def _check_options(spec: ModelSpec, objective: str, bound: float | None, threads
     if objective not in OBJECTIVES:
         raise UsageError(f"unknown objective {objective!r}; choose {' or '.join(OBJECTIVES)}")
     if bound is not None:
-        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or math.isnan(bound) or bound < 0:
-            raise UsageError(f"--max-metric-drop is the largest allowed worsening of the task metric, a number "
-                           f">= 0 in the metric's units (0.01: one accuracy point); got {bound!r}")
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0:
+            raise UsageError(f"--max-metric-drop is the largest allowed worsening of the task metric, a finite "
+                             f"number >= 0 in the metric's units (0.01: one accuracy point; leave it out for no "
+                             f"bound); got {bound!r}")
         if spec.metric is None:
             raise UsageError(f"model {spec.name} has no task metric, so --max-metric-drop cannot be checked; leave "
                            f"it out: every candidate is still held to the model's per-precision tolerances")

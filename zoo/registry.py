@@ -36,7 +36,7 @@ import sys
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
@@ -480,6 +480,31 @@ def only_here(name: str, backend: bool = False) -> bool:
     all, not by an installed plugin or a plugin file, which a fresh process loads too."""
     table = _registered_backends() if backend else _registered()
     return name not in table or not _origins.get(table[name][1])
+
+
+def backend_record(name: str) -> dict[str, Any]:
+    """An artifact's account of the plugin its backend came from: its label and where it
+    comes from (`plugin_origin`), so a process without it can say what to install."""
+    label = _registered_backends()[name][1]
+    return {"plugin": label, "origin": plugin_origin(label)}
+
+
+def backend_missing(name: str, record: Mapping[str, Any], artifact: str) -> str:
+    """What to install or load to run `artifact`, whose backend `name` no plugin here
+    registers, from its manifest's "backend" block (`backend_record`)."""
+    label, origin = record.get("plugin") or "", record.get("origin") or {}
+    here = f"registered here: {', '.join(_registered_backends()) or 'none'}"
+    if "distribution" in origin:
+        how = (f"it came from plugin {label} (distribution {origin['distribution']}, version "
+               f"{origin.get('version', '?')}): install it (`pip install {origin['distribution']}`)")
+    elif "file" in origin:
+        how = (f"it came from the plugin file {origin['file']}: load it (`zoo --plugin {origin['file']}`, or "
+               f"ZOO_PLUGINS)")
+    elif label:
+        how = f"it came from plugin {label}: install or load it (--plugin)"
+    else:
+        how = "install or load the plugin that registers it (--plugin)"
+    return f"artifact {artifact} runs on backend {name!r}, which no plugin here registers ({here}); {how}"
 
 
 def plugin_origin(label: str) -> dict[str, str]:

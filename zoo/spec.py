@@ -189,6 +189,12 @@ class Tolerance:
     compare: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        bounds = {"atol": self.atol, "rtol": self.rtol, **({"metric_drop": self.metric_drop}
+                                                              if self.metric_drop is not None else {})}
+        unbounded = [name for name, value in bounds.items() if not _is_number(value) or not math.isfinite(value)]
+        if unbounded:  # inf was written to the manifest, which then refused every artifact of the model
+            raise ZooError(f"{self}: {', '.join(unbounded)} must be a finite number (a bound; metric_drop=None leaves "
+                           f"the metric ungated)")
         if self.atol < 0 or self.rtol < 0 or (self.metric_drop is not None and self.metric_drop < 0):
             raise ZooError(f"tolerances are bounds and cannot be negative: {self}")
 
