@@ -147,13 +147,7 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
             worst = max(worst, max_err)
             checks.append({"batch": batch, "output": name, "max_abs_error": max_err, "passed": ok, **scaled})
             if not ok and not np.issubdtype(np.asarray(ref).dtype, np.floating):  # not a distance: a count
-                differ = int(np.sum(out != ref))
-                others = [o for o in (t.name for t in spec.outputs) if o != name]
-                raise ToleranceError(
-                    f"{spec.name} [{precision}]: output {name} at batch {batch}: {differ} of {out.size} values differ "
-                    f"from PyTorch fp32's; {_kind(ref)} output must match exactly at any precision"
-                    + (f" (to leave it to the task metric at {precision}, compare only the others: "
-                       f"Tolerance(..., compare={tuple(others)!r}))" if others else ""))
+                raise _inexact(spec, precision, name, batch, out, ref)
             if not ok:
                 held = (f"atol={scaled['atol']:.3g} ({1 / RELATIVE_BELOW:g} x the output's magnitude "
                         f"{scaled['magnitude']:.3g}, under {RELATIVE_BELOW:g}x the stated atol={tol.atol:g})"
@@ -165,8 +159,17 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
             "max_abs_error": worst, "checks": checks, "passed": True}
 
 
-def _kind(array: np.ndarray) -> str:
-    return {"b": "a boolean", "i": "an integer", "u": "an integer"}.get(np.asarray(array).dtype.kind, "a string")
+def _inexact(spec: ModelSpec, precision: str, name: str, batch: int, out: np.ndarray,
+             ref: np.ndarray) -> ToleranceError:
+    """An integer, boolean or string output that differs: how many values, and how to leave
+    it to the task metric (its "error" was the fraction that differs, read against atol)."""
+    kind = {"b": "a boolean", "i": "an integer", "u": "an integer"}.get(np.asarray(ref).dtype.kind, "a string")
+    others = [o for o in (t.name for t in spec.outputs) if o != name]
+    return ToleranceError(
+        f"{spec.name} [{precision}]: output {name} at batch {batch}: {int(np.sum(out != ref))} of {out.size} values "
+        f"differ from PyTorch fp32's; {kind} output must match exactly at any precision"
+        + (f" (to leave it to the task metric at {precision}, compare only the others: "
+           f"Tolerance(..., compare={tuple(others)!r}))" if others else ""))
 
 
 def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int | None = None) -> float | None:
