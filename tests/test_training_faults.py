@@ -483,3 +483,27 @@ def test_an_interrupted_run_says_what_it_kept_and_how_to_continue(tmp_path):
     assert interrupted(tmp_path / "none", argv) == (
         f"interrupted before the run's first resume point (written after each epoch): nothing in {tmp_path}/none "
         f"to resume")
+
+
+def test_ctrl_c_says_where_the_run_can_continue_and_exits_130(cli):
+    """A real SIGINT to `zoo train` after its first resume point: it printed nothing (the
+    progress bar stopped where it was)."""
+    import signal
+    import time
+
+    out = cli.root / "stopped"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ZOO_DEBUG", None)
+    args = ["--plugin", str(cli.root / "variants.py"), "train", "mlp.digits-aug", "--epochs", "500", "--out",
+            str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", *args], cwd=cli.root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "last" / "training.json").is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    line = " ".join(stderr.split())
+    assert line.startswith(f"interrupted: the resume point {out}/last holds the run after epoch "), stderr
+    assert line.endswith(f"(the one in progress is lost); `zoo {' '.join(args)} --resume` continues it from there")

@@ -144,7 +144,7 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     """Train MODEL by its recipe; writes the run directory checkpoints/MODEL (safetensors + JSON)."""
     from .checkpoint import default_path
     from .train import train as run
-    from .training.distributed import check_launch, launch
+    from .training.distributed import LAUNCHED, check_launch, launch
     from .training.options import TrainOptions, check_usage
     from .training.state import interrupted
 
@@ -181,7 +181,9 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     try:
         ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
     except KeyboardInterrupt:
-        err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False, soft_wrap=True)
+        if os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED):  # said once, by the launcher
+            err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False,
+                      soft_wrap=True)
         raise
     if ckpt.path is None:  # not rank 0 of a distributed run
         return
