@@ -235,19 +235,39 @@ def preprocessed(spec: ModelSpec, count: int, inputs: Any) -> Mapping[str, Any]:
 def postprocessed(spec: ModelSpec, count: int, results: Any) -> list[Any]:
     """What a plugin's `postprocess` made of the outputs of `count` items, if it is one
     result per item in order: a list or tuple of `count` (a set has no order; fewer results
-    would leave items unanswered, without a word)."""
+    would leave items unanswered, without a word), each one JSON holds."""
+    plain = _one_per_item(spec, count, results)
+    for k, result in enumerate(plain, 1):
+        if (why := json_unfit(result)) is not None:
+            raise _not_json(spec, k, why)
+    return plain
+
+
+def encoded_results(spec: ModelSpec, count: int, results: Any) -> list[bytes]:
+    """`postprocessed`, as the JSON documents a server answers: each result encoded once,
+    the encoding its check."""
+    encoded = []
+    for k, result in enumerate(_one_per_item(spec, count, results), 1):
+        try:
+            encoded.append(json.dumps(result, allow_nan=False).encode())
+        except (TypeError, ValueError) as exc:
+            raise _not_json(spec, k, str(exc)) from None
+    return encoded
+
+
+def _one_per_item(spec: ModelSpec, count: int, results: Any) -> list[Any]:
     if not isinstance(results, (list, tuple)):
         raise PluginError(f"model {spec.name}: its postprocess returned a {type(results).__name__}, not a list of "
                           f"one result per item")
     if len(results) != count:
         raise PluginError(f"model {spec.name}: its postprocess returned {len(results)} result"
                           f"{'s' * (len(results) != 1)} for {count} item{'s' * (count != 1)}; it returns one per item")
-    plain = [plain_result(r) for r in results]
-    for k, result in enumerate(plain, 1):
-        if (why := json_unfit(result)) is not None:
-            raise PluginError(f"model {spec.name}: its postprocess's result for item {k} is not JSON ({why}): a "
-                              f"result is made of strings, numbers, booleans, None, lists and dicts")
-    return plain
+    return [plain_result(r) for r in results]
+
+
+def _not_json(spec: ModelSpec, k: int, why: str) -> PluginError:
+    return PluginError(f"model {spec.name}: its postprocess's result for item {k} is not JSON ({why}): a result is "
+                       f"made of strings, numbers, booleans, None, lists and dicts")
 
 
 def json_unfit(value: Any) -> str | None:

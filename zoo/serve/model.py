@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from typing import Any, Callable, Sequence
 
@@ -25,7 +24,7 @@ import numpy as np
 from ..artifact import VERSION_DIR, Artifact
 from ..errors import InputError, ZooError
 from ..arguments import check_text_items
-from ..inputs import (check_arrays, check_names, datatype_error, postprocessed, preprocessed, unchecked,
+from ..inputs import (check_arrays, check_names, datatype_error, encoded_results, preprocessed, unchecked,
                       wire_shape)
 from ..spec import ModelSpec
 from ..triton import PYTHON_RUNTIME, batched, rows_batched, tensor_config
@@ -138,8 +137,7 @@ class ServedModel:
             except Exception as exc:
                 log.error("model %s: postprocess failed: %s", self.name, exc, exc_info=exc)
                 raise ZooError(f"model {self.name} could not postprocess its outputs") from None
-            results = postprocessed(self.spec, len(raw), results)
-            items = dt.bytes_array([json.dumps(r, allow_nan=False).encode() for r in results])
+            items = dt.bytes_array(encoded_results(self.spec, len(raw), results))
             return [Tensor(RESULT, "BYTES", (len(items),), items)], work
         return [self._output(name, outputs[name]) for name in wanted], work
 
