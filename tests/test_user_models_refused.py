@@ -315,7 +315,7 @@ def test_the_torch_backend_takes_a_range_torch_export_cannot_prove_and_refuses_a
                                           r"spec's range 16 to 128: captured from the example \(height = 32\), the "
                                           r"program fails at height = 33 \(AssertionError: Guard failed: "):
         zoo.export(specs["unet.padded"], backend="torch", random_init=True, repository=tmp_path / "padded")
-    assert not list((tmp_path / "padded").iterdir())
+    assert not (tmp_path / "padded").exists()  # nothing written, not even the repository folder
     always = specs["unet.always"]
     art = zoo.export(always, backend="torch", random_init=True, repository=tmp_path / "always")
     module, _ = reference_module(always, random_init=True)
