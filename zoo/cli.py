@@ -161,13 +161,15 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         raise UsageError(f"model {spec.name}: unknown config {unknown}; known: {sorted(spec.config)}")
     spec = registry.get_model(model, **overrides) if overrides else spec
     check_usage(spec, options, epochs)
+    say_interrupted = lambda: err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]),  # noqa: E731
+                                        highlight=False, soft_wrap=True)
     if nproc is not None:
         options.check_device(device)
         check_launch(spec, options, out_dir or default_path(spec.name), nproc)
         try:
             code, shown = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
         except KeyboardInterrupt:
-            err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False, soft_wrap=True)
+            say_interrupted()
             raise
         if code and shown:  # the processes said why
             raise typer.Exit(code)
@@ -182,8 +184,7 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
     except KeyboardInterrupt:
         if os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED):  # said once, by the launcher
-            err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]), highlight=False,
-                      soft_wrap=True)
+            say_interrupted()
         raise
     if ckpt.path is None:  # not rank 0 of a distributed run
         return

@@ -175,7 +175,7 @@ def _finite(name: str, array: Any) -> None:
     array = np.asarray(array)
     if array.dtype.kind not in "fc":
         return
-    bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1) if array.ndim else ~np.isfinite(array)
+    bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)  # a row per example: scalars are refused above
     if bad.any():
         rows = np.flatnonzero(bad)
         where = ", ".join(map(str, rows[:5])) + (" ..." if len(rows) > 5 else "")
