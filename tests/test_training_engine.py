@@ -285,6 +285,30 @@ def test_the_selected_checkpoint_is_the_best_validation_epoch(tmp_path):
     assert again["accuracy"] == history[best]
 
 
+def test_a_metric_named_as_an_error_selects_its_lowest_epoch_without_being_told(tmp_path):
+    # a user's "error" metric left at the default direction selected its worst epoch
+    error = zoo.Metric("val_error", lambda outputs, targets: float((outputs["logits"].argmax(1) != targets).mean()))
+    assert error.higher_is_better is False
+    ckpt = zoo.train(dataclasses.replace(MLP, metric=error), out=tmp_path, epochs=4, progress=False)
+    history = ckpt.metrics["val_val_error_history"]
+    assert len(set(history)) > 1, history  # epochs that differ, or the selection shows nothing
+    best = min(range(len(history)), key=lambda i: (history[i], -i))  # a tie goes to the later epoch
+    assert ckpt.metrics["best_epoch"] == best + 1
+
+
+@pytest.mark.parametrize("name, higher", [
+    ("rmse", False), ("val_loss", False), ("word_error_rate", False), ("MAE", False), ("top1-err", False),
+    ("perplexity", False), ("neg_mean_squared_error", True), ("negative_mse", True), ("accuracy", True),
+    ("map50", True), ("mean_return", True), ("f1", True),
+])
+def test_a_metric_without_a_direction_takes_it_from_its_name(name, higher):
+    compute = lambda outputs, targets: 0.0  # noqa: E731
+    assert zoo.Metric(name, compute).higher_is_better is higher
+    assert zoo.Metric(name, compute, higher_is_better=not higher).higher_is_better is (not higher)  # stated wins
+    with pytest.raises(ZooError, match=rf"metric '{name}': higher_is_better='no'; expected True or False"):
+        zoo.Metric(name, compute, higher_is_better="no")
+
+
 def test_early_stopping_stops_when_validation_stops_improving(tmp_path):
     # a learning rate too small to move any prediction (a recipe's must be positive)
     frozen = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=1e-12, schedule="constant"))

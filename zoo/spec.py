@@ -206,6 +206,12 @@ class Tolerance:
                 "compare": list(self.compare) if self.compare is not None else None}
 
 
+#: words in a metric's name that make it lower-is-better when it does not say (`Metric`)
+LOWER_IS_BETTER = frozenset({"loss", "error", "err", "mse", "rmse", "mae", "mape", "nll", "perplexity", "ppl", "wer",
+                             "cer", "distance", "regret"})
+NEGATED = frozenset({"neg", "negative", "negated"})
+
+
 @dataclass(frozen=True)
 class Metric:
     """The task metric, computed from model outputs (numpy) and the dataset's targets."""
@@ -213,7 +219,11 @@ class Metric:
     name: str  # "accuracy", "rmse", "perplexity", "mean_return" ...
     #: (outputs over a dataset split, targets) -> value; for models measured on a dataset.
     compute: Callable[[Mapping[str, np.ndarray], np.ndarray], float] | None = None
-    higher_is_better: bool = True
+    #: the direction that selects the best epoch, checks `Recipe.target` and gates
+    #: `metric_drop`. None (unset): from the name, as Keras's `mode="auto"` does: a name
+    #: with a word of LOWER_IS_BETTER ("rmse", "val_loss", "word_error_rate") is lower-is-better
+    #: unless it is negated ("neg_rmse", scikit-learn's scorers), any other higher.
+    higher_is_better: bool | None = None
     #: (a runner-like callable, numpy in and out) -> value; for metrics measured by
     #: running the model, e.g. greedy episodes in a Gymnasium environment.
     evaluate: Callable[[Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]], float] | None = None
@@ -221,6 +231,13 @@ class Metric:
     def __post_init__(self) -> None:
         if (self.compute is None) == (self.evaluate is None):
             raise ZooError(f"metric {self.name!r} needs exactly one of `compute` (over a dataset) or `evaluate`")
+        if self.higher_is_better is None:
+            words = set(re.split(r"[^a-z0-9]+", str(self.name).lower()))
+            # scikit-learn's scorers negate errors to keep higher-is-better: "neg_mean_squared_error"
+            object.__setattr__(self, "higher_is_better", not words & LOWER_IS_BETTER or bool(words & NEGATED))
+        elif not isinstance(self.higher_is_better, bool):
+            raise ZooError(f"metric {self.name!r}: higher_is_better={self.higher_is_better!r}; expected True or False "
+                           f"(or None: from the name)")
 
     def value(self, model: str, where: str, *args: Any) -> float:
         """`compute(outputs, targets)` or `evaluate(fn)`, as one number: the plugin's failure,
