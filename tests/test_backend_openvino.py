@@ -67,7 +67,21 @@ def test_fp32_export_load_verify(name, repository):
         assert out[t.name].shape == _concrete(spec, t.shape, inputs), t.name
 
 
-@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI or AMX); "
+@pytest.mark.parametrize("flags, vnni", [
+    ("fpu sse4_2 avx2 avx_vnni", True),  # AVX-VNNI without AVX-512 (client CPUs): int8 products in int32
+    ("fpu avx2 avx512f avx512_vnni", True), ("fpu avx2 avx512f amx_tile", True),
+    ("fpu sse4_2 avx2 avx512f avx512bw", False),  # int8 kernels that add pairs in int16
+])
+def test_int8_is_offered_on_the_cpus_whose_int8_products_add_in_int32(monkeypatch, tmp_path, flags, vnni):
+    import io
+
+    import zoo_openvino.backend as module
+    info = f"processor\t: 0\nflags\t\t: {flags}\nbugs\t\t: spectre_v1\n"
+    monkeypatch.setattr(module, "open", lambda path, **kw: io.StringIO(info), raising=False)
+    assert module.cpu_has_vnni() is vnni
+
+
+@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI, AVX-VNNI or AMX); "
                     "this one has none")
 def test_static_int8_quantizes_the_convolutions(repository):
     spec = zoo.get_model("resnet8.digits").tiny()
@@ -81,7 +95,7 @@ def test_static_int8_quantizes_the_convolutions(repository):
     assert report["backend"] == "openvino" and report["precision"] == "int8" and report["parity"]["passed"]
 
 
-@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI or AMX); "
+@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI, AVX-VNNI or AMX); "
                     "this one has none")
 def test_dynamic_int8_stores_int8_weights_and_attention_is_recognized(repository):
     spec = zoo.get_model("minilm-l6.all-v2").tiny()

@@ -34,15 +34,17 @@ NOT_INSTALLED = "openvino is not installed (pip install zoo-openvino)"
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # names of openvino.Type members
 
 
-#: the CPU features whose int8 dot products add into int32, as /proc/cpuinfo names them
-VNNI_FLAGS = frozenset({"avx512_vnni", "amx_tile"})
+#: the CPU features whose int8 dot products add into int32, as /proc/cpuinfo names them:
+#: AVX512_VNNI, AVX-VNNI (its VEX form, on CPUs without AVX-512) and AMX; oneDNN, under
+#: OpenVINO's CPU plugin, has int8 kernels for each (its avx512_core_vnni, avx2_vnni, amx ISAs)
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_tile"})
 
 
 def cpu_has_vnni() -> bool:
-    """VNNI (int8 dot products into int32) in AVX-512, or AMX: the features PyTorch's CPU
-    probe reads (`torch.cpu._is_vnni_supported`, `_is_amx_tile_supported`), from the
+    """VNNI (int8 dot products into int32) in AVX-512 or AVX, or AMX (VNNI_FLAGS), from the
     kernel's CPU flags where it lists them, so that registering the backend imports no
-    PyTorch; elsewhere through that probe."""
+    PyTorch; elsewhere through PyTorch's CPU probe (`torch.cpu._is_vnni_supported`, AVX-512
+    only, and `_is_amx_tile_supported`)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
             flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), None)
