@@ -485,6 +485,37 @@ def test_an_interrupted_run_says_what_it_kept_and_how_to_continue(tmp_path):
         f"to resume")
 
 
+@pytest.mark.parametrize("to", ["group", "torchrun"])
+def test_ctrl_c_under_torchrun_says_where_the_run_can_continue_and_exits_130(cli, to):
+    """Ctrl-C at a terminal signals the whole process group (zoo, torchrun, every training
+    process); a launcher's parent that ignores SIGINT (a shell's background job) leaves
+    torchrun alone to get it, and torchrun then ends the processes and exits 1 itself."""
+    import signal
+    import time
+
+    out = cli.root / ("stopped-all" if to == "group" else "stopped-launcher")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ZOO_DEBUG", None)
+    args = ["--plugin", str(cli.root / "variants.py"), "train", "mlp.digits-aug", "--epochs", "500", "--out",
+            str(out), "--nproc", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", *args], cwd=cli.root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not (out / "last" / "training.json").is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    if to == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1, children  # torchrun
+        os.kill(int(children[0]), signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    line = " ".join(stderr.split())
+    assert line.startswith(f"interrupted: the resume point {out}/last holds the run after epoch "), stderr
+    assert line.count("interrupted:") == 1 and "Traceback" not in stderr and "torchrun exited" not in stderr, stderr
+
+
 def test_ctrl_c_says_where_the_run_can_continue_and_exits_130(cli):
     """A real SIGINT to `zoo train` after its first resume point: it printed nothing (the
     progress bar stopped where it was)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -171,6 +172,9 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         except KeyboardInterrupt:
             say_interrupted()
             raise
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # torchrun alone got it, and stopped the run
+            say_interrupted()
+            raise typer.Exit(code)
         if code and shown:  # the processes said why
             raise typer.Exit(code)
         if code:

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -119,7 +120,9 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     """`zoo train --nproc N ...`: run the same command under torchrun on this host.
     (exit status, whether a process printed its error): the processes' output passes
     through, each distinct error line once, and torchrun's own report of a failed process
-    (a traceback of the launcher, not of the run) is left out unless ZOO_DEBUG is set."""
+    (a traceback of the launcher, not of the run) is left out unless ZOO_DEBUG is set. When
+    torchrun stopped on a signal that reached it alone (SIGINT, SIGTERM), the status is the
+    signal's, 128 + its number, not torchrun's 1."""
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {nproc}")
     if "WORLD_SIZE" in os.environ:
@@ -136,7 +139,9 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
         return subprocess.call(command, env=env), False
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:
         assert process.stderr is not None
-        shown = _relay_stderr(process.stderr)
+        shown, signum = _relay_stderr(process.stderr)
+    if signum is not None and process.returncode:  # torchrun ended the processes on a signal, then exited 1
+        return 128 + signum, shown
     return process.returncode, shown
 
 
@@ -144,13 +149,23 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
 _TORCHRUN_LOG = re.compile(r"^[DIWE]\d{4} [\d:.]+ +\d+ torch/distributed/")
 
 
-def _relay_stderr(stream) -> bool:
+#: torchrun's line when SIGINT or SIGTERM reached it ("Received 2 death signal, ...", or by name)
+_DEATH_SIGNAL = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal")
+
+
+def _relay_stderr(stream) -> tuple[bool, int | None]:
     """Copy the processes' stderr to ours, each error line once (every rank fails alike), and
-    nothing of torchrun's own from its first log line on. Whether an error line came."""
+    nothing of torchrun's own from its first log line on. Whether an error line came, and
+    the signal torchrun said it stopped on (None: none)."""
     seen: set[str] = set()
     launcher = False
+    signum = None
     for line in stream:
         launcher = launcher or bool(_TORCHRUN_LOG.match(line))
+        death = _DEATH_SIGNAL.search(line) if launcher else None
+        if death is not None:
+            name = death.group(1)
+            signum = int(name) if name.isdigit() else int(getattr(signal, name, signal.SIGTERM))
         is_error = line.startswith(("error:", "internal error:"))
         if launcher or line in seen:
             continue
@@ -158,7 +173,7 @@ def _relay_stderr(stream) -> bool:
             seen.add(line)
         sys.stderr.write(line)
         sys.stderr.flush()
-    return bool(seen)
+    return bool(seen), signum
 
 
 def check_launch(spec, options, out: Path, nproc: int) -> None:
