@@ -95,6 +95,26 @@ SIDE = zoo.ModelSpec(
                                "temperature": np.array([rng.uniform(0.5, 2.0)], np.float32)},
     axes={"batch": zoo.AxisRange(1, 4, 16)})
 
+class Weighted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x, weight):
+        return self.linear(x) * weight[:, None]
+
+
+#: a per-row scalar input (spec shape ("batch",)): config.pbtxt's dims [1] with an empty
+#: reshape, so Triton's clients send it as [batch, 1]
+WEIGHTED = zoo.ModelSpec(
+    name="weighted.triton", domain="tabular", task="regression",
+    inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)), zoo.TensorSpec("weight", "float32", ("batch",))),
+    outputs=(zoo.TensorSpec("y", "float32", ("batch", 2)),),
+    build=Weighted,
+    sample=lambda batch, rng: {"x": rng.standard_normal((batch, 4)).astype(np.float32),
+                               "weight": rng.uniform(0.5, 2.0, batch).astype(np.float32)},
+    axes={"batch": zoo.AxisRange(1, 4, 16)})
+
 CPU = sorted(name for name, backend in registry.backends().items() if backend.probe("cpu").ok)
 NATIVE = [name for name in CPU if registry.get_backend(name).triton]  # Triton has a backend for the engine
 RESNET = "resnet8.digits"
@@ -105,7 +125,7 @@ def exports() -> list[tuple[zoo.ModelSpec, str, str | None]]:
     tiny = zoo.get_model(RESNET).tiny()
     rows = [(tiny, b, None) for b in CPU]  # native where Triton has a backend, else python
     rows += [(POOLER, b, "python") for b in CPU if b not in ("torch-compile", "torch-aoti")]
-    rows += [(SIDE, "torch", None)]
+    rows += [(SIDE, "torch", None), (WEIGHTED, "torch", None)]
     return rows
 
 
@@ -211,6 +231,13 @@ def served_shape(art: zoo.Artifact, name: str, shape: tuple[int, ...]) -> tuple[
     return (*shape, 1) if t.shape == ("batch",) and batched(spec) else shape
 
 
+def as_triton_takes_it(art: zoo.Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inputs in the shapes Triton takes: a per-row scalar as [batch, 1] (dims [1])."""
+    spec = art.spec()
+    scalars = {t.name for t in spec.inputs if t.shape == ("batch",)} if batched(spec) else set()
+    return {k: v.reshape(-1, 1) if k in scalars else v for k, v in inputs.items()}
+
+
 def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repository):
     _, arts = repository
     http = tritonclient_http.InferenceServerClient(triton.http_url)
@@ -224,7 +251,7 @@ def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repos
                 inputs = request(arts[name], batch, seed)
                 expected = {k: np.asarray(v) for k, v in runner(inputs).items()}
                 for module, client in ((tritonclient_http, http), (tritonclient_grpc, grpc)):
-                    got = infer(module, client, name, inputs)
+                    got = infer(module, client, name, as_triton_takes_it(arts[name], inputs))
                     assert sorted(got) == sorted(expected), name
                     for key in expected:  # the same values bit for bit; a per-row scalar as [batch, 1]
                         assert got[key].shape == served_shape(arts[name], key, expected[key].shape), (name, key)
@@ -233,6 +260,38 @@ def test_answers_equal_the_artifacts_own_runner_over_http_and_grpc(triton, repos
     finally:
         grpc.close()
         http.close()
+
+
+def test_one_client_request_serves_a_per_row_scalar_input_on_triton_and_on_zoo_serve(triton, repository, tmp_path):
+    """A client written for Triton sends a per-row scalar input as [batch, 1] (the model's
+    config says dims [1]); zoo serve, on the same artifact, takes that request too, and the
+    spec's own [batch]: every answer equals the runner's."""
+    from serve_support import ServerProcess
+
+    _, arts = repository
+    name = f"{WEIGHTED.name}.torch.fp32"
+    shutil.copytree(arts[name].path, tmp_path / "repo" / name)
+    inputs = request(arts[name], 3, 4)
+    expected = zoo.load(arts[name].path)(inputs)["y"]
+    as_triton = as_triton_takes_it(arts[name], inputs)
+    assert as_triton["weight"].shape == (3, 1)
+    server = ServerProcess(tmp_path / "repo", log=tmp_path / "serve.log")
+    try:
+        server.wait_ready()
+        for url, grpc_url, sent in ((triton.http_url, triton.grpc_url, [as_triton]),
+                                    (server.url.removeprefix("http://"), server.grpc_url, [as_triton, inputs])):
+            http = tritonclient_http.InferenceServerClient(url)
+            grpc = tritonclient_grpc.InferenceServerClient(grpc_url)
+            try:
+                for x in sent:
+                    for module, client in ((tritonclient_http, http), (tritonclient_grpc, grpc)):
+                        np.testing.assert_array_equal(infer(module, client, name, x)["y"], expected,
+                                                      err_msg=f"{url} {x['weight'].shape}")
+            finally:
+                grpc.close()
+                http.close()
+    finally:
+        server.kill()
 
 
 def test_classification_names_the_labels_as_zoo_serve_does(triton, repository):

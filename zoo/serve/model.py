@@ -47,6 +47,8 @@ class ServedModel:
         self.batched = batched(spec)  # Triton's notion: every tensor leads with the batch axis
         self.side_inputs = tuple(t.name for t in spec.inputs if t.shape[:1] != ("batch",))
         self.rows_batched = rows_batched(spec)  # the server's notion: side inputs allowed
+        #: per-row scalar inputs, which Triton's configuration (dims [1], reshape []) has clients send as [batch, 1]
+        self.row_scalars = tuple(t.name for t in spec.inputs if t.shape == ("batch",)) if self.batched else ()
         self.state, self.reason = READY, ""
         self.batcher: Batcher | None = None
         self.on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None
@@ -232,7 +234,11 @@ class ServedModel:
         for t in self.spec.inputs:  # the wire's datatype exactly, as Triton: a client casts, not the server
             if given[t.name].datatype != dt.v2_name(t.dtype):
                 raise datatype_error(t.name, given[t.name].datatype, dt.v2_name(t.dtype), self.name)
-        return {t.name: given[t.name].data for t in self.spec.inputs}
+        arrays = {t.name: given[t.name].data for t in self.spec.inputs}
+        for name in self.row_scalars:  # [batch, 1] as Triton takes it, or [batch] as the spec says
+            if arrays[name].ndim == 2 and arrays[name].shape[1] == 1:
+                arrays[name] = arrays[name].reshape(-1)
+        return arrays
 
     def _side_digest(self, inputs: dict[str, np.ndarray]) -> bytes:
         """What decides which requests may share a batch: their side inputs, byte for byte."""
