@@ -255,7 +255,7 @@ def test_refusals_name_the_cause(repository, tmp_path):
                   call("kserve_manifest", tmp_path / "empty", "gs://m/zoo"),
                   # a modified file: Triton would leave that model UNAVAILABLE on the cluster
                   call("kserve_manifest", broken, "gs://m/zoo"))
-    expected = [("UnsupportedError", "ppo.cartpole.onnxruntime.fp32 were exported for CUDA and need a GPU"),
+    expected = [("UnsupportedError", "artifact ppo.cartpole.onnxruntime.fp32 was exported for CUDA and needs a GPU"),
                 ("UnsupportedError", "--name 'Zoo_Models' is not a valid InferenceService name"),
                 ("UnsupportedError", "KServe's storage initializer reads gs://"),
                 ("UnsupportedError", "--protocol 'grpc': choose v2 or grpc-v2"),

@@ -319,8 +319,10 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
     if gpus is None:
         gpus = 1 if facts.cuda else 0
     if facts.cuda and gpus == 0:
-        raise UnsupportedError(f"artifacts {', '.join(facts.cuda)} were exported for CUDA and need a GPU: "
-                               f"give --gpu 1 (or more), or export them for cpu")
+        one = len(facts.cuda) == 1
+        raise UnsupportedError((f"artifact {facts.cuda[0]} was exported for CUDA and needs" if one else
+                                f"artifacts {', '.join(facts.cuda)} were exported for CUDA and need") +
+                               f" a GPU: give --gpu 1 (or more), or export {'it' if one else 'them'} for cpu")
     if gpus and not facts.cuda:
         warnings.append(f"--gpu {gpus}: every artifact was exported for cpu (Triton's KIND_CPU), so the GPU "
                         f"would sit idle")
