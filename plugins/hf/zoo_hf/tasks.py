@@ -51,6 +51,10 @@ def check_task(config: Any, task: str) -> None:
     text-generation. A `PlainConfig`'s family says it without importing transformers."""
     if task not in TASKS:
         raise UnsupportedError(f"task {task!r} is not one zoo_hf builds; tasks: {', '.join(TASKS)}")
+    if not isinstance(getattr(config, "vocab_size", None), int):  # ViT, CLIP, wav2vec2 ... : no token ids to take
+        raise UnsupportedError(f"{config.model_type!r} is not a text model (its config has no vocab_size): zoo_hf "
+                               f"exports models that take token ids; vision, audio and multimodal ones are not "
+                               f"supported (docs/hf.md, Not supported)")
     auto, mapping = TASKS[task]
     name = model_class(config, task)
     if name != auto:  # an encoder-only class the checkpoint names
