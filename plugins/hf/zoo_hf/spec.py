@@ -30,7 +30,8 @@ from . import tasks, text
 from .config import PlainConfig, plain, read
 from .source import resolve
 
-log = logging.getLogger(__name__)
+#: under `zoo.plugins`: the CLI prints its warnings as the registry's, "warning: ..." on stderr
+log = logging.getLogger("zoo.plugins.hf")
 #: (model, tokenizer file) pairs whose tokenizer was found larger than the model's vocabulary
 _WARNED: set[tuple[str, str]] = set()
 
