@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -108,6 +109,18 @@ def test_reuse_only_with_identical_provenance(repository):
     rebuilt = zoo.export(SPEC, "onnxruntime", repository=repository, checkpoint=other)
     assert rebuilt.manifest["weights"]["sha256"] == other.sha256 != first.manifest["weights"]["sha256"]
     assert (rebuilt.path / "zoo.json").stat().st_ino != written.st_ino
+
+
+def test_a_rebuild_says_what_the_artifact_it_replaces_was_built_from(repository, caplog):
+    """`--triton python` over the native form replaced it without a word: one artifact name
+    holds one form, and the user lost the other unawares."""
+    native = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True)
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        python = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True, triton="python")
+    assert python.path == native.path and python.manifest["triton"]["form"] == "python"
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("rebuilding")] == [
+        f"rebuilding {native.name}, exported before with Triton's native form (this export writes the python form, "
+        f"in its place)"]
 
 
 def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository, caplog):

@@ -298,6 +298,26 @@ def _quantized(spec: ModelSpec, precision: str, quantization: str | None) -> Mod
     return replace(spec, quantization=quantization)
 
 
+def _differences(recorded: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
+    """What an existing artifact was built from that this export is not, in words."""
+    said = []
+    for key in wanted:
+        old, new = recorded.get(key), wanted[key]
+        if old == new:
+            continue
+        if key == "weights_sha256":
+            said.append("other weights")
+        elif key == "versions":
+            said.append("other library versions (" + ", ".join(
+                f"{lib} {(old or {}).get(lib)} -> {(new or {}).get(lib)}" for lib in sorted({*(old or {}), *(new or {})})
+                if (old or {}).get(lib) != (new or {}).get(lib)) + ")")
+        elif key == "triton":
+            said.append(f"Triton's {old} form (this export writes the {new} form, in its place)")
+        else:
+            said.append(f"{key} {old!r} (now {new!r})")
+    return "; ".join(said) or "another record"
+
+
 def _reusable(final: Path, provenance: Mapping[str, Any], described: Mapping[str, Any], spec: ModelSpec,
               reference) -> Artifact | None:
     """The existing artifact if it was built from exactly this model, else None (and why,
@@ -321,7 +341,10 @@ def _reusable(final: Path, provenance: Mapping[str, Any], described: Mapping[str
                 "triton": (m.get("triton") or {}).get("form"),
                 **({"triton_parameters": m["triton"]["parameters"]} if (m.get("triton") or {}).get("parameters")
                    else {})}
-    if "test_data" not in m or recorded != dict(provenance):  # (artifacts from before test vectors: rebuilt)
+    if "test_data" not in m:  # artifacts from before test vectors: rebuilt
+        return None
+    if recorded != dict(provenance):
+        log.warning("rebuilding %s, exported before with %s", final.name, _differences(recorded, provenance))
         return None
 
     def plain(record: Mapping[str, Any]) -> Any:  # as JSON holds it; where the plugin came from aside
