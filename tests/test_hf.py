@@ -243,6 +243,26 @@ def bert_config():
                 intermediate_size=64, max_position_embeddings=64)
 
 
+def test_a_classifier_checkpoint_registered_for_another_task_is_warned_once(tmp_path, minilm_dir, bert_config,
+                                                                            plugin_warnings):
+    """A sequence classifier registered without its task silently became an embedding model,
+    and as a token classifier its head fit and `zoo check` passed."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    folder = _save(tmp_path, minilm_dir, BertForSequenceClassification(BertConfig(**bert_config, num_labels=3)), "cls")
+    zoo_hf.hf_model("my.embed", folder)
+    spec = zoo_hf.hf_model("my.tokens", folder, task="token-classification")
+    spec.configure(**spec.tiny_config)  # a variant: not said again
+    zoo_hf.hf_model("my.cls", folder, task="text-classification")
+    assert plugin_warnings == [
+        "model my.embed: its checkpoint was saved as BertForSequenceClassification (text-classification) and is built "
+        "here for feature-extraction, without its trained head: pass task='text-classification' for the model it was "
+        "saved as",
+        "model my.tokens: its checkpoint was saved as BertForSequenceClassification (text-classification) and is "
+        "built here for token-classification, its trained head in another's place: pass task='text-classification' "
+        "for the model it was saved as"]
+
+
 def _predictions(spec, texts):
     module = spec.build()
     module.load_state_dict(spec.pretrained(), strict=True)

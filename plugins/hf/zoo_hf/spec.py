@@ -100,6 +100,13 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
                        f"(the tokenizer's start and end tokens and one of text), got {max_length!r}")
     directory, base = _load_config(source, revision)
     tasks.check_task(base, task)
+    saved = tasks.saved_head(base)
+    if directory is not None and saved is not None and saved[1] != task and (name, "task") not in _WARNED:
+        _WARNED.add((name, "task"))  # once, not per variant of the spec
+        log.warning("model %s: its checkpoint was saved as %s (%s) and is built here for %s, %s: pass task=%r for "
+                    "the model it was saved as", name, saved[0], saved[1], task,
+                    "without its trained head" if task == "feature-extraction" else "its trained head in another's "
+                    "place", saved[1])
     folder = _sentence_transformers(directory) if directory is not None else {}
     if task == "feature-extraction":
         if pooling is None and folder.get("other_modules"):

@@ -35,6 +35,22 @@ ENCODER_ONLY = ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel")
 DECODER_BY_CONFIG = ("bert-generation",)
 
 
+#: the heads whose trained weights mean one task (labels): a checkpoint saved with one and
+#: registered for another task is warned about. A masked or causal LM checkpoint is not:
+#: embeddings from one (feature-extraction) are an ordinary use.
+TRAINED_HEADS = {"ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification"}
+
+
+def saved_head(config: Any) -> tuple[str, str] | None:
+    """(class, task) of the task head the checkpoint's `architectures` name, if one of
+    TRAINED_HEADS."""
+    for name in getattr(config, "architectures", None) or ():
+        for suffix, task in TRAINED_HEADS.items():
+            if isinstance(name, str) and name.endswith(suffix):
+                return name, task
+    return None
+
+
 def model_class(config: Any, task: str) -> str:
     """The name of the transformers class that builds `task` for `config`: the task's Auto
     class, or for feature-extraction the encoder-only class a checkpoint names."""
