@@ -81,8 +81,8 @@ def test_int8_is_offered_on_the_cpus_whose_int8_products_add_in_int32(monkeypatc
     assert module.cpu_has_vnni() is vnni
 
 
-@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI, AVX-VNNI, AMX); "
-                    "this one has none")
+@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI "
+                    "(AVX512_VNNI, AVX-VNNI, AMX); this one has none")
 def test_static_int8_quantizes_the_convolutions(repository):
     spec = zoo.get_model("resnet8.digits").tiny()
     art = zoo.export(spec, "openvino", precision="int8", repository=repository, random_init=True)
@@ -95,8 +95,8 @@ def test_static_int8_quantizes_the_convolutions(repository):
     assert report["backend"] == "openvino" and report["precision"] == "int8" and report["parity"]["passed"]
 
 
-@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI (AVX512_VNNI, AVX-VNNI, AMX); "
-                    "this one has none")
+@pytest.mark.skipif(not cpu_has_vnni(), reason="OpenVINO offers int8 only on CPUs with VNNI "
+                    "(AVX512_VNNI, AVX-VNNI, AMX); this one has none")
 def test_dynamic_int8_stores_int8_weights_and_attention_is_recognized(repository):
     spec = zoo.get_model("minilm-l6.all-v2").tiny()
     art = zoo.export(spec, "openvino", precision="int8", repository=repository, random_init=True)

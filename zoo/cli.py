@@ -498,8 +498,8 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
         fn = lambda raw: run(spec, fn_, raw)  # noqa: E731
     for k, values in given.items():
         if values and k != kind:
-            raise UsageError(f"model {name} takes {f'{kind} inputs' if kind else 'tensors only (--tensor NAME=FILE.npy)'}, "
-                             f"not --{k}")
+            takes = f"{kind} inputs" if kind else "tensors only (--tensor NAME=FILE.npy)"
+            raise UsageError(f"model {name} takes {takes}, not --{k}")
     raw: list = list(given.get(kind or "", [])) + list(items or [])
     labels = [str(item) for item in raw]  # a file's result is labelled by its path, as given
     if binary:

@@ -308,9 +308,10 @@ def _differences(recorded: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
         if key == "weights_sha256":
             said.append("other weights")
         elif key == "versions":
+            old, new = old or {}, new or {}
             said.append("other library versions (" + ", ".join(
-                f"{lib} {(old or {}).get(lib)} -> {(new or {}).get(lib)}" for lib in sorted({*(old or {}), *(new or {})})
-                if (old or {}).get(lib) != (new or {}).get(lib)) + ")")
+                f"{lib} {old.get(lib)} -> {new.get(lib)}" for lib in sorted({*old, *new})
+                if old.get(lib) != new.get(lib)) + ")")
         elif key == "triton":
             said.append(f"Triton's {old} form (this export writes the {new} form, in its place)")
         else:
