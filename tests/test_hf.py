@@ -294,6 +294,38 @@ def test_text_classification_labels_come_from_the_config(tmp_path, minilm_dir, b
         zoo_hf.hf_model("sentiment.tiny", base, task="text-classification").pretrained()
 
 
+def test_a_pair_of_texts_is_classified_as_transformers_classifies_it(tmp_path, minilm_dir, bert_config):
+    """A cross-encoder (reranker, NLI) scores a pair: an item {"text": ..., "text_pair": ...}
+    as transformers' text-classification pipeline takes it, through `zoo predict`'s items and
+    the server's BYTES input alike (both run `preprocess`)."""
+    import json
+
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    torch.manual_seed(0)
+    reference = BertForSequenceClassification(BertConfig(**bert_config, num_labels=2)).eval()
+    folder = _save(tmp_path, minilm_dir, reference, "cross-encoder")
+    spec = zoo_hf.hf_model("rerank.tiny", folder, task="text-classification")
+    query, passage = "How do I reset my password?", "Open the settings page and choose 'forgot password'."
+    item = json.dumps({"text": query, "text_pair": passage}).encode()
+    inputs = spec.preprocess([item, query.encode()])
+    tokenizer = BertTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    want = tokenizer([query], [passage], return_tensors="np")
+    width = want["input_ids"].shape[1]
+    for name in ("input_ids", "token_type_ids", "attention_mask"):  # the pair as transformers encodes it
+        np.testing.assert_array_equal(inputs[name][0, :width], want[name][0], err_msg=name)
+    assert inputs["token_type_ids"][0].max() == 1 and inputs["token_type_ids"][1].max() == 0
+    module, results = _predictions(spec, [item])
+    with torch.no_grad():
+        logits = reference(**{k: torch.from_numpy(v) for k, v in want.items()}).logits.numpy()[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose(list(results[0]["scores"].values()), probs, atol=1e-6)
+    # a JSON object of other keys is text, as it was; a pair of other types is named
+    assert spec.preprocess([b'{"text": "a"}'])["input_ids"].shape[1] > 3
+    with pytest.raises(InputError, match=r"item 1 is a pair of texts: .* takes two strings, got str, int"):
+        spec.preprocess([b'{"text": "a", "text_pair": 3}'])
+
+
 def test_token_classification_fill_mask_and_generation(tmp_path, minilm_dir, bert_config):
     from transformers import (BertConfig, BertForMaskedLM, BertForTokenClassification, GPT2Config,
                               GPT2LMHeadModel)

@@ -10,6 +10,7 @@ the logits at an item's own positions, and keep a long prompt's last tokens.
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -51,6 +52,27 @@ def decode_items(items: Sequence[bytes]) -> list[str]:
     return texts
 
 
+#: an item that is a pair of texts, as transformers' text-classification pipeline takes one:
+#: a cross-encoder's query and passage, an NLI premise and hypothesis
+PAIR = ("text", "text_pair")
+
+
+def paired(text: str, i: int) -> str | tuple[str, str]:
+    """`text`, or the pair it asks for: a JSON object with exactly "text" and "text_pair"."""
+    if not text.startswith("{"):
+        return text
+    try:
+        item = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(item, dict) or set(item) != set(PAIR):
+        return text
+    if not all(isinstance(item[k], str) for k in PAIR):
+        raise InputError(f"item {i + 1} is a pair of texts: {{\"text\": ..., \"text_pair\": ...}} takes two "
+                         f"strings, got {', '.join(type(item[k]).__name__ for k in PAIR)}")
+    return item["text"], item["text_pair"]
+
+
 class TextCodec:
     """A directory's tokenizer.json for a spec's inputs (`names`), truncating at
     `max_length` tokens: from the end for classifiers and encoders, from the start for
@@ -85,7 +107,9 @@ class TextCodec:
         tok.enable_truncation(max_length=self.max_length, direction="left" if self.keep_last else "right")
         return tok
 
-    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+    def encode(self, texts: Sequence[str | tuple[str, str]]) -> dict[str, np.ndarray]:
+        """Texts, or pairs of texts (the second as the second segment: its own token type
+        where the model has token types, the tokenizer's separators between them)."""
         encodings = self.tokenizer.encode_batch(list(texts))
         for i, e in enumerate(encodings):
             if not sum(e.attention_mask):
@@ -100,8 +124,11 @@ class TextCodec:
         return {name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64) for name in self.names}
 
     def preprocess(self, items: Sequence[bytes]) -> dict[str, np.ndarray]:
-        """UTF-8 texts -> the spec's int64 inputs, padded to the longest item."""
-        return self.encode(decode_items(items))
+        """UTF-8 texts -> the spec's int64 inputs, padded to the longest item. An item
+        `{"text": ..., "text_pair": ...}` is a pair of texts (not for causal language
+        models, whose prompt is one text)."""
+        texts = decode_items(items)
+        return self.encode(texts if self.keep_last else [paired(t, i) for i, t in enumerate(texts)])
 
     def sample(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Real sentences, drawn with replacement, tokenized as `preprocess` does."""
