@@ -295,6 +295,7 @@ def _quantized(spec: ModelSpec, precision: str, quantization: str | None) -> Mod
         raise UnsupportedError(f"--quantization {quantization} applies to int8 exports, not {precision}")
     if quantization not in QUANTIZATIONS:
         raise UnsupportedError(f"unknown quantization {quantization!r}; choose {' or '.join(QUANTIZATIONS)}")
+    spec.tolerance(precision)  # a model that offers no int8: said as such, before its method is changed
     return replace(spec, quantization=quantization)
 
 
