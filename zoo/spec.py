@@ -406,11 +406,6 @@ class ModelSpec:
         if "int8" in self.tolerances and self.quantization is None:
             raise ZooError(f"model {self.name} states an int8 tolerance but no `quantization` method "
                            f"({' or '.join(QUANTIZATIONS)})")
-        if self.quantization is not None and "int8" not in self.tolerances:
-            raise ZooError(f"model {self.name}: quantization {self.quantization!r} says how its int8 artifacts are "
-                           f"made, and it states no int8 tolerance, so none would be: add "
-                           f"tolerances={{..., 'int8': zoo.Tolerance(atol, rtol, metric_drop=...)}} with the bound "
-                           f"you measured, or leave quantization out")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
             if not tensors:  # nothing to trace, serve or compare: every exporter fails on it, each its own way
                 raise ZooError(f"model {self.name}: the spec declares no {kind}s; declare at least one "
@@ -526,6 +521,10 @@ class ModelSpec:
         if precision not in self.tolerances:
             why = (": int8 is offered only where the model's plugin has measured what quantization costs it "
                    "and states how much may be lost" if precision == "int8" else "")
+            if precision == "int8" and self.quantization is not None:  # the method without the bound it is held to
+                why += (f" (it names quantization {self.quantization!r} and no int8 tolerance: add "
+                        f"tolerances={{..., 'int8': zoo.Tolerance(atol, rtol, metric_drop=...)}} with the bound "
+                        f"you measured)")
             raise UnsupportedError(f"model {self.name} states no tolerance for precision {precision}, so it "
                                    f"cannot be exported in {precision}{why}; its precisions: "
                                    f"{', '.join(self.tolerances)}")

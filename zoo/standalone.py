@@ -122,9 +122,7 @@ def described_spec(art) -> ModelSpec:
             sample=sampler(functools.cache(art.test_vectors), inputs, axes), axes=axes,
             description=model.get("description", ""), config=dict(model.get("config", {})),
             tolerances={p: _tolerance(t) for p, t in tolerances.items()},
-            # manifests written before they recorded every tolerance hold no int8 one beside another precision's
-            quantization=(model.get("quantization") or manifest.get("quantization")) if "int8" in tolerances else None,
-            plugin=model.get("plugin", ""))
+            quantization=model.get("quantization") or manifest.get("quantization"), plugin=model.get("plugin", ""))
     except (KeyError, TypeError, ValueError, ZooError) as exc:
         raise ArtifactError(f"artifact {art.name}: its manifest does not describe model {model.get('name')} "
                             f"({type(exc).__name__}: {exc}); re-export it") from None

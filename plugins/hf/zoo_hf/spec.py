@@ -98,6 +98,10 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
         raise ZooError(f"model {name}: max_length is the longest sequence in tokens, a whole number of at least 2 "
                        f"(the tokenizer's start and end tokens and one of text), got {max_length!r}")
+    if quantization is not None and "int8" not in (tolerances or TOLERANCES):
+        raise ZooError(f"model {name}: quantization={quantization!r} says how its int8 artifacts are made, and "
+                       f"tolerances= has no int8 bound, so none would be: pass tolerances={{**zoo_hf.spec.TOLERANCES, "
+                       f"'int8': zoo.Tolerance(atol, rtol)}} with the bound you measured")
     directory, base = _load_config(source, revision)
     tasks.check_task(base, task)
     saved = tasks.saved_head(base)
