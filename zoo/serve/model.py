@@ -47,8 +47,9 @@ class ServedModel:
         self.batched = batched(spec)  # Triton's notion: every tensor leads with the batch axis
         self.side_inputs = tuple(t.name for t in spec.inputs if t.shape[:1] != ("batch",))
         self.rows_batched = rows_batched(spec)  # the server's notion: side inputs allowed
-        #: per-row scalar inputs, which Triton's configuration (dims [1], reshape []) has clients send as [batch, 1]
-        self.row_scalars = tuple(t.name for t in spec.inputs if t.shape == ("batch",)) if self.batched else ()
+        #: inputs the model's Triton configuration reshapes (a per-row scalar: dims [1], reshape []),
+        #: so that Triton's clients send them as [batch, 1]
+        self.row_scalars = tuple(t.name for t in spec.inputs if "reshape" in tensor_config(t, self.batched))
         self.state, self.reason = READY, ""
         self.batcher: Batcher | None = None
         self.on_batch: Callable[[Sequence[Work], int], None] = lambda works, rows: None
