@@ -149,3 +149,38 @@ def test_optimize_calls_a_gap_noise_only_where_the_noise_can_tell(tmp_path, monk
     inconclusive = next(r for r in reasons if "+737.4%" in r)
     assert "inconclusive: the measured noise (35631.4%) is too large" in inconclusive
     assert "within" not in inconclusive
+
+
+#: a command line that needs no PyTorch: a usage error, a missing artifact, a client of a server
+NO_TORCH = [
+    (["export", "resnet8.digits", "-b", "nosuch", "--random-init"], 2, "--backend: unknown backend 'nosuch'"),
+    (["export", "resnet8.digits", "-b", "onnxruntime", "--precision", "int9"], 2, "--precision: unknown 'int9'"),
+    (["bench", "resnet8.digits", "--backends", "nosuch"], 2, "--backends: unknown 'nosuch'"),
+    (["bench", "resnet8.digits", "--ray", "head:port"], 2, "--ray"),
+    (["verify", "no-such-artifact"], 1, "no artifact directory at"),
+    (["predict", "resnet8.digits.onnxruntime.fp32", "--tensor", "image=x.npy", "--url", "http://127.0.0.1:1"], 1,
+     "no answer from http://127.0.0.1:1"),
+]
+
+
+@pytest.mark.parametrize("args, code, message", NO_TORCH, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_what_needs_no_pytorch_is_answered_without_importing_it(tmp_path, args, code, message):
+    """A mistyped name or a client call answers in a fraction of a second, not after PyTorch's
+    2 s of import: `zoo` is run as a user runs it, in a fresh process, and says afterwards
+    which modules it imported."""
+    import subprocess
+
+    np_file = tmp_path / "x.npy"
+    import numpy as np
+
+    np.save(np_file, np.zeros((1, 1, 8, 8), np.float32))
+    script = ("import runpy, sys\n"
+              f"sys.argv = ['zoo', *{args!r}]\n"
+              "try:\n"
+              "    runpy.run_module('zoo', run_name='__main__')\n"
+              "except SystemExit as exc:\n"
+              "    code = exc.code\n"
+              "print('exit', code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert message in done.stderr, done.stderr
+    assert done.stdout.split()[-3:] == ["exit", str(code), "False"], (done.stdout, done.stderr)

@@ -62,10 +62,13 @@ PLUGINS = {
                        "    register(zoo.LazySpec('linear.misnamed', lambda: spec('linear.other')))\n"
                        "    register(zoo.LazySpec('linear.lazybroken', broken))\n",
     "lazy_backend.py": "import importlib\n\nimport zoo\n\n\n"
-                       "def renamed():\n    backend = importlib.import_module('zoo_onnxruntime').OnnxRuntimeBackend()\n"
-                       "    backend.name = 'lazy.good'\n    return backend\n\n\n"
+                       "def renamed(name='lazy.good'):\n"
+                       "    backend = importlib.import_module('zoo_onnxruntime').OnnxRuntimeBackend()\n"
+                       "    backend.name = name\n    return backend\n\n\n"
                        "@zoo.hookimpl\ndef zoo_register_backends(register):\n"
-                       "    register(zoo.LazyBackend('lazy.good', renamed))\n"
+                       "    register(zoo.LazyBackend('lazy.good', renamed, devices=('cuda', 'cpu')))\n"
+                       "    register(zoo.LazyBackend('lazy.npu', lambda: renamed('lazy.npu'),\n"
+                       "                             devices=('cpu', 'npu')))\n"
                        "    register(zoo.LazyBackend('lazy.broken', lambda: importlib.import_module('fast_engine')))\n"
                        "    register(zoo.LazyBackend('lazy.misnamed', lambda: importlib.import_module('zoo_onnxruntime')"
                        ".OnnxRuntimeBackend()))\n",
@@ -220,7 +223,9 @@ def test_a_lazy_backend_is_made_when_used_and_one_that_fails_is_named(plugin, tm
         "warning: backend 'lazy.broken' of plugin lazy_backend.py failed to load: No module named 'fast_engine'; "
         "it is left out",
         "warning: backend 'lazy.misnamed' of plugin lazy_backend.py: its LazyBackend made backend 'onnxruntime', "
-        "not a zoo.Backend named 'lazy.misnamed'; it is left out"]
+        "not a zoo.Backend named 'lazy.misnamed'; it is left out",
+        "warning: backend 'lazy.npu' of plugin lazy_backend.py: its LazyBackend declares devices ['cpu', 'npu'], "
+        "the backend made ['cpu', 'cuda']; it is left out"]
     # looked up by name: the one that fails says why, and a command on another backend makes neither
     export = zoo_cli("--plugin", path, "export", "resnet8.digits", "-b", "lazy.broken", "--random-init",
                      "-r", str(tmp_path / "exports"), cwd=tmp_path)
@@ -233,7 +238,8 @@ def test_a_lazy_backend_is_made_when_used_and_one_that_fails_is_named(plugin, tm
     done = subprocess.run([sys.executable, "-c", script, path], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert done.stdout.split("\n")[0] == "['lazy.broken', 'lazy.misnamed', 'torch', 'torch-aoti', 'torch-compile']"
+    assert done.stdout.split("\n")[0] == "['lazy.broken', 'lazy.misnamed', 'lazy.npu', 'torch', 'torch-aoti', " \
+        "'torch-compile']"
 
 
 def test_a_process_that_uses_no_transformers_model_does_not_import_transformers(tmp_path):

@@ -36,6 +36,8 @@ MANIFEST = "zoo.json"
 FORMAT = 1
 VERSION_DIR = "1"
 WEIGHTS = "weights.safetensors"
+#: where `zoo export` writes and `zoo bench`, `zoo serve` and `zoo.load` look, unless told
+DEFAULT_REPOSITORY = Path("exports")
 
 
 def artifact_name(model: str, backend: str, precision: str, method: str | None = None) -> str:

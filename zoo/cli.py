@@ -265,14 +265,14 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
 
     An int8 artifact is refused when its task metric (or domain check) falls further
     below PyTorch fp32's than the model's int8 tolerance allows."""
-    from .export import export as run
-
     if password_env is not None and sign_key is None:
         raise UsageError("--password-env goes with --sign: it unlocks the signing key")
     _check_export_choices(backend, precision, device, quantization, triton)
     parameters = _strings(triton_parameter, "--triton-parameter")
     check_destination(repository, "--repository")  # before the export, not at its final rename
     password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
+    from .export import export as run  # imports torch: after the usage errors, which are answered at once
+
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
               force=force, quantization=quantization, triton=triton, resign=sign_key is not None,
               triton_parameters=parameters)

@@ -36,7 +36,7 @@ from . import vectors
 from .version import __version__
 from .arguments import check_threads
 from .backend import for_serving, library_versions, loaded
-from .artifact import FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
+from .artifact import DEFAULT_REPOSITORY, FORMAT, MANIFEST, VERSION_DIR, WEIGHTS, Artifact, artifact_name
 from .check import check
 from .checkpoint import Checkpoint, built, default_path, load_checkpoint, missing, whose
 from .errors import (ArtifactError, BackendUnavailableError, ExportError, PluginError, UnsupportedError, UsageError,
@@ -54,7 +54,6 @@ from .triton import check_parameters, triton_form, write_repository_files
 from .verify import domain_report, metric_report, parity
 
 log = logging.getLogger("zoo")
-DEFAULT_REPOSITORY = Path("exports")
 
 
 def reference_module(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None = None,

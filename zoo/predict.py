@@ -9,16 +9,18 @@ postprocessing are the spec's own, so the server's BYTES path gives the same res
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .arguments import check_device, check_text_items, check_threads, domain_items
-from .checkpoint import Checkpoint
 from .errors import InputError, NoInputsError, PluginError, SettingError, ZooError, first_line
 from .inputs import postprocessed, preprocessed
 from .registry import get_model
 from .spec import ModelSpec
+
+if TYPE_CHECKING:  # importing it imports torch, which `zoo predict --url` does not need
+    from .checkpoint import Checkpoint
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 

@@ -65,10 +65,14 @@ class LazyBackend:
 
     For a backend plugin whose module imports a heavy engine at its top:
     ``register(zoo.LazyBackend("mine", lambda: importlib.import_module("my_backend.impl").MyBackend()))``
-    in `zoo_register_backends`. `make()` takes no arguments and returns a `Backend` named `name`."""
+    in `zoo_register_backends`. `make()` takes no arguments and returns a `Backend` named `name`.
+    `devices`, where given, are the backend's `devices`, declared here so that a command can
+    check a `--device` name without making the backend (and importing its engine); the
+    backend made must declare the same ones."""
 
     name: str
     make: Callable[[], Backend]
+    devices: tuple[str, ...] = ()
 
 
 pm = pluggy.PluginManager("zoo")
@@ -360,6 +364,9 @@ def _made(lazy: LazySpec | LazyBackend, label: str, kind: str, cls: type, failin
                           f"zoo.{cls.__name__} named {name!r}")
     if isinstance(made, Backend) and (why := declared_wrong(made)):
         raise PluginError(f"backend {name!r} of plugin {label}: {why}")
+    if isinstance(lazy, LazyBackend) and lazy.devices and set(lazy.devices) != set(made.devices):
+        raise PluginError(f"backend {name!r} of plugin {label}: its LazyBackend declares devices "
+                          f"{list(lazy.devices)}, the backend made {list(made.devices)}")
     return made
 
 
@@ -420,6 +427,27 @@ def backends() -> dict[str, Backend]:
         except PluginError as exc:
             _warn(label, f"{exc}; it is left out")
     return found
+
+
+def backend_names() -> list[str]:
+    """Every registered backend's name, none made."""
+    return list(_registered_backends())
+
+
+def devices() -> list[str]:
+    """Every device some registered backend runs on, sorted: a lazy backend's declared
+    devices where it declares them, else the backend made now (one that fails is left out,
+    with a warning, as in `backends()`)."""
+    found: set[str] = set()
+    for name, (item, label) in list(_registered_backends().items()):
+        if isinstance(item, LazyBackend) and item.devices:
+            found.update(item.devices)
+            continue
+        try:
+            found.update(_backend(name).devices)
+        except PluginError as exc:
+            _warn(label, f"{exc}; it is left out")
+    return sorted(found)
 
 
 def list_models(pattern: str | None = None) -> list[str]:

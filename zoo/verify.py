@@ -246,7 +246,6 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
     from .artifact import Artifact
     from .errors import PluginNotLoadedError, StaleArtifactError
     from .standalone import described_spec, needs_plugin, registered_spec
-    from .train import module_fn
     from .vectors import check
 
     threads = check_threads(threads)
@@ -265,6 +264,8 @@ def verify_artifact(path, threads: int | None = None) -> dict[str, Any]:
                              "tolerance_from": "manifest"}}
         skipped = {"skipped": needs_plugin(model, "run this check")}
         return {**report, **{key: skipped for key in ("domain", "metric") if art.manifest.get(key) is not None}}
+    from .train import module_fn  # imports torch: only here, for the PyTorch reference
+
     runner = art.load(threads=threads)
     module = spec.build()
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnknownModelError, UnsupportedError, UsageError, ZooError, signal_name
-from ..export import DEFAULT_REPOSITORY
+from ..artifact import DEFAULT_REPOSITORY
 from ..registry import only_here
 from ..spec import ModelSpec
 from .env import environment
@@ -202,27 +202,19 @@ def check_names(precisions: Sequence[str], devices: Sequence[str], backends: Seq
     with `backends` a backend name nothing registered, before anything runs: otherwise every
     combination would be an "unsupported" or "failed" hole and the run would look like a
     measured one. (A registered backend that cannot run here is a row with its reason.)"""
-    from ..errors import UnknownBackendError
-    from ..registry import backends as registered
-    from ..registry import get_backend
+    from ..registry import backend_names
+    from ..registry import devices as known_devices
     from ..spec import PRECISIONS
 
-    made = registered()
-    known = sorted({d for be in made.values() for d in be.devices})
-    for option, names, choices in (("--precision", precisions, PRECISIONS), ("--device", devices, known)):
+    for option, names, choices in (("--precision", precisions, PRECISIONS),
+                                   ("--device", devices, known_devices() if devices else [])):
         unknown = [n for n in names if n not in choices]
         if unknown:
             raise UsageError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(choices)}")
-    unknown = []
-    for name in backends or ():
-        try:
-            get_backend(name)
-        except UnknownBackendError:
-            unknown.append(name)
-        except ZooError:  # registered, but its plugin is broken: that combination's row says so
-            pass
+    names = backend_names()  # a registered backend that cannot run here, or whose plugin is broken, is a row
+    unknown = [name for name in backends or () if name not in names]
     if unknown:
-        raise UsageError(f"--backends: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(made)} "
+        raise UsageError(f"--backends: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(names)} "
                          "(`zoo backends` says which run here)")
 
 

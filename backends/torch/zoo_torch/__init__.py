@@ -17,6 +17,8 @@ __all__ = ["TorchAotiBackend", "TorchBackend", "TorchCompileBackend", "zoo_regis
 #: process serving an ONNX Runtime or OpenVINO artifact imports no PyTorch
 CLASSES = {"torch": ("backend", "TorchBackend"), "torch-compile": ("compiled", "TorchCompileBackend"),
            "torch-aoti": ("aoti", "TorchAotiBackend")}
+#: what each of them declares, so that a `--device` name is checked without importing torch
+DEVICES = ("cpu", "cuda")
 
 
 def __getattr__(name: str):
@@ -33,4 +35,4 @@ def _make(name: str) -> zoo.Backend:
 @zoo.hookimpl
 def zoo_register_backends(register):
     for name in CLASSES:
-        register(zoo.LazyBackend(name, lambda name=name: _make(name)))
+        register(zoo.LazyBackend(name, lambda name=name: _make(name), devices=DEVICES))
