@@ -29,8 +29,9 @@ demo: setup
 	$(BIN)/zoo demo
 
 # Test files run in parallel worker processes (pytest-xdist), one file per worker at a time
-# so that a file's module fixtures (exports, servers) are built once: 13-20 min (by CPU) instead
-# of 29 on 2 cores, since much of the suite waits on servers and subprocesses; each worker's
+# so that a file's module fixtures (exports, servers) are built once: 21-22 min on a fresh clone
+# on the 2-core Intel Xeon (2026-11-29; 2495 worker-seconds, both workers busy 98% of it), 13-20
+# on earlier, smaller suites by CPU, against 29 in one process; each worker's
 # torch runs one thread, and the workers share one ONNX cache (tests/conftest.py). Files go out
 # in collection order, the slowest first (tests/conftest.py: SLOWEST_FIRST), not xdist's
 # own by number of tests. One worker per core: 3 workers on 2 cores took 23 min (the Ray
