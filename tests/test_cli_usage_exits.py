@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import zoo
@@ -168,12 +170,7 @@ def test_what_needs_no_pytorch_is_answered_without_importing_it(tmp_path, args, 
     """A mistyped name or a client call answers in a fraction of a second, not after PyTorch's
     2 s of import: `zoo` is run as a user runs it, in a fresh process, and says afterwards
     which modules it imported."""
-    import subprocess
-
-    np_file = tmp_path / "x.npy"
-    import numpy as np
-
-    np.save(np_file, np.zeros((1, 1, 8, 8), np.float32))
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 8, 8), np.float32))
     script = ("import runpy, sys\n"
               f"sys.argv = ['zoo', *{args!r}]\n"
               "try:\n"

@@ -420,13 +420,15 @@ def _backend(name: str) -> Backend:
 def backends() -> dict[str, Backend]:
     """Every registered backend by name, lazy ones made now (any that fails is left out,
     with a warning)."""
-    found = {}
-    for name, (_, label) in list(_registered_backends().items()):
-        try:
-            found[name] = _backend(name)
-        except PluginError as exc:
-            _warn(label, f"{exc}; it is left out")
-    return found
+    return {name: backend for name in list(_registered_backends()) if (backend := _backend_or_warned(name)) is not None}
+
+
+def _backend_or_warned(name: str) -> Backend | None:
+    try:
+        return _backend(name)
+    except PluginError as exc:
+        _warn(_registered_backends()[name][1], f"{exc}; it is left out")
+        return None
 
 
 def backend_names() -> list[str]:
@@ -439,14 +441,11 @@ def devices() -> list[str]:
     devices where it declares them, else the backend made now (one that fails is left out,
     with a warning, as in `backends()`)."""
     found: set[str] = set()
-    for name, (item, label) in list(_registered_backends().items()):
+    for name, (item, _) in list(_registered_backends().items()):
         if isinstance(item, LazyBackend) and item.devices:
             found.update(item.devices)
-            continue
-        try:
-            found.update(_backend(name).devices)
-        except PluginError as exc:
-            _warn(label, f"{exc}; it is left out")
+        elif (backend := _backend_or_warned(name)) is not None:
+            found.update(backend.devices)
     return sorted(found)
 
 
