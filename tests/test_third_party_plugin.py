@@ -108,3 +108,24 @@ def test_uninstalling_the_distribution_removes_its_model(tmp_path):
     assert MODEL not in models
     assert "resnet8.digits" in models
     assert MODEL not in zoo.list_models()  # never in the environment running the tests
+
+
+def _readme_block(readme: str, caption: str) -> str:
+    """The code block that follows `caption` in README.md."""
+    after = readme.split(caption, 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
+
+
+def test_the_readmes_plugin_installs_as_written(tmp_path):
+    """README's "Writing a model plugin", copied as a user copies it: its `pyproject.toml`
+    and its module, nothing added, install with pip, list, and export."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    source = tmp_path / "zoo-example-plugin"
+    (source / "zoo_example_plugin").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(_readme_block(readme, "`pyproject.toml`:"))
+    (source / "zoo_example_plugin" / "__init__.py").write_text(_readme_block(readme, "`zoo_example_plugin/__init__.py`:"))
+    env = Environment(tmp_path / "env")
+    env.pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", str(source))
+    assert env.listed()[MODEL]["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", 4]}]
+    env.zoo("export", MODEL, "--backend", "onnxruntime", "--repository", str(tmp_path / "exports"))
+    assert zoo.verify(tmp_path / "exports" / f"{MODEL}.onnxruntime.fp32")["parity"]["passed"]
