@@ -52,6 +52,8 @@ PLUGINS = {
     "no_hookimpl.py": MODEL + "\n\ndef zoo_register_models(register):  # the decorator is missing\n"
                               "    register(spec('linear.undecorated'))\n",
     "no_register.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models():\n    return [spec('linear.noarg')]\n",
+    "dropped_parameter.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models():\n"
+                                    "    register(spec('linear.dropped'))\n",
     "returned.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(register):\n"
                            "    return [spec('linear.returned')]\n",
     "renamed_parameter.py": MODEL + "\n\n@zoo.hookimpl\ndef zoo_register_models(reg):\n"
@@ -114,17 +116,20 @@ def listing(result: subprocess.CompletedProcess) -> tuple[set[str], list[str]]:
 def test_a_hook_written_another_plugin_systems_way_says_how_to_write_it(plugin, tmp_path):
     """Pluggy passes a hook only the parameters it names, and other systems read the models
     a hook returns: each slip is one line saying what to write, and the rest still list."""
-    slips = [plugin(name) for name in ("no_register.py", "returned.py")]
+    slips = [plugin(name) for name in ("no_register.py", "dropped_parameter.py", "returned.py")]
     args = [arg for path in [*slips, plugin("good.py")] for arg in ("--plugin", path)]
     models, stderr = listing(zoo_cli(*args, "list", "--json", cwd=tmp_path))
     assert sorted(stderr) == sorted([
         "warning: plugin no_register.py defines zoo_register_models() without its `register` parameter, so it "
         "registers nothing: write `def zoo_register_models(register):` and call register(...) once per model; its "
         "models are left out",
+        "warning: plugin dropped_parameter.py defines zoo_register_models() without its `register` parameter, so "
+        "it registers nothing: write `def zoo_register_models(register):` and call register(...) once per model; "
+        "its models are left out",
         "warning: plugin returned.py returned a list from zoo_register_models and registered nothing: zoo does not "
         "read the hook's return value; call register(...) once per model; its models are left out",
     ])
-    assert "linear.good" in models and not {"linear.noarg", "linear.returned"} & models
+    assert "linear.good" in models and not {"linear.noarg", "linear.dropped", "linear.returned"} & models
     result = zoo_cli("--plugin", plugin("renamed_parameter.py"), "list", cwd=tmp_path)
     assert result.returncode == 1 and result.stderr.split() == (
         "error: plugin renamed_parameter.py: its zoo_register_models takes reg, which the hook does not pass: write "

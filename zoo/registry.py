@@ -274,7 +274,10 @@ def _collect(hook: pluggy.HookCaller, kind: str, *cls: type) -> dict[str, tuple[
             wrong = _unregistered(impl, returned, items, kind) or next(
                 filter(None, (_wrong(item, kind, *cls) for item in items)), None)
         except Exception as exc:
-            wrong = f"failed in {hook.name}{_where(exc, impl.function)}: {first_line(exc)}"
+            # a hook without its parameter that still calls register(...): that slip, not the NameError
+            slip = isinstance(exc, NameError) and exc.name == "register" and "register" not in impl.argnames
+            wrong = _unregistered(impl, None, items, kind) if slip else \
+                f"failed in {hook.name}{_where(exc, impl.function)}: {first_line(exc)}"
         if wrong:
             _warn(label, f"plugin {label} {wrong}; its {kind}s are left out")
             _left_out[kind][label] = wrong
