@@ -88,6 +88,18 @@ def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, ca
     assert "afile is a file, not a directory" in lines[0] and "export a model first" not in lines[0]
 
 
+def test_serve_says_an_empty_repository_holds_nothing_to_serve(tmp_path, monkeypatch, capsys):
+    """Nothing to serve and nothing that can be loaded later: refused at once, as a missing
+    repository is, instead of a server that stays unready; with model control, artifacts
+    exported there later can still be loaded, so it serves (tests/test_serve_lifecycle.py)."""
+    (tmp_path / "empty" / "notes").mkdir(parents=True)
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "empty", "--port", "8000", "--grpc-port", "0")
+    assert code == 1 and lines == [
+        "error: no artifact in the model repository empty (notes: a directory without zoo.json): export a model "
+        "into it first (`zoo export MODEL -b BACKEND -r empty`), or serve it with --model-control to load "
+        "artifacts exported there later"], lines
+
+
 # ---------------------------------------------------------------- the docs say what runs
 
 

@@ -124,6 +124,25 @@ def test_a_server_with_nothing_to_serve_is_not_ready(serve_repo, tmp_path):
         assert client.get("/v2/health/ready").status_code == 200
 
 
+def test_an_empty_repository_with_model_control_serves_what_is_exported_there_later(serve_repo, tmp_path, caplog):
+    """`zoo serve` refuses an empty repository without model control (test_cli_usage_exits.py);
+    with it, the server is ready, says the repository holds nothing yet, and loads an
+    artifact exported there afterwards."""
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    repo.mkdir()
+    with caplog.at_level("WARNING", logger="zoo.serve"), \
+            TestClient(create_app(Settings(repo, model_control=True))) as client:
+        assert client.get("/v2/health/ready").status_code == 200
+        assert f"{repo} holds no artifact yet; serving none until one exported there is loaded" in caplog.text
+        copy_as(serve_repo / ONNX, repo / ONNX)
+        assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200
+        assert client.get(f"/v2/models/{ONNX}/ready").status_code == 200
+
+
 def test_backend_failure_then_recovery(faulty_server, plugin):
     assert infer(faulty_server, 0.5).status_code == 200
     start = time.monotonic()
@@ -354,6 +373,10 @@ def test_a_bad_max_padding_is_refused_before_the_server_starts(tmp_path, flag):
     (["--max-padding", "a quarter"], "--max-padding is a fraction >= 0"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
     (["--grpc-port", "70000"], "--grpc-port must be 0 (off) or a port"),
+    # uvicorn takes any int: 99999 listened on 34463 (99999 mod 65536) while its log said 99999
+    (["--port", "99999"], "--port must be a port from 1 to 65535, got 99999"),
+    (["--port", "-5"], "--port must be a port from 1 to 65535, got -5"),
+    (["--port", "0"], "--port must be a port from 1 to 65535, got 0"),
 ])
 def test_serve_usage_errors_exit_2_in_one_line(tmp_path, monkeypatch, capsys, args, words):
     """An option the others leave without effect is refused, not ignored (README: exit 2)."""

@@ -681,12 +681,16 @@ def serve(ctx: typer.Context,
     if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
         raise UsageError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
     padding = _max_padding(max_padding)
+    if not 1 <= port <= 65535:  # uvicorn takes any int: 99999 would listen on 34463
+        raise UsageError(f"--port must be a port from 1 to 65535, got {port}")
     if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
         raise UsageError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
     if shared_memory not in ("none", "system"):
         raise UsageError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
                          "offered)")
     _refuse_unused_batching(ctx, no_batching, no_ragged)
+    if not model_control:
+        _check_not_empty(repository)
     _check_ports(host, port, grpc_port)
     if require_signature is not None:
         from .signing import fingerprint
@@ -718,6 +722,21 @@ def _refuse_unused_batching(ctx: typer.Context, no_batching: bool, no_ragged: bo
             raise UsageError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} nothing with {flag}: "
                              f"{'every request runs alone' if flag == '--no-batching' else 'nothing is padded'}; "
                              f"leave {'it' if len(ignored) == 1 else 'them'} out")
+
+
+def _check_not_empty(repository: Path) -> None:
+    """A repository with no artifact, served without model control, would serve nothing
+    ever: said at once, as a missing one is, not by a server that stays unready."""
+    from .serve.repository import MANIFEST, list_artifacts, not_artifacts
+
+    if list_artifacts(repository):
+        return
+    others = not_artifacts(repository)
+    listed = f" ({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}: " \
+             f"{'a directory' if len(others) == 1 else 'directories'} without {MANIFEST})" if others else ""
+    raise ZooError(f"no artifact in the model repository {repository}{listed}: export a model into it first "
+                   f"(`zoo export MODEL -b BACKEND -r {repository}`), or serve it with --model-control to load "
+                   "artifacts exported there later")
 
 
 def _check_ports(host: str, port: int, grpc_port: int) -> None:

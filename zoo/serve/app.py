@@ -442,8 +442,11 @@ def create_app(settings: Settings) -> Starlette:
         loaded, zoo.skipped = await asyncio.to_thread(repository.scan, settings.repository, settings.options)
         while loaded:  # popped: no name here keeps a model's runners once model control unloads it
             zoo.add(*loaded.pop(0))
-        if not zoo.models:
+        if not zoo.models and zoo.skipped:
             log.warning("no artifact in %s can run here; serving none", settings.repository)
+        elif not zoo.models:  # empty, and served with model control (`zoo serve` refuses it otherwise)
+            log.warning("%s holds no artifact yet; serving none until one exported there is loaded "
+                        "(POST /v2/repository/models/NAME/load)", settings.repository)
         zoo.heap.hold()
         front = None
         try:
