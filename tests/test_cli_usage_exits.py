@@ -82,6 +82,16 @@ def test_a_config_pair_without_a_key_is_a_usage_error_in_every_command(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+@pytest.mark.parametrize("args", [["export", "mlp8.mine", "-b", "onnxruntime", "--plugin", "my_models.py"],
+                                  ["list", "--plugin=my_models.py"]])
+def test_plugin_after_the_command_says_where_it_goes(tmp_path, monkeypatch, capsys, args):
+    """`--plugin` is the `zoo` command's own option: after a subcommand, click says only
+    "No such option: --plugin"; the line says where it goes."""
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, *args)
+    assert code == 2 and lines == [f"error: --plugin goes before the command: zoo --plugin my_models.py {args[0]} ..."], \
+        lines
+
+
 def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, capsys):
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "afile", "--port", "0", "--grpc-port", "0")
     assert code == 2 and len(lines) == 1, lines

@@ -856,11 +856,29 @@ def _writable_file(path: Path, option: str) -> None:
 from . import cli_bench  # noqa: E402,F401  (registers `zoo bench` and `zoo optimize`)
 
 
+def _misplaced_plugin(argv: List[str]) -> Optional[str]:
+    """The line for a `--plugin` given after the command (`zoo`'s own option, which click
+    would answer with only "No such option"), or None."""
+    args, command = iter(argv), None
+    for arg in args:
+        if arg == "--":
+            return None
+        if arg == "--plugin" or arg.startswith("--plugin="):
+            file = arg.partition("=")[2] if "=" in arg else next(args, "FILE")
+            if command is not None:
+                return f"--plugin goes before the command: zoo --plugin {file} {command} ..."
+        elif command is None and not arg.startswith("-"):
+            command = arg
+    return None
+
+
 def main() -> None:
     plugins_log = logging.getLogger("zoo.plugins")
     plugins_log.addHandler(_WarningLine())
     plugins_log.propagate = False  # printed here, once, whatever the root logger does
     try:
+        if misplaced := _misplaced_plugin(sys.argv[1:]):
+            raise UsageError(misplaced)
         app()
     except ZooError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
