@@ -182,6 +182,10 @@ NO_TORCH = [
     (["bench", "resnet8.digits", "--backends", "nosuch"], 2, "--backends: unknown 'nosuch'"),
     (["bench", "resnet8.digits", "--ray", "head:port"], 2, "--ray"),
     (["verify", "no-such-artifact"], 1, "no artifact directory at"),
+    (["train", "nosuch"], 2, "unknown model 'nosuch'"),
+    (["train", "resnet8.digits", "--epochs", "0"], 2, "--epochs must be at least 1, got 0"),
+    (["train", "resnet8.digits", "--precision", "fp8"], 2, "unknown precision 'fp8' for training"),
+    (["train", "resnet8.digits", "--out", "o", "-c", "width=8", "-c", "depth=3"], 2, "unknown config ['depth']"),
     (["predict", "resnet8.digits.onnxruntime.fp32", "--tensor", "image=x.npy", "--url", "http://127.0.0.1:1"], 1,
      "no answer from http://127.0.0.1:1"),
 ]

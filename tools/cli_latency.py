@@ -29,6 +29,7 @@ COMMANDS = [
     ["bench", "resnet8.digits", "--device", "CPU"],
     ["verify", "no-such-artifact"],
     ["predict", "resnet8.digits.onnxruntime.fp32", "--tensor", "image=x.npy", "--url", "http://127.0.0.1:1"],
+    ["train", "resnet8.digits", "--epochs", "0"],
     ["list", "--json"],
 ]
 

@@ -143,11 +143,7 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
           threads: Optional[int] = typer.Option(None, help="Intra-op threads per process."),
           nproc: Optional[int] = typer.Option(None, help="Run N processes on this host under torchrun (DDP).")):
     """Train MODEL by its recipe; writes the run directory checkpoints/MODEL (safetensors + JSON)."""
-    from .checkpoint import default_path
-    from .train import train as run
-    from .training.distributed import LAUNCHED, check_launch, launch
-    from .training.options import TrainOptions, check_usage
-    from .training.state import interrupted
+    from .training.options import TrainOptions, check_usage  # no PyTorch: usage errors answer at once
 
     overrides = _config(config)
     if overrides and out_dir is None:
@@ -162,6 +158,11 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         raise UsageError(f"model {spec.name}: unknown config {unknown}; known: {sorted(spec.config)}")
     spec = registry.get_model(model, **overrides) if overrides else spec
     check_usage(spec, options, epochs)
+    from .checkpoint import default_path
+    from .train import train as run
+    from .training.distributed import LAUNCHED, check_launch, launch
+    from .training.state import interrupted
+
     say_interrupted = lambda: err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]),  # noqa: E731
                                         highlight=False, soft_wrap=True)
     if nproc is not None:
@@ -681,10 +682,7 @@ def serve(ctx: typer.Context,
     if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
         raise UsageError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
     padding = _max_padding(max_padding)
-    if not 1 <= port <= 65535:  # uvicorn takes any int: 99999 would listen on 34463
-        raise UsageError(f"--port must be a port from 1 to 65535, got {port}")
-    if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
-        raise UsageError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
+    _check_port_numbers(port, grpc_port)
     if shared_memory not in ("none", "system"):
         raise UsageError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
                          "offered)")
@@ -722,6 +720,13 @@ def _refuse_unused_batching(ctx: typer.Context, no_batching: bool, no_ragged: bo
             raise UsageError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} nothing with {flag}: "
                              f"{'every request runs alone' if flag == '--no-batching' else 'nothing is padded'}; "
                              f"leave {'it' if len(ignored) == 1 else 'them'} out")
+
+
+def _check_port_numbers(port: int, grpc_port: int) -> None:
+    if not 1 <= port <= 65535:  # uvicorn takes any int: 99999 would listen on 34463
+        raise UsageError(f"--port must be a port from 1 to 65535, got {port}")
+    if not 0 <= grpc_port <= 65535 or grpc_port and grpc_port == port:
+        raise UsageError(f"--grpc-port must be 0 (off) or a port from 1 to 65535 other than --port, got {grpc_port}")
 
 
 def _check_not_empty(repository: Path) -> None:

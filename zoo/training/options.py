@@ -3,6 +3,7 @@
 The recipe (`spec.recipe`) says what reaches the stated quality; `TrainOptions` says how
 this machine gets there. Every option is checked against the device before the first
 step, so a precision the device cannot do is an error up front, not a silent fp32 run.
+PyTorch is imported where a device is met, not by the usage checks `zoo train` runs first.
 """
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..arguments import check_device
 from ..errors import UnsupportedError, UsageError, ZooError
 
+if TYPE_CHECKING:
+    import torch
+
 PRECISIONS = ("fp32", "bf16", "fp16")
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class TrainOptions:
 
     def check_device(self, device: str) -> None:
         """Refuse a device the zoo does not know, and a precision it cannot compute natively."""
+        import torch
+
         kind = torch.device(check_device(device)).type
         if self.precision == "fp16" and kind == "cpu":
             raise UnsupportedError("fp16 training needs a CUDA device (gradient scaling for fp16 is a GPU "
@@ -74,15 +77,22 @@ class TrainOptions:
 
     def autocast(self, device: str):
         """The autocast context of a forward pass (a no-op in fp32)."""
+        import torch
+
         if self.precision == "fp32":
             return contextlib.nullcontext()
-        return torch.autocast(torch.device(device).type, dtype=AUTOCAST_DTYPES[self.precision])
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        return torch.autocast(torch.device(device).type, dtype=dtype)
 
     def scaler(self, device: str) -> torch.amp.GradScaler:
         """fp16's loss scaling (disabled, and a pass-through, at other precisions)."""
+        import torch
+
         return torch.amp.GradScaler(torch.device(device).type, enabled=self.precision == "fp16")
 
     def wants_channels_last(self, module: torch.nn.Module) -> bool:
+        import torch
+
         has_conv = any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
         if self.channels_last is None:
             return has_conv and self.precision != "fp32"
@@ -106,6 +116,8 @@ def check_usage(spec, options: TrainOptions, epochs: int | None) -> None:
 
 
 def _cpu_has_bf16() -> bool:
+    import torch
+
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
