@@ -173,12 +173,20 @@ def test_a_split_with_nan_is_refused_before_any_step_naming_its_rows(tmp_path, s
 def test_a_run_directory_whose_new_run_failed_points_to_the_run_it_set_aside(tmp_path):
     """It said "train one with `zoo train MODEL`", which trains into another directory."""
     zoo.train(MLP, out=tmp_path, epochs=1, progress=False)
-    spec = dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, augment=_a_nan_augment))
+    epochs_done = []
+
+    def nan_in_the_second_epoch(batch, generator):  # after the first epoch's resume point set the old run aside
+        return _a_nan_augment(batch, generator) if epochs_done else batch
+
+    spec = dataclasses.replace(MLP, dataset=dataclasses.replace(MLP.dataset, augment=nan_in_the_second_epoch))
     with pytest.raises(ZooError, match="training loss is nan"):
-        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+        zoo.train(spec, out=tmp_path, epochs=2, progress=False, options=TrainOptions(val_fraction=0),
+                  on_epoch_end=lambda epoch, scalars: epochs_done.append(1))
     with pytest.raises(zoo.errors.CheckpointError, match=rf"^no checkpoint at {tmp_path} .*; the finished run set "
                                                          rf"aside when a new run started there is in {tmp_path}/previous: "
-                                                         rf"--checkpoint {tmp_path}/previous$"):
+                                                         rf"--checkpoint {tmp_path}/previous; `zoo train "
+                                                         rf"{MLP.name} --out {tmp_path} --resume` continues the run "
+                                                         rf"stopped there$"):
         zoo.load_checkpoint(tmp_path, expect_model=MLP.name)
     assert zoo.load_checkpoint(tmp_path / "previous", expect_model=MLP.name).model == MLP.name
     with pytest.raises(zoo.errors.CheckpointError, match=rf"train one with `zoo train {MLP.name} --out {tmp_path}/x`$"):

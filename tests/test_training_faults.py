@@ -376,15 +376,20 @@ def test_a_config_without_a_variant_trains_and_loads_and_cannot_change(tmp_path)
 def test_a_new_run_sets_a_finished_run_aside_and_a_failed_one_leaves_no_mix(tmp_path, caplog):
     first = zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
     finished = json.loads((tmp_path / "metrics.json").read_text())
+    calls = []
 
-    def broken(outputs, targets):
-        raise ValueError("a bug")
+    def broken_at_the_second_validation(outputs, targets):
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("a bug")
+        return 0.5
 
     with caplog.at_level("WARNING", logger="zoo"), pytest.raises(ZooError, match="its metric 'accuracy' failed"):
-        zoo.train(_with_metric(broken), out=tmp_path, epochs=1, progress=False, options=TrainOptions(val_fraction=0.1))
+        zoo.train(_with_metric(broken_at_the_second_validation), out=tmp_path, epochs=2, progress=False,
+                  options=TrainOptions(val_fraction=0.1))
     assert "held a finished run of mlp.digits-test: moved to" in caplog.text
-    # the failed run's own parts, no metrics claiming them; the finished run whole, beside
-    assert not (tmp_path / "metrics.json").exists()
+    # the failed run's own parts (it wrote a checkpoint), no metrics claiming them; the finished run whole, beside
+    assert (tmp_path / "model").is_dir() and not (tmp_path / "metrics.json").exists()
     assert json.loads((tmp_path / "previous" / "metrics.json").read_text()) == finished
     kept = zoo.checkpoint.load_checkpoint(tmp_path / "previous")
     assert all(torch.equal(kept.state[k], first.state[k]) for k in first.state)
@@ -392,6 +397,43 @@ def test_a_new_run_sets_a_finished_run_aside_and_a_failed_one_leaves_no_mix(tmp_
     zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
     assert (tmp_path / "metrics.json").is_file()
     assert json.loads((tmp_path / "previous" / "metrics.json").read_text()) == finished  # the failed run had none
+
+
+def test_a_run_that_ends_before_its_first_checkpoint_puts_the_finished_run_back(tmp_path, caplog):
+    """A run refused or failing in its first epoch wrote nothing of its own: the finished run
+    it had set aside goes back in place, and the `previous` one before it stays."""
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=3))
+    older = json.loads((tmp_path / "metrics.json").read_text())
+    second = zoo.train(MLP, out=tmp_path, epochs=1, seed=1, progress=False, options=TrainOptions(max_steps=3))
+    finished = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+                and "tensorboard" not in p.parts}
+
+    def broken(outputs, targets):
+        raise ValueError("a bug")
+
+    with caplog.at_level("WARNING", logger="zoo"), pytest.raises(ZooError, match="its metric 'accuracy' failed"):
+        zoo.train(_with_metric(broken), out=tmp_path, epochs=1, progress=False, options=TrainOptions(val_fraction=0.1))
+    assert "the finished run it had set aside is back in place" in caplog.text
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+            and "tensorboard" not in p.parts} == finished
+    assert json.loads((tmp_path / "previous" / "metrics.json").read_text()) == older
+    kept = zoo.checkpoint.load_checkpoint(tmp_path)
+    assert all(torch.equal(kept.state[k], second.state[k]) for k in second.state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last", "metrics.json", "model", "previous", "tensorboard"]
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--nproc", "0"], 2, "error: --nproc must be at least 1, got 0"),
+    (["--nproc", "2", "--seed", "-1"], 2, "error: seed must be an integer from 0 to 2**64 - 1, got -1"),
+])
+def test_a_refused_run_leaves_the_finished_run_where_it_was(cli, args, code, message):
+    out = cli.root / "refused"
+    made = cli("train", "mlp.digits-aug", "--out", str(out), "--max-steps", "2", "--epochs", "1")
+    assert made.returncode == 0, made.stderr
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    refused = cli("train", "mlp.digits-aug", "--out", str(out), *args)
+    assert refused.returncode == code and refused.stderr.strip().splitlines() == [message], refused.stderr
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_a_run_directory_of_another_model_is_refused_untouched(tmp_path):
@@ -477,6 +519,10 @@ def test_an_interrupted_run_says_what_it_kept_and_how_to_continue(tmp_path):
 
     zoo.train(MLP, out=tmp_path / "run", epochs=2, progress=False, options=TrainOptions(max_steps=30))
     argv = ["--plugin", "p.py", "train", "mlp.digits-test", "--out", str(tmp_path / "run")]
+    assert interrupted(tmp_path / "run", argv) == (  # a finished run here: the one stopped had set it aside
+        f"interrupted before the run's first resume point (written after each epoch): nothing of it was kept, and "
+        f"the finished run in {tmp_path}/run is as it was")
+    (tmp_path / "run" / "metrics.json").unlink()  # as a run stopped after its first epoch leaves it
     assert interrupted(tmp_path / "run", argv) == (
         f"interrupted: the resume point {tmp_path}/run/last holds the run after epoch 1 (the one in progress is "
         f"lost); `zoo --plugin p.py train mlp.digits-test --out {tmp_path}/run --resume` continues it from there")

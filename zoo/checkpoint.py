@@ -153,10 +153,15 @@ def missing(model: str, untrained: str, other: str = "--checkpoint DIR") -> Chec
 
 def _what_is_there(path: Path, model: str) -> str:
     """Where the checkpoint asked for is instead: the finished run that a new run, which then
-    failed before its first epoch ended, set aside (`previous`); else how to make one there."""
+    failed or was stopped, set aside (`previous`), and the stopped run's resume point
+    (`last`, where it saved no model: a run without validation saves it at the end); else
+    how to make one there."""
+    resume = f"`zoo train {model} --out {path} --resume` continues the run stopped there"
     if (path / "previous" / RUN_MODEL / META).is_file():
         return (f"the finished run set aside when a new run started there is in {path / 'previous'}: "
-                f"--checkpoint {path / 'previous'}")
+                f"--checkpoint {path / 'previous'}" + (f"; {resume}" if (path / "last").is_dir() else ""))
+    if (path / "last").is_dir():
+        return resume
     return f"train one with `zoo train {model} --out {path}`"
 
 

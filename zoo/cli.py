@@ -157,29 +157,16 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     if unknown:
         raise UsageError(f"model {spec.name}: unknown config {unknown}; known: {sorted(spec.config)}")
     spec = registry.get_model(model, **overrides) if overrides else spec
-    check_usage(spec, options, epochs)
+    check_usage(spec, options, epochs, seed)
     from .checkpoint import default_path
     from .train import train as run
-    from .training.distributed import LAUNCHED, check_launch, launch
+    from .training.distributed import LAUNCHED
     from .training.state import interrupted
 
     say_interrupted = lambda: err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]),  # noqa: E731
                                         highlight=False, soft_wrap=True)
     if nproc is not None:
-        options.check_device(device)
-        check_launch(spec, options, out_dir or default_path(spec.name), nproc)
-        try:
-            code, shown = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
-        except KeyboardInterrupt:
-            say_interrupted()
-            raise
-        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # torchrun alone got it, and stopped the run
-            say_interrupted()
-            raise typer.Exit(code)
-        if code and shown:  # the processes said why
-            raise typer.Exit(code)
-        if code:
-            raise ZooError(f"torchrun exited with status {code}")
+        _train_under_torchrun(spec, options, out_dir or default_path(spec.name), nproc, device, say_interrupted)
         return
     train_log = logging.getLogger("zoo.train")  # a missed target: one warning line, as the plugins' are
     if not any(isinstance(h, _WarningLine) for h in train_log.handlers):
@@ -196,6 +183,33 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     out.print(f"checkpoint {ckpt.path}: " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
         if not isinstance(v, (list, dict))))
+
+
+def _train_under_torchrun(spec, options, run_dir: Path, nproc: int, device: str, say_interrupted) -> None:
+    """`zoo train --nproc N`: what every process would refuse refused once, then the same
+    command under torchrun; a finished run set aside for it is put back if it fails or is
+    stopped before its first checkpoint."""
+    from .training.distributed import check_launch, launch
+    from .training.run import restore_set_aside
+
+    options.check_device(device)
+    check_launch(spec, options, run_dir, nproc)
+    try:
+        code, shown = launch(nproc, _without_option(sys.argv[1:], "--nproc"))
+    except BaseException as exc:
+        restore_set_aside(run_dir)
+        if isinstance(exc, KeyboardInterrupt):
+            say_interrupted()
+        raise
+    if code:
+        restore_set_aside(run_dir)
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # torchrun alone got it, and stopped the run
+        say_interrupted()
+        raise typer.Exit(code)
+    if code and shown:  # the processes said why
+        raise typer.Exit(code)
+    if code:
+        raise ZooError(f"torchrun exited with status {code}")
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:

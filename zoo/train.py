@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
 from pathlib import Path
 from typing import Any, Callable
@@ -32,9 +33,10 @@ from .spec import SEEDS, ModelSpec
 from .arrays import to_numpy
 from .tensors import call_module, to_torch
 from .training import distributed
+from .training.distributed import LAUNCHED
 from .training.loop import fit
 from .training.options import TrainOptions, run_files
-from .training.run import Run, prepare_run_directory
+from .training.run import Run, prepare_run_directory, restore_set_aside
 from .training.state import check_resume_destination
 from .verify import evaluate
 
@@ -76,7 +78,18 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     check_replaceable(run_files(out)["model"])
     check_resume_destination(run_files(out)["last"])
     prepare_run_directory(spec.name, out, options.resume)
+    try:
+        return _run(spec, out, options, seed, epochs, device, progress, on_epoch_end)
+    except BaseException:
+        if os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED):  # `zoo train --nproc` restores
+            restore_set_aside(out)
+        raise
 
+
+def _run(spec: ModelSpec, out: Path, options: TrainOptions, seed: int, epochs: int, device: str, progress: bool,
+         on_epoch_end: Callable[[int, dict[str, Any]], None] | None) -> Checkpoint:
+    recipe = spec.recipe
+    assert recipe is not None
     world = distributed.init(device)
     threads = torch.get_num_threads()
     if options.threads is not None:

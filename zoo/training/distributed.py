@@ -182,7 +182,9 @@ def check_launch(spec, options, out: Path, nproc: int) -> None:
     from .run import prepare_run_directory
     from .state import check_resume_point
 
-    if nproc >= 1 and spec.recipe is not None and spec.trainer is None:
+    if nproc < 1:  # before the directory is prepared, as every refusal here
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    if spec.recipe is not None and spec.trainer is None:
         check_batch_size(options.batch_size or spec.recipe.batch_size, World(0, nproc))
     if options.resume:
         check_resume_point(run_files(out)["last"])

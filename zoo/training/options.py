@@ -101,11 +101,15 @@ class TrainOptions:
         return self.channels_last
 
 
-def check_usage(spec, options: TrainOptions, epochs: int | None) -> None:
+def check_usage(spec, options: TrainOptions, epochs: int | None, seed: int | None = None) -> None:
     """Refuse, as usage errors (exit status 2), command-line values no run of `spec` can take:
     `zoo train` checks them before it starts a process (or torchrun's several)."""
+    from ..spec import SEEDS
+
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs must be at least 1, got {epochs}")
+    if seed is not None and not 0 <= seed < SEEDS:  # as zoo.train says it, under --nproc too (exit 2, not 1)
+        raise UsageError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
     if spec.recipe is None or spec.trainer is not None:
         return
     held = spec.recipe.val_fraction if options.val_fraction is None else options.val_fraction

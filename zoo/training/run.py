@@ -36,6 +36,8 @@ RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "op
                "weight_decay", "precision")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
 PREVIOUS = "previous"  # inside a run directory: the finished run a new one set aside
+PENDING = ".previous.pending"  # the same until the new run writes its first checkpoint
+RUN_PARTS = ("model", "last", "metrics", "tensorboard", "trace")  # of run_files: what a finished run holds
 
 
 def run_owner(out: Path) -> str | None:
@@ -53,11 +55,14 @@ def run_owner(out: Path) -> str | None:
 
 def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
     """Before a run starts in `out`: refuse a run directory of another model, and set a
-    finished run of this model aside into `out/previous` (replacing the one there) rather
-    than overwrite it epoch by epoch, so that a new run that fails or is stopped never
-    leaves its weights beside the old run's metrics, and the old run is not lost. Rank 0
-    alone moves files (torchrun's other processes only read), and none of the processes
-    `zoo train --nproc` starts: it prepared the directory (and warned) once before them."""
+    finished run of this model aside (`out/.previous.pending`) rather than overwrite it
+    epoch by epoch, so that a new run that fails or is stopped never leaves its weights
+    beside the old run's metrics. The set-aside run replaces `out/previous` when the new
+    run writes its first checkpoint (`commit_set_aside`), and goes back in place if the new
+    run ends before that (`restore_set_aside`): a run refused or stopped in its first epoch
+    loses nothing. Rank 0 alone moves files (torchrun's other processes only read), and
+    none of the processes `zoo train --nproc` starts: it prepared the directory (and
+    warned) once before them."""
     owner = run_owner(out)
     if owner is not None and owner != model and not resume:  # --resume names it in its own check
         raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
@@ -65,18 +70,48 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
     files = run_files(out)
     if resume or os.environ.get("RANK", "0") != "0" or os.environ.get(LAUNCHED):
         return
+    restore_set_aside(out)  # an earlier run here that died before its first checkpoint
     if not files["metrics"].is_file():
         if owner == model and files["last"].is_dir():
             log.warning("%s holds an unfinished run of %s: this run starts over (--resume continues it)", out, model)
         return
-    previous = out / PREVIOUS
-    shutil.rmtree(previous, ignore_errors=True)
-    previous.mkdir()
-    for name in ("model", "last", "metrics", "tensorboard", "trace"):
+    pending = out / PENDING
+    pending.mkdir()
+    for name in RUN_PARTS:
         if files[name].exists():
-            files[name].rename(previous / files[name].name)
-    log.warning("%s held a finished run of %s: moved to %s (replacing the one there), kept until the next new run",
-                out, model, previous)
+            files[name].rename(pending / files[name].name)
+    log.warning("%s held a finished run of %s: moved to %s (replacing the one there) once this run writes its first "
+                "checkpoint, and put back if it ends before", out, model, out / PREVIOUS)
+
+
+def commit_set_aside(out: Path) -> None:
+    """The finished run set aside for this one becomes `out/previous`: called before the
+    new run writes its first checkpoint or resume point."""
+    pending = out / PENDING
+    if pending.is_dir():
+        shutil.rmtree(out / PREVIOUS, ignore_errors=True)
+        pending.rename(out / PREVIOUS)
+
+
+def restore_set_aside(out: Path) -> bool:
+    """The finished run set aside for a run that ended before its first checkpoint, put
+    back in `out` (what that run wrote meanwhile, its event files and trace, removed):
+    whether there was one."""
+    pending = out / PENDING
+    if not pending.is_dir():
+        return False
+    files = run_files(out)
+    for name in RUN_PARTS:
+        if (pending / files[name].name).exists():
+            if files[name].is_dir():
+                shutil.rmtree(files[name])
+            elif files[name].exists():
+                files[name].unlink()
+            (pending / files[name].name).rename(files[name])
+    shutil.rmtree(pending, ignore_errors=True)
+    log.warning("%s: the run ended before its first checkpoint; the finished run it had set aside is back in place",
+                out)
+    return True
 
 
 @dataclass
@@ -118,11 +153,13 @@ class Run:
     def save_last(self, state: TrainingState) -> None:
         if self.world.main:
             state.run["settings"] = {k: self.facts[k] for k in RESUME_KEYS if k in self.facts}
+            commit_set_aside(self.out)
             save_state(self.files["last"], state)
 
     def save_model(self, checkpoint: Checkpoint) -> None:
         """The selected checkpoint (best validation metric so far), written atomically."""
         if self.world.main:
+            commit_set_aside(self.out)
             checkpoint.save(self.files["model"])
 
     def saved_model(self) -> Checkpoint:
@@ -131,6 +168,7 @@ class Run:
     def finish(self, checkpoint: Checkpoint) -> Checkpoint:
         """Write the final checkpoint and metrics.json; close the logs."""
         if self.world.main:
+            commit_set_aside(self.out)
             checkpoint.save(self.files["model"])
             atomic_write_text(self.files["metrics"], json.dumps(checkpoint.metrics, indent=2))
         self.close()

@@ -92,6 +92,9 @@ def interrupted(out: Path, argv: list[str]) -> str:
     """What an interrupted run kept, and the command that continues it (Ctrl-C said nothing:
     the progress bar stopped where it was)."""
     last = out / "last"
+    if (out / "metrics.json").is_file():  # the finished run it had set aside, put back: it kept nothing
+        return (f"interrupted before the run's first resume point (written after each epoch): nothing of it was "
+                f"kept, and the finished run in {out} is as it was")
     try:
         epoch = int(json.loads((last / STATE).read_text())["epoch"])
     except (OSError, ValueError, KeyError, TypeError):
