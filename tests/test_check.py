@@ -327,3 +327,25 @@ def test_cli_exit_codes_and_lines(tmp_path):
     good = zoo_cli("check", "resnet8.digits", "-c", "width=4", "--json")
     assert good.returncode == 0, good.stderr
     assert '"passed": true' in good.stdout
+
+
+def test_another_config_is_checked_at_random_init_not_with_the_default_checkpoint(tmp_path, monkeypatch, capsys):
+    """checkpoints/MODEL holds the default config (`zoo train -c` needs --out): `zoo check -c`
+    checked that checkpoint's module, whatever config it was asked for, and said it met its spec."""
+    import json
+
+    from zoo import cli
+
+    monkeypatch.chdir(tmp_path)
+    zoo.train("resnet8.digits", epochs=1, progress=False, options=zoo.training.TrainOptions(max_steps=1))
+
+    def checked(*args: str) -> dict:
+        monkeypatch.setattr(sys, "argv", ["zoo", "check", "resnet8.digits", *args, "--json"])
+        with pytest.raises(SystemExit) as exited:
+            cli.main()
+        report = capsys.readouterr().out
+        assert exited.value.code in (None, 0), report
+        return json.loads(report)
+
+    assert checked()["weights"].startswith("checkpoint checkpoints/resnet8.digits")
+    assert checked("-c", "width=4")["weights"].startswith("random init")

@@ -75,6 +75,23 @@ def test_bench_refuses_a_repository_or_baseline_it_cannot_use_before_the_run(tmp
 
 
 @pytest.mark.parametrize("command", [["train", "--out", "o"], ["check", "--random-init"]])
+@pytest.mark.parametrize("pair, message", [
+    # "internal error: not all arguments converted during string formatting", and "out_channels must be divisible
+    # by groups" for 16.5: the value reached the plugin's build as given
+    ("width=abc", "model resnet8.digits: config width takes an int (32 here), got 'abc'"),
+    ("width=16.5", "model resnet8.digits: config width takes an int (32 here), got 16.5"),
+    ("width=true", "model resnet8.digits: config width takes an int (32 here), got True"),
+    ("nosuch=1", "model resnet8.digits: unknown config ['nosuch']; known: ['width']"),
+])
+def test_a_config_value_of_the_wrong_type_or_key_is_a_usage_error_in_every_command(tmp_path, monkeypatch, capsys,
+                                                                                   command, pair, message):
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, command[0], "resnet8.digits", *command[1:],
+                             "--config", pair)
+    assert code == 2 and lines == [f"error: {message}"], (code, lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("command", [["train", "--out", "o"], ["check", "--random-init"]])
 def test_a_config_pair_without_a_key_is_a_usage_error_in_every_command(tmp_path, monkeypatch, capsys, command):
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, command[0], "resnet8.digits", *command[1:],
                              "--config", "width")

@@ -240,6 +240,8 @@ def check(model: str, config: List[str] = typer.Option([], "--config", "-c", hel
     from .check import check_model
 
     spec = registry.get_model(model, **_config(config))
+    if checkpoint is None and spec.config != registry.get_model(model).config:
+        random_init = True  # checkpoints/MODEL holds the default config (`zoo train --config` needs --out)
     report, source = check_model(spec, checkpoint, random_init, precision, device)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)

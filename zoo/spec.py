@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import UnsupportedError, ZooError
+from .errors import UnsupportedError, UsageError, ZooError
 
 if TYPE_CHECKING:
     import torch
@@ -503,7 +503,11 @@ class ModelSpec:
             return self
         unknown = sorted(set(overrides) - set(self.config))
         if unknown:
-            raise ZooError(f"model {self.name}: unknown config {unknown}; known: {sorted(self.config)}")
+            raise UsageError(f"model {self.name}: unknown config {unknown}; known: {sorted(self.config)}")
+        for key, value in overrides.items():
+            if (kind := _config_kind(self.config[key], value)) is not None:
+                raise UsageError(f"model {self.name}: config {key} takes {kind} ({self.config[key]!r} here), got "
+                                 f"{value!r}")
         if all(self.config[k] == v for k, v in overrides.items()):  # its own values: this spec, as it is
             return self
         if self.variant is None:
@@ -559,3 +563,23 @@ class ModelSpec:
             "raw_input": self.raw_kind,
             "raw_binary": self.raw_binary,
         }
+
+
+def _config_kind(default: Any, value: Any) -> str | None:
+    """What a config value must be, where `value` is not that: the kind of the key's
+    default (an int for an int, a number for a float, a bool, a string, a list for a list
+    or tuple; None, or any other default, takes anything). A `--config width=abc` reached
+    the plugin's build as a string and failed there, inside the plugin's code."""
+    if default is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "a bool"
+    if isinstance(default, numbers.Integral):
+        return None if isinstance(value, numbers.Integral) and not isinstance(value, bool) else "an int"
+    if isinstance(default, numbers.Real):
+        return None if isinstance(value, numbers.Real) and not isinstance(value, bool) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    if isinstance(default, (list, tuple)):
+        return None if isinstance(value, (list, tuple)) else "a list"
+    return None
