@@ -207,6 +207,9 @@ def test_own_molecules_load_split_check_and_train_from_a_csv(freesolv_rows, tmp_
     assert data.name == "hydration" and data.smiles == tuple(s for s, _ in freesolv_rows)
     assert np.allclose(data.targets, [t for _, t in freesolv_rows])
     assert {k: len(v) for k, v in data.parts.items()} == {"train": 16, "valid": 2, "test": 2}
+    targets = [t for _, t in freesolv_rows]
+    assert repr(data) == (f"PropertyData('hydration': 20 molecules, splits train 16, valid 2, test 2, targets "
+                          f"{min(targets):.4g} to {max(targets):.4g}, up to {data.max_atoms} atoms)")
     assert datasets.from_csv(str(path), smiles="mol", target="dG") is data  # cached per arguments
     scaffold = datasets.from_csv(path, smiles="mol", target="dG", split="scaffold")
     assert sorted(np.concatenate(list(scaffold.parts.values())).tolist()) == list(range(20))

@@ -64,6 +64,11 @@ class PropertyData:
             raise ZooError(f"dataset {self.name}: all {len(train)} training targets equal {float(train[0]):g}: "
                            f"nothing to learn")
 
+    def __repr__(self) -> str:  # the dataclass's own printed every featurized graph: thousands of lines
+        splits = ", ".join(f"{part} {len(idx)}" for part, idx in self.parts.items())
+        return (f"PropertyData({self.name!r}: {len(self.smiles)} molecules, splits {splits}, targets "
+                f"{float(self.targets.min()):.4g} to {float(self.targets.max()):.4g}, up to {self.max_atoms} atoms)")
+
     @property
     def max_atoms(self) -> int:
         return max(a.shape[0] for a, _ in self.graphs)
