@@ -703,9 +703,6 @@ def serve(ctx: typer.Context,
         raise UsageError(f"--shared-memory is `system` or `none`, got {shared_memory!r} (CUDA shared memory is not "
                          "offered)")
     _refuse_unused_batching(ctx, no_batching, no_ragged)
-    if not model_control:
-        _check_not_empty(repository)
-    _check_ports(host, port, grpc_port)
     if require_signature is not None:
         from .signing import fingerprint
 
@@ -714,6 +711,9 @@ def serve(ctx: typer.Context,
             fingerprint(require_signature.read_bytes(), f"--require-signature key {require_signature}")
         except OSError as exc:
             raise UsageError(f"--require-signature: cannot read {require_signature}: {exc.strerror or exc}") from None
+    if not model_control:  # the usage errors (exit 2) first, then what the machine says (1)
+        _check_not_empty(repository)
+    _check_ports(host, port, grpc_port)
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
                            preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
                            else None, instances=instances, max_queue_size=max_queue_size,
