@@ -105,8 +105,8 @@ def test_plugin_after_the_command_says_where_it_goes(tmp_path, monkeypatch, caps
     """`--plugin` is the `zoo` command's own option: after a subcommand, click says only
     "No such option: --plugin"; the line says where it goes."""
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, *args)
-    assert code == 2 and lines == [f"error: --plugin goes before the command: zoo --plugin my_models.py {args[0]} ..."], \
-        lines
+    want = f"error: --plugin goes before the command: zoo --plugin my_models.py {args[0]} ..."
+    assert code == 2 and lines == [want], lines
 
 
 def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, capsys):

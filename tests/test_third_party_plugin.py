@@ -123,7 +123,8 @@ def test_the_readmes_plugin_installs_as_written(tmp_path):
     source = tmp_path / "zoo-example-plugin"
     (source / "zoo_example_plugin").mkdir(parents=True)
     (source / "pyproject.toml").write_text(_readme_block(readme, "`pyproject.toml`:"))
-    (source / "zoo_example_plugin" / "__init__.py").write_text(_readme_block(readme, "`zoo_example_plugin/__init__.py`:"))
+    module = _readme_block(readme, "`zoo_example_plugin/__init__.py`:")
+    (source / "zoo_example_plugin" / "__init__.py").write_text(module)
     env = Environment(tmp_path / "env")
     env.pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", str(source))
     assert env.listed()[MODEL]["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", 4]}]
