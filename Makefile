@@ -29,8 +29,9 @@ demo: setup
 	$(BIN)/zoo demo
 
 # Test files run in parallel worker processes (pytest-xdist), one file per worker at a time
-# so that a file's module fixtures (exports, servers) are built once: 21-22 min on a fresh clone
-# on the 2-core Intel Xeon (2026-11-29; 2495 worker-seconds, both workers busy 98% of it), 13-20
+# so that a file's module fixtures (exports, servers) are built once: on a fresh clone, 12 min
+# (11:54, 2545 tests) on the 2-core AMD EPYC and 21-22 min on the 2-core Intel Xeon (both
+# 2026-11-29; 1398 and 2495 worker-seconds, both workers busy 97-98% of it), 13-20
 # on earlier, smaller suites by CPU, against 29 in one process; each worker's
 # torch runs one thread, and the workers share one ONNX cache (tests/conftest.py). Files go out
 # in collection order, the slowest first (tests/conftest.py: SLOWEST_FIRST), not xdist's
