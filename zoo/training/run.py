@@ -101,12 +101,12 @@ def restore_set_aside(out: Path) -> bool:
     if not pending.is_dir():
         return False
     files = run_files(out)
-    for name in RUN_PARTS:
+    for name in RUN_PARTS:  # before its first checkpoint, what is here is that run's
+        if files[name].is_dir():
+            shutil.rmtree(files[name])
+        elif files[name].exists():
+            files[name].unlink()
         if (pending / files[name].name).exists():
-            if files[name].is_dir():
-                shutil.rmtree(files[name])
-            elif files[name].exists():
-                files[name].unlink()
             (pending / files[name].name).rename(files[name])
     shutil.rmtree(pending, ignore_errors=True)
     log.warning("%s: the run ended before its first checkpoint; the finished run it had set aside is back in place",
