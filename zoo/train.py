@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import platform
 from pathlib import Path
 from typing import Any, Callable
@@ -26,16 +25,15 @@ import torch
 
 from .arguments import check_device
 from .checkpoint import Checkpoint, check_replaceable, default_path
-from .errors import UsageError, ZooError
+from .errors import ZooError
 from .fsutil import check_destination
 from .registry import get_model
-from .spec import SEEDS, ModelSpec
+from .spec import ModelSpec
 from .arrays import to_numpy
 from .tensors import call_module, to_torch
 from .training import distributed
-from .training.distributed import LAUNCHED
 from .training.loop import fit
-from .training.options import TrainOptions, run_files
+from .training.options import TrainOptions, check_seed, run_files
 from .training.run import Run, prepare_run_directory, restore_set_aside
 from .training.state import check_resume_destination
 from .verify import evaluate
@@ -60,8 +58,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     recipe = spec.recipe
     assert recipe is not None
     seed = recipe.seed if seed is None else seed
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
-        raise UsageError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
+    check_seed(seed)
     epochs = recipe.epochs if epochs is None else epochs
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
@@ -81,8 +78,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     try:
         return _run(spec, out, options, seed, epochs, device, progress, on_epoch_end)
     except BaseException:
-        if os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED):  # `zoo train --nproc` restores
-            restore_set_aside(out)
+        restore_set_aside(out)
         raise
 
 

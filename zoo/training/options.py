@@ -104,12 +104,10 @@ class TrainOptions:
 def check_usage(spec, options: TrainOptions, epochs: int | None, seed: int | None = None) -> None:
     """Refuse, as usage errors (exit status 2), command-line values no run of `spec` can take:
     `zoo train` checks them before it starts a process (or torchrun's several)."""
-    from ..spec import SEEDS
-
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs must be at least 1, got {epochs}")
-    if seed is not None and not 0 <= seed < SEEDS:  # as zoo.train says it, under --nproc too (exit 2, not 1)
-        raise UsageError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
+    if seed is not None:  # as zoo.train says it, under --nproc too (exit 2, not 1)
+        check_seed(seed)
     if spec.recipe is None or spec.trainer is not None:
         return
     held = spec.recipe.val_fraction if options.val_fraction is None else options.val_fraction
@@ -117,6 +115,14 @@ def check_usage(spec, options: TrainOptions, epochs: int | None, seed: int | Non
         raise UsageError(f"--patience stops when the validation metric stops improving, and {spec.name} holds "
                          f"no examples out for validation (val_fraction 0): add --val-fraction, e.g. 0.1, or "
                          f"leave --patience out")
+
+
+def check_seed(seed: object) -> None:
+    """A seed torch's generators take: an integer from 0 to 2**64 - 1."""
+    from ..spec import SEEDS
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
+        raise UsageError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
 
 
 def _cpu_has_bf16() -> bool:

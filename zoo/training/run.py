@@ -68,7 +68,7 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
         raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
                               f"directory first")
     files = run_files(out)
-    if resume or os.environ.get("RANK", "0") != "0" or os.environ.get(LAUNCHED):
+    if resume or not _sets_aside():
         return
     restore_set_aside(out)  # an earlier run here that died before its first checkpoint
     if not files["metrics"].is_file():
@@ -82,6 +82,12 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
             files[name].rename(pending / files[name].name)
     log.warning("%s held a finished run of %s: moved to %s (replacing the one there) once this run writes its first "
                 "checkpoint, and put back if it ends before", out, model, out / PREVIOUS)
+
+
+def _sets_aside() -> bool:
+    """Whether this process sets a finished run aside and puts it back: rank 0 alone, and
+    none of the processes `zoo train --nproc` starts (it does that itself, around them)."""
+    return os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED)
 
 
 def commit_set_aside(out: Path) -> None:
@@ -98,7 +104,7 @@ def restore_set_aside(out: Path) -> bool:
     back in `out` (what that run wrote meanwhile, its event files and trace, removed):
     whether there was one."""
     pending = out / PENDING
-    if not pending.is_dir():
+    if not pending.is_dir() or not _sets_aside():
         return False
     files = run_files(out)
     for name in RUN_PARTS:  # before its first checkpoint, what is here is that run's

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from ..checkpoint import META, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError
 from ..fsutil import atomic_directory
+from .options import run_files
 
 TENSORS = "training.safetensors"
 STATE = "training.json"
@@ -91,8 +92,9 @@ def check_resume_point(path: Path) -> None:
 def interrupted(out: Path, argv: list[str]) -> str:
     """What an interrupted run kept, and the command that continues it (Ctrl-C said nothing:
     the progress bar stopped where it was)."""
-    last = out / "last"
-    if (out / "metrics.json").is_file():  # the finished run it had set aside, put back: it kept nothing
+    files = run_files(out)
+    last = files["last"]
+    if files["metrics"].is_file():  # the finished run it had set aside, put back: it kept nothing
         return (f"interrupted before the run's first resume point (written after each epoch): nothing of it was "
                 f"kept, and the finished run in {out} is as it was")
     try:
