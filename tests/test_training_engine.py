@@ -429,3 +429,38 @@ def test_every_rank_takes_rank_0s_early_stopping_decision(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
     assert ranks[0]["stopped_early"] is True and ranks[0]["val_history"] == [0.5, 0.4] and ranks[0]["best_epoch"] == 1
+
+
+def _trainable_vision() -> list[str]:
+    """The trainable convolutional models: vision's, named without building one."""
+    return [name for name in zoo.list_models()
+            if (spec := zoo.get_model(name)).domain == "vision" and spec.recipe is not None]
+
+
+@pytest.mark.parametrize("augmentation", ["its own", "channels-last"])
+@pytest.mark.parametrize("model", _trainable_vision())
+def test_a_run_convolves_in_the_layout_it_chose_whatever_strides_its_batches_come_with(tmp_path, model, augmentation):
+    """Image batches whose strides read as channels-last (digits' (N, 1, 8, 8) images as
+    loaded; an augmentation's output) made every convolution of an fp32 run channels-last
+    whatever the recipe chose, and under DDP the 1x1 kernels' gradient strides did not
+    match their buckets (a warning). A run convolves in its chosen layout, and says which."""
+    spec = zoo.get_model(model).tiny()
+    layouts: list[bool] = []  # per training convolution: its input in the run's layout
+
+    def build():
+        module = spec.build()
+        for conv in (m for m in module.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1):
+            conv.register_forward_pre_hook(lambda m, args: layouts.append(args[0].is_contiguous(
+                memory_format=torch.channels_last if chosen else torch.contiguous_format)) if m.training else None)
+        return module
+
+    def channels_last(batch, gen):
+        batch = spec.dataset.augment(batch, gen) if spec.dataset.augment is not None else batch
+        return {k: v.contiguous(memory_format=torch.channels_last) if v.dim() == 4 else v for k, v in batch.items()}
+
+    chosen = bool(spec.recipe.channels_last)  # fp32: channels-last only where the recipe says so
+    dataset = spec.dataset if augmentation == "its own" else dataclasses.replace(spec.dataset, augment=channels_last)
+    run = zoo.train(dataclasses.replace(spec, build=build, dataset=dataset), out=tmp_path / "run", epochs=1,
+                    progress=False, options=TrainOptions(max_steps=1))
+    assert run.metrics["channels_last"] is chosen
+    assert layouts and all(layouts), f"{layouts.count(False)} of {len(layouts)} convolutions not in the chosen layout"

@@ -244,7 +244,7 @@ def test_a_test_split_the_spec_does_not_take_is_named_before_training(tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("lr", -1.0), ("epochs", 0), ("batch_size", 0),
-                                          ("weight_decay", -0.1), ("val_fraction", 1.0)])
+                                          ("weight_decay", -0.1), ("val_fraction", 1.0), ("channels_last", 1)])
 def test_a_recipe_out_of_range_is_refused_naming_the_field(field, value):
     with pytest.raises(ZooError, match=f"training recipe: {field} must be .*, got {value}"):
         zoo.Recipe(**{"epochs": 1, "batch_size": 8, "lr": 1e-3, field: value})

@@ -131,7 +131,8 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
           clip_grad_norm: Optional[float] = typer.Option(None, help="Clip the global gradient norm."),
           grad_checkpointing: bool = typer.Option(False, help="Recompute activations in backward (saves memory)."),
           channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
-                                                       help="NHWC for conv models (default: on with autocast)."),
+                                                       help="NHWC for conv models (default: the recipe's, "
+                                                       "else on with autocast)."),
           compile_: bool = typer.Option(False, "--compile", help="torch.compile the training module."),
           val_fraction: Optional[float] = typer.Option(None, help="Training examples held out for validation "
                                                        "(default: the recipe's)."),

@@ -295,6 +295,9 @@ class Recipe:
     val_fraction: float = 0.1
     #: seeds the quality tier (`make quality`) trains it over: three where a run is short
     quality_seeds: int = 3
+    #: the layout a convolutional model trains in: channels-last (NHWC) or not in every
+    #: precision, where it was measured faster one way; None: channels-last with autocast only
+    channels_last: bool | None = None
 
     def __post_init__(self) -> None:
         # optimizer and schedule names, and whether lr 0 means anything, are the trainer's:
@@ -308,7 +311,9 @@ class Recipe:
              "a number of at least 0"),
             ("val_fraction", self.val_fraction, _is_number(self.val_fraction) and 0 <= self.val_fraction < 1,
              "in [0, 1)"),
-            ("seed", self.seed, _is_int(self.seed) and 0 <= self.seed < SEEDS, "an integer from 0 to 2**64 - 1"))
+            ("seed", self.seed, _is_int(self.seed) and 0 <= self.seed < SEEDS, "an integer from 0 to 2**64 - 1"),
+            ("channels_last", self.channels_last, self.channels_last is None or isinstance(self.channels_last, bool),
+             "True, False or None"))
             if not ok]
         if problems:
             raise ZooError(f"training recipe: {'; '.join(problems)}")

@@ -62,6 +62,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                      schedule=recipe.schedule, lr=recipe.lr, weight_decay=recipe.weight_decay)
 
     module, memory_format = _build(spec, opts, device)
+    run.facts["channels_last"] = memory_format is not None
     optimizer = _optimizer(module, recipe.optimizer, recipe.lr, recipe.weight_decay)
     scheduler = _scheduler(optimizer, recipe.schedule, recipe.lr, run.epochs * steps_per_epoch)
     scaler = opts.scaler(device)
@@ -207,7 +208,7 @@ def _build(spec: ModelSpec, opts, device: str) -> tuple[torch.nn.Module, Any]:
             raise ZooError(f"model {spec.name} does not support gradient checkpointing "
                            f"(its module has no set_grad_checkpointing)")
         module.set_grad_checkpointing(True)
-    memory_format = torch.channels_last if opts.wants_channels_last(module) else None
+    memory_format = torch.channels_last if opts.wants_channels_last(module, spec.recipe.channels_last) else None
     if memory_format is not None:
         module = module.to(memory_format=memory_format)
     return module, memory_format
@@ -376,7 +377,7 @@ def validate(spec: ModelSpec, module: torch.nn.Module, inputs, targets, idx: tor
     loss_sum = 0.0
     for i in range(0, len(idx), step):
         part = idx[i:i + step]
-        outputs = call_module(module, spec, {k: v[part].to(device) for k, v in inputs.items()})
+        outputs = call_module(module, spec, {k: _to(v[part], device, None) for k, v in inputs.items()})
         loss_sum += spec.loss(outputs, targets[part].to(device)).item() * len(part)
         for k, v in outputs.items():
             parts.setdefault(k, []).append(v.float().cpu() if v.is_floating_point() else v.cpu())
@@ -406,8 +407,17 @@ def _last(progress: dict[str, Any], monitor: str) -> str:
 
 
 def _to(v: torch.Tensor, device: str, memory_format) -> torch.Tensor:
+    """A batch tensor on `device`, an image batch in the run's layout. Without channels-last
+    it is made row-major whatever strides it came with: (N, 1, H, W) strides that also read
+    as channels-last (padding or slicing one can leave them) make every convolution after
+    it channels-last, and DDP warns that the 1x1 kernels' gradients do not fit its buckets."""
     v = v.to(device)
-    return v.contiguous(memory_format=memory_format) if memory_format is not None and v.dim() == 4 else v
+    if v.dim() != 4:
+        return v
+    if memory_format is not None:
+        return v.contiguous(memory_format=memory_format)
+    return v if v.stride() == torch.empty(v.shape, device="meta").stride() else v.clone(
+        memory_format=torch.contiguous_format)
 
 
 OPTIMIZERS = ("adamw", "sgd")

@@ -29,7 +29,7 @@ class TrainOptions:
     accumulate: int = 1  # micro-batches per optimizer step (effective batch = batch_size * accumulate)
     clip_grad_norm: float | None = None  # clip the global gradient norm to this value
     grad_checkpointing: bool = False  # recompute activations in backward: the model's own `set_grad_checkpointing`
-    channels_last: bool | None = None  # NHWC activations for convolutional models; None: on with autocast
+    channels_last: bool | None = None  # NHWC activations for convolutional models; None: the recipe's
     compile: bool = False  # torch.compile the training module
     val_fraction: float | None = None  # train examples held out for validation; None: the recipe's
     patience: int | None = None  # stop after this many epochs without a better validation metric
@@ -90,12 +90,14 @@ class TrainOptions:
 
         return torch.amp.GradScaler(torch.device(device).type, enabled=self.precision == "fp16")
 
-    def wants_channels_last(self, module: torch.nn.Module) -> bool:
+    def wants_channels_last(self, module: torch.nn.Module, recipe: bool | None = None) -> bool:
+        """Channels-last for this run: as asked, else as the recipe says (`Recipe.channels_last`),
+        else with autocast only."""
         import torch
 
         has_conv = any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
         if self.channels_last is None:
-            return has_conv and self.precision != "fp32"
+            return has_conv and (self.precision != "fp32" if recipe is None else recipe)
         if self.channels_last and not has_conv:
             raise ZooError("--channels-last is for convolutional models; this one has no Conv2d")
         return self.channels_last

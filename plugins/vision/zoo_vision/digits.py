@@ -26,7 +26,9 @@ def _splits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     from sklearn.model_selection import train_test_split
 
     data = load_digits()
-    images = (data.images / 16.0).astype(np.float32)[:, None]  # (n, 1, 8, 8)
+    # (n, 1, 8, 8) row-major: `[:, None]` would leave the channel axis a zero stride, which
+    # torch reads as channels-last and convolves so
+    images = (data.images / 16.0).astype(np.float32).reshape(-1, 1, SIZE, SIZE)
     labels = data.target.astype(np.int64)
     xtr, xte, ytr, yte = train_test_split(images, labels, test_size=0.2, stratify=labels, random_state=0)
     return {"train": (xtr, ytr), "test": (xte, yte)}
