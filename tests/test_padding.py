@@ -16,7 +16,7 @@ import torch
 import zoo
 from zoo import AxisRange, ModelSpec, TensorSpec
 from zoo.export import reference_module
-from zoo.padding import padded, padding_safe, ragged_axes
+from zoo.padding import padded, padding_safe, ragged_axes, shifted
 from zoo.train import module_fn
 
 RAGGED = [name for name in zoo.list_models() if ragged_axes(zoo.get_model(name))]
@@ -170,3 +170,52 @@ def test_zoo_check_warns_that_padding_changes_the_model():
                                  for w in report.warnings)
     masked = zoo.get_model("gpt.pydoc").tiny()
     assert not any("zero-padding" in w for w in zoo.check.check(masked, masked.build().eval()).warnings)
+
+
+class Pooled(torch.nn.Module):
+    """A max (or min) over the sequence with no mask: padding's zeros are data to it wherever
+    every real value of a column is below (above) zero."""
+
+    def __init__(self, reduce: str):
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, x):
+        return getattr(x, self.reduce)(dim=1)
+
+
+def _pooled(reduce: str) -> ModelSpec:
+    return ModelSpec(
+        name=f"seq.{reduce}", domain="tabular", task="sequence",
+        inputs=(TensorSpec("x", "float32", ("batch", "seq", 4)),),
+        outputs=(TensorSpec("pooled", "float32", ("batch", 4)),), build=lambda: Pooled(reduce),
+        sample=lambda b, rng: {"x": rng.standard_normal((b, 10, 4)).astype(np.float32)},
+        axes={"batch": AxisRange(1, 4, 16), "seq": AxisRange(1, 10, 40)})
+
+
+@pytest.mark.parametrize("reduce, side", [("amax", "below"), ("amin", "above")])
+def test_a_max_over_the_axis_is_found_unsafe_though_its_sample_hides_it(reduce, side):
+    # before: the standard-normal sample has a positive maximum in every column (a negative
+    # minimum), so padding's zeros changed nothing and `zoo serve` merged lengths 8 and 9 into
+    # one batch: a length-8 request of negative values got [0, 0, 0, 0] for its maxima
+    spec = _pooled(reduce)
+    safe, why = padding_safe(spec, module_fn(spec.build(), spec), spec.sample(2, np.random.default_rng(0)))
+    assert not safe and why.startswith("zero-padding seq by 3 changes output pooled by up to")
+    assert why.endswith(f"its sample's values shifted {side} zero")
+
+
+def test_shifted_probes_leave_masks_and_ids_as_they_are():
+    spec = ModelSpec(
+        name="masked", domain="drug", task="x",
+        inputs=(TensorSpec("atoms", "float32", ("batch", "atoms", 2)), TensorSpec("mask", "float32", ("batch", "atoms")),
+                TensorSpec("ids", "int64", ("batch", "atoms"))),
+        outputs=(TensorSpec("y", "float32", ("batch",)),), build=torch.nn.Identity,
+        sample=lambda b, rng: {}, axes={"batch": AxisRange(1, 2, 4), "atoms": AxisRange(1, 3, 8)})
+    x = {"atoms": np.array([[[-0.5, 2.0]]], np.float32), "mask": np.ones((1, 1), np.float32),
+         "ids": np.array([[7]])}
+    probes = shifted(spec, x)
+    assert probes["shifted below zero"]["atoms"].tolist() == [[[-3.5, -1.0]]]
+    assert probes["shifted above zero"]["atoms"].tolist() == [[[1.0, 3.5]]]
+    assert all(p["mask"] is x["mask"] or (p["mask"] == x["mask"]).all() for p in probes.values())
+    assert all((p["ids"] == x["ids"]).all() for p in probes.values())
+    assert shifted(spec, {**x, "atoms": np.ones((1, 1, 2), np.float32)}) == {}  # 0/1 features: left alone

@@ -11,7 +11,9 @@ a zero is a real token) is changed by it. Triton batches only identical shapes u
 model's configuration asks for ragged batching; the zoo asks the model itself:
 `padding_safe` runs it on a sample and on the same sample padded, and the server batches
 requests of different lengths only for a model that passes, at the artifact's own
-tolerance.
+tolerance. A sample of values on both sides of zero hides a max or min over the axis (a
+zero below every real maximum changes nothing), so the probe is repeated with the
+sample's real-valued inputs shifted all below zero and all above it.
 """
 
 from __future__ import annotations
@@ -45,10 +47,26 @@ def padded(spec: ModelSpec, inputs: Mapping[str, Any], axis: str, extra: int) ->
     return out
 
 
+def shifted(spec: ModelSpec, inputs: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """`inputs` with every real-valued input that is not a 0/1 mask moved all below zero,
+    and all above it (its spread kept): where padding's zeros are the smallest or largest
+    value along the axis. None where no input is such."""
+    values = {t.name: np.asarray(inputs[t.name]) for t in spec.inputs}
+    real = [k for k, x in values.items() if np.issubdtype(x.dtype, np.floating) and x.size
+            and np.isfinite(x).all() and not np.isin(x, (0, 1)).all()]
+    if not real:
+        return {}
+    return {"shifted below zero": {**values, **{k: (values[k] - values[k].max() - 1).astype(values[k].dtype)
+                                               for k in real}},
+            "shifted above zero": {**values, **{k: (values[k] - values[k].min() + 1).astype(values[k].dtype)
+                                               for k in real}}}
+
+
 def padding_safe(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]], inputs: Mapping[str, Any],
                  precision: str = "fp32") -> tuple[bool, str]:
     """(True, "") where zero-padding each dynamic axis of `inputs` leaves `fn`'s outputs,
-    cut back, within `precision`'s tolerance; else (False, why)."""
+    cut back, within `precision`'s tolerance, also with the inputs shifted (`shifted`);
+    else (False, why)."""
     axes = ragged_axes(spec)
     if not axes:
         return True, ""
@@ -57,8 +75,24 @@ def padding_safe(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, An
         if own:
             return False, (f"output {t.name} has axis {own[0]!r}, which no input has, so a padded request's "
                            f"part of it cannot be cut back to what the request alone gives")
+    safe, why = _unchanged(spec, fn, inputs, axes, precision, fn(dict(inputs)))
+    for label, probe in shifted(spec, inputs).items():
+        if not safe:
+            break
+        try:
+            want = fn(probe)
+        except Exception:  # noqa: BLE001 - values the model does not take: nothing to compare
+            continue
+        if all(np.isfinite(v).all() for v in map(as_numpy, want.values()) if np.issubdtype(v.dtype, np.floating)):
+            safe, why = _unchanged(spec, fn, probe, axes, precision, want)  # else outside its domain (a log)
+            why = why if safe else f"{why}, its sample's values {label}"
+    return safe, why
+
+
+def _unchanged(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]], inputs: Mapping[str, Any],
+               axes: list[str], precision: str, outputs: Mapping[str, Any]) -> tuple[bool, str]:
     tol = spec.tolerance(precision)
-    want = {k: as_numpy(v) for k, v in fn(dict(inputs)).items()}
+    want = {k: as_numpy(v) for k, v in outputs.items()}
     for axis in axes:
         size = next(np.shape(inputs[t.name])[d] for t in spec.inputs for d, a in t.dynamic_axes.items()
                     if d > 0 and a == axis)
