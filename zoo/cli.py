@@ -17,7 +17,7 @@ from rich.markup import escape
 from . import registry
 from .backend import Availability, library_versions
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
-from .errors import PluginError, UnknownModelError, UsageError, ZooError
+from .errors import PluginError, Terminated, UnknownModelError, UsageError, ZooError, raise_on_sigterm, was_terminated
 from .fsutil import check_destination
 
 
@@ -898,6 +898,7 @@ def main() -> None:
     plugins_log = logging.getLogger("zoo.plugins")
     plugins_log.addHandler(_WarningLine())
     plugins_log.propagate = False  # printed here, once, whatever the root logger does
+    raise_on_sigterm()  # `zoo serve` hands SIGTERM to its server's graceful shutdown
     try:
         if misplaced := _misplaced_plugin(sys.argv[1:]):
             raise UsageError(misplaced)
@@ -906,8 +907,12 @@ def main() -> None:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         # a model name that names no model is a usage error, as an unknown backend or option is
         sys.exit(UsageError.exit_code if isinstance(exc, UnknownModelError) else exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        sys.exit(exc.exit_code if isinstance(exc, Terminated) else 128 + signal.SIGINT)
+    except SystemExit as exc:
+        if exc.code == 128 + signal.SIGINT and was_terminated():  # click's status for a KeyboardInterrupt
+            sys.exit(Terminated.exit_code)
+        raise
     except Exception as exc:
         if os.environ.get("ZOO_DEBUG"):
             raise

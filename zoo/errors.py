@@ -134,3 +134,30 @@ def signal_name(returncode: int | None) -> str | None:
         return signal.Signals(-returncode).name
     except ValueError:
         return f"signal {-returncode}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (`zoo` commands install it):
+    whatever stops cleanly on Ctrl-C (a staging directory removed, a partial report
+    written) stops so on SIGTERM, which a time-out, CI or a container's stop sends. Exit
+    status 143 (128 + SIGTERM)."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+_terminated: list[int] = []
+
+
+def raise_on_sigterm() -> None:
+    """Make SIGTERM raise `Terminated` in the main thread from now on."""
+    def terminated(signum, frame):
+        _terminated.append(signum)
+        raise Terminated()
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def was_terminated() -> bool:
+    """Whether SIGTERM came (`raise_on_sigterm`): click turns every KeyboardInterrupt,
+    `Terminated` too, into exit status 130, which this tells apart."""
+    return bool(_terminated)
+

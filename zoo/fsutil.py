@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: staging directories are not locked, nor swept
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+#: `atomic_directory`'s staging directories: `.NAME.tmp-XXXXXXXX`, beside the directory written
+STAGING = re.compile(r"\..+\.tmp-[0-9a-f]{8}")
+#: a staging directory this old whose writer holds no lock on it is a dead writer's (the
+#: margin covers the instant between its `mkdir` and its lock)
+STALE_AFTER_S = 2.0
 
 
 def sha256_file(path: Path) -> str:
@@ -35,12 +51,19 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     that write private files (safetensors' `save_file` makes them 0600) would otherwise
     leave an artifact that a server running as another user (Triton, `zoo serve`) cannot
     read. Executable files keep their execute bits (as the umask allows).
+
+    The writer holds a lock on its staging directory (`flock`, released when the process
+    ends however it ends), and each write first removes the staging directories beside
+    it that no live writer holds (`sweep_stale`): what a process killed mid-write (SIGKILL,
+    a time-out) could not remove itself.
     """
     final = Path(final)
     made = [p for p in (final.parent, *final.parent.parents) if not p.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(final.parent)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    lock = _lock(tmp)
     try:
         modes = _new_file_modes(tmp)
         yield tmp
@@ -62,6 +85,52 @@ def atomic_directory(final: Path) -> Iterator[Path]:
             except OSError:  # something else was written there meanwhile: kept
                 break
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _lock(directory: Path) -> int | None:
+    """An exclusive `flock` on `directory`, held while the descriptor is open (None where
+    there is no flock)."""
+    if fcntl is None:
+        return None
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def sweep_stale(parent: Path) -> list[Path]:
+    """Remove the staging directories in `parent` (`.NAME.tmp-XXXXXXXX`) that no live writer
+    holds: a process killed while writing leaves one (it holds its lock until it ends).
+    Those it removed."""
+    removed: list[Path] = []
+    if fcntl is None:
+        return removed
+    try:
+        entries = [e for e in os.scandir(parent) if STAGING.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime > now - STALE_AFTER_S:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:  # gone meanwhile (its writer finished), or not ours to open
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live writer holds it
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        finally:
+            os.close(fd)
+        log.info("removed %s: a write that did not finish (its process ended mid-write)", entry.path)
+        removed.append(Path(entry.path))
+    return removed
 
 
 def _new_file_modes(directory: Path) -> tuple[int, int]:

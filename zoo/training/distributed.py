@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import UsageError, ZooError
+from ..errors import Terminated, UsageError, ZooError
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,11 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
         return subprocess.call(command, env=env), False
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:
         assert process.stderr is not None
-        shown, signum = _relay_stderr(process.stderr)
+        try:
+            shown, signum = _relay_stderr(process.stderr)
+        except Terminated:  # SIGTERM reached this process alone (Ctrl-C reaches torchrun too): pass it on
+            process.terminate()
+            raise
     if signum is not None and process.returncode:  # torchrun ended the processes on a signal, then exited 1
         return 128 + signum, shown
     return process.returncode, shown
