@@ -687,6 +687,7 @@ def serve(ctx: typer.Context,
     from .serve.repository import ServeOptions
     from .serve.server import run
 
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's graceful shutdown takes it (`serve.server`)
     if repository.exists() and not repository.is_dir():  # it is there: "export a model first" would mislead
         raise UsageError(f"REPOSITORY {repository} is a file, not a directory: give the directory `zoo export` "
                          "writes into (default exports)")
@@ -898,7 +899,7 @@ def main() -> None:
     plugins_log = logging.getLogger("zoo.plugins")
     plugins_log.addHandler(_WarningLine())
     plugins_log.propagate = False  # printed here, once, whatever the root logger does
-    raise_on_sigterm()  # `zoo serve` hands SIGTERM to its server's graceful shutdown
+    raise_on_sigterm()  # `zoo serve` leaves SIGTERM to its server's graceful shutdown
     try:
         if misplaced := _misplaced_plugin(sys.argv[1:]):
             raise UsageError(misplaced)
