@@ -303,6 +303,19 @@ def test_torch_export_of_a_constrained_axis_names_the_size_and_the_fix(tmp_path)
     assert not list(tmp_path.iterdir())
 
 
+def test_a_size_the_forward_derives_being_1_is_refused_naming_the_range_to_give(tmp_path):
+    # before: "the program fails at seq = 2 (... Guard failed: -1 + inputs_0.size()[1] != 1) ...
+    # a condition on the size, or an op that does nothing at some sizes": the forward has
+    # neither, and the fix (a range from 3) went unsaid
+    with pytest.raises(ExportError, match=r"torch.export could not capture steps.from2 for seq = 2: it takes every "
+                                          r"size it keeps dynamic to be other than 1 .*start the range above it, "
+                                          r"AxisRange\(3, \.\.\.\); else export it with the onnxruntime"):
+        zoo.export(SPECS["steps.from2"], backend="torch", random_init=True, repository=tmp_path / "from2")
+    art = zoo.export(SPECS["steps.from3"], backend="torch", random_init=True, repository=tmp_path / "from3")
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    assert zoo.load(art.path)({"x": x})["diffs"].shape == (2, 2, 2)
+
+
 def test_the_torch_backend_takes_a_range_torch_export_cannot_prove_and_refuses_a_path_fixed_at_the_example(tmp_path):
     """A U-Net padding its input to the next multiple of 4 inside forward: torch.export
     refused the range ("Not all values of height ... satisfy the generated guard") whether
@@ -389,19 +402,32 @@ class ClipsOutliers(torch.nn.Module):
         return self.fc(x)
 
 
+CLIPS_OUTLIERS = zoo.ModelSpec(name="clips.outliers", domain="tabular", task="regression",
+                               inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
+                               outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=ClipsOutliers,
+                               sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)},
+                               axes={"batch": zoo.AxisRange(1, 4, 8)})
+
+
 def test_the_torch_backend_names_a_branch_on_tensor_values_and_the_fix(tmp_path):
     """It said only "Could not guard on data-dependent expression Eq(u0, 1)" (the ONNX
     backends named the line)."""
-    spec = zoo.ModelSpec(name="clips.outliers", domain="tabular", task="regression",
-                         inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
-                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=ClipsOutliers,
-                         sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)},
-                         axes={"batch": zoo.AxisRange(1, 4, 8)})
     with pytest.raises(ExportError, match=r"torch.export could not capture clips.outliers: its forward branches on "
                                           r"tensor values in Python \(test_user_models_refused.py:\d+: if "
                                           r"x.abs\(\).max\(\) > 10:\), .* Write the condition as tensor operations "
                                           r"\(torch.where, torch.clamp\) or with torch.cond"):
-        zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)
+        zoo.export(CLIPS_OUTLIERS, backend="torch", random_init=True, repository=tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_a_failed_capture_says_its_one_line_without_torchs_graph_dump(tmp_path, capfd, backend):
+    # before: torch.export printed the partial graph (`def forward(self, arg0_1: ...`, some
+    # forty lines, twice) and "Unable to find user code corresponding to {u0}" to stderr
+    # ahead of the error
+    with pytest.raises(ExportError, match="branches on tensor values"):
+        zoo.export(CLIPS_OUTLIERS, backend=backend, random_init=True, repository=tmp_path)
+    err = capfd.readouterr().err
+    assert "def forward" not in err and "Unable to find user code" not in err, err[:2000]
 
 
 class MinFilled(torch.nn.Module):

@@ -3,7 +3,11 @@ and the backends so every exporter sees the same dynamic axes and dtypes."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import logging
+import os
 import re
 import warnings
 from pathlib import Path
@@ -54,6 +58,32 @@ def hinted_shapes(spec: ModelSpec) -> tuple[dict[int, Any], ...]:
     the program runs, instead of refusing the capture."""
     hints = {name: torch.export.Dim.DYNAMIC(min=r.min, max=r.max) for name, r in spec.axes.items() if r.min < r.max}
     return tuple({i: hints[axis] for i, axis in t.dynamic_axes.items() if axis in hints} for t in spec.inputs)
+
+
+#: torch's loggers that speak while torch.export fails ("Unable to find user code
+#: corresponding to {u0}", the exportdb's case of an error)
+_EXPORT_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch.export", "torch._export", "torch._dynamo")
+
+
+@contextlib.contextmanager
+def export_quiet() -> Iterator[None]:
+    """torch.export's own account of a failed capture left out: the partial graph it
+    prints to stderr (`print(e.partial_fx_graph, file=sys.stderr)`, forty lines of torch's
+    IR for a branch on a tensor value, twice) and its loggers' lines, before the one-line
+    error that names the cause (`export_reason`). All of it stays with ZOO_DEBUG set."""
+    if os.environ.get("ZOO_DEBUG"):
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _EXPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def export_reason(exc: BaseException) -> str:

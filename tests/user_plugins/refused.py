@@ -224,6 +224,18 @@ def padded_sequences(batch, rng):
     return {"x": x.astype(np.float32), "lengths": lengths.astype(np.int64)}
 
 
+class Steps(torch.nn.Module):
+    """Differences of neighbouring steps: `steps` is seq - 1, which is 1 at seq = 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[:, 1:] - y[:, :-1]
+
+
 def features(batch, rng):
     return {"x": (rng.standard_normal((batch, 6)) * 3 + 1).astype(np.float32)}
 
@@ -253,6 +265,14 @@ def zoo_register_models(register):
         outputs=(zoo.TensorSpec("vec", "float32", ("batch", 8)),),
         build=Pairs, sample=lambda batch, rng: {"tokens": rng.integers(0, 50, (batch, 8))},
         axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(2, 8, 32)}))
+    for low in (2, 3):  # torch.export takes seq - 1 to be other than 1: seq = 2 is refused, 3 and up taken
+        register(zoo.ModelSpec(
+            name=f"steps.from{low}", domain="tabular", task="sequence",
+            inputs=(zoo.TensorSpec("x", "float32", ("batch", "seq", 4)),),
+            outputs=(zoo.TensorSpec("diffs", "float32", ("batch", "steps", 2)),),
+            build=Steps, sample=lambda batch, rng: {"x": rng.standard_normal((batch, 10, 4)).astype(np.float32)},
+            axes={"batch": zoo.AxisRange(1, 2, 8), "seq": zoo.AxisRange(low, 10, 40),
+                  "steps": zoo.AxisRange(low - 1, 9, 39)}))
     register(zoo.ModelSpec(
         name="pairs.reshaped", domain="nlp", task="embedding",
         inputs=(zoo.TensorSpec("tokens", "int64", ("batch", "seq"), value_range=(0, 49)),),

@@ -25,7 +25,7 @@ from zoo import Availability, Backend, ModelSpec
 from zoo.errors import ArtifactError, ExportError, ZooError, first_line
 from zoo.signature import Signature
 from zoo.tensors import (PRECISION_DTYPES, RNN_WEIGHTS_ASSIGNED, TORCH_DTYPES, constraint_violation,
-                         dynamic_shapes, export_reason, hinted_shapes, to_torch)
+                         dynamic_shapes, export_quiet, export_reason, hinted_shapes, to_torch)
 
 from .shapes import check_shapes, row_major
 
@@ -108,7 +108,7 @@ def export_program(module: torch.nn.Module, spec: ModelSpec, example: Mapping[st
     try:
         # keyed by the signature's one (variadic) parameter; the program takes the inputs
         # in spec order and returns a plain tuple, so loading it needs no plugin's classes
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), export_quiet():
             warnings.filterwarnings("ignore", message=RNN_WEIGHTS_ASSIGNED)
             program = torch.export.export(module, args, dynamic_shapes={"inputs": dynamic_shapes(spec)})
     except ZooError:
@@ -151,7 +151,7 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
     size of each other one (the sizes where a path chosen for the example's sizes fails).
     Else `refused` stands, with the size the program fails at."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), export_quiet():
             warnings.filterwarnings("ignore", message=RNN_WEIGHTS_ASSIGNED)
             program = torch.export.export(module, args, dynamic_shapes={"inputs": hinted_shapes(spec)})
     except Exception:  # noqa: BLE001 - the first refusal says why
@@ -171,6 +171,8 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
                                        rtol=tolerance.rtol if tolerance else None)
         except Exception as exc:  # noqa: BLE001 - a failed runtime check, or another answer
             r = spec.axes[axis]
+            if _SIZE_ONE.search(str(exc)):
+                raise ExportError(_size_one(spec.name, axis, size, first_line(exc)[:300])) from None
             raise ExportError(f"torch.export could not capture {spec.name} for every {axis} in the spec's range "
                               f"{r.min} to {r.max}: captured from the example ({axis} = {example}), the program "
                               f"fails at {axis} = {size} ({type(exc).__name__}: {first_line(exc)[:300]}). "
@@ -180,6 +182,20 @@ def _without_proof(module: torch.nn.Module, spec: ModelSpec, args: tuple, precis
                               f"(a pad never 0, cut back after), or declare the axis static, AxisRange(n, n, n)"
                               ) from None
     return program
+
+
+#: a runtime check of torch.export's that a size it kept dynamic is not 1 ("Guard failed:
+#: -1 + inputs_0.size()[1] != 1"): a size of 1 would broadcast, so it assumes none is
+_SIZE_ONE = re.compile(r"Guard failed: .+ != 1\b")
+
+
+def _size_one(name: str, axis: str, size: int, failed: str) -> str:
+    """The refusal of a range where a size derived from `axis` is 1 at `size` (`seq - 1` at seq = 2)."""
+    return (f"torch.export could not capture {name} for {axis} = {size}: it takes every size it keeps dynamic "
+            f"to be other than 1 (a size of 1 would broadcast), and at {axis} = {size} one the forward derives "
+            f"from it is 1 ({failed}; a slice such as x[:, 1:] of length {axis} - 1, say). If the model need not "
+            f"take {axis} = {size}, start the range above it, AxisRange({size + 1}, ...); else export it with the onnxruntime or "
+            f"openvino backend, whose graphs take it")
 
 
 def _probe_sizes(spec: ModelSpec, args: tuple) -> list[tuple[str, int, int, tuple]]:

@@ -32,7 +32,7 @@ import torch
 from zoo.errors import ExportError, UnsupportedError, ZooError
 from zoo.spec import ModelSpec
 from zoo.signature import Signature
-from zoo.tensors import RNN_WEIGHTS_ASSIGNED, constraint_violation, dynamic_shapes, export_reason
+from zoo.tensors import RNN_WEIGHTS_ASSIGNED, constraint_violation, dynamic_shapes, export_quiet, export_reason
 
 from . import cache
 
@@ -90,7 +90,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                "dynamic_shapes": {"inputs": dynamic_shapes(spec)}}
     to_store = None  # the cache key of a graph this call translated, stored once it checks
     try:
-        with _quiet():
+        with _quiet(), export_quiet():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
             _refuse_narrowed_axes(spec, program, args)
             _refuse_guarded_axes(spec, program, args)
