@@ -108,8 +108,24 @@ CASES = [
     ("priority-parameter", ONNX, body(IMAGE, parameters={"priority": 1}), 400, "priority scheduling extension"),
     ("classification-on-an-input", ONNX, body(image(parameters={"classification": 3})),
      400, "'classification' of the input 'image' belongs on a requested output"),
-    ("classification-not-positive", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {"classification": 0}}]),
+    ("classification-negative", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {"classification": -1}}]),
      400, "output 'logits': parameter classification must be a positive integer"),
+    ("binary-data-on-an-input", ONNX, body(image(parameters={"binary_data": True})), 400,
+     "parameter 'binary_data' of the input 'image' belongs on a requested output"),
+    ("binary-data-size-on-an-output", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {
+        "binary_data_size": 40}}]), 400, "parameter 'binary_data_size' of the output 'logits' belongs on an input"),
+    ("binary-data-output-on-an-input", ONNX, body(image(parameters={"binary_data_output": True})), 400,
+     "parameter 'binary_data_output' of the input 'image' belongs on the request"),
+    ("timeout-on-an-output", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {"timeout": 10 ** 6}}]),
+     400, "parameter 'timeout' of the output 'logits' belongs on the request"),
+    # Triton's parser keeps a repeated key's first value, Python's its last: refused, so no two servers differ
+    ("repeated-key", ONNX, b'{"inputs": [%s], "inputs": []}' % json.dumps(IMAGE).encode(), 400,
+     "the request JSON repeats the key 'inputs' in an object"),
+    ("repeated-key-in-an-input", ONNX, body(IMAGE).replace(b'"shape": [1, 1, 8, 8]', b'"shape": [2, 1, 8, 8], '
+                                                           b'"shape": [1, 1, 8, 8]'), 400, "repeats the key 'shape'"),
+    ("repeated-key-in-parameters", ONNX, body(IMAGE, outputs=[{"name": "logits", "parameters": {"binary_data": True}}])
+     .replace(b'"binary_data": true', b'"binary_data": true, "binary_data": false'), 400,
+     "repeats the key 'binary_data'"),
     ("shared-memory-on-the-request", ONNX, body(IMAGE, parameters={"shared_memory_region": "r"}), 400,
      "'shared_memory_region' of the request belongs on an input or a requested output"),
     ("shared-memory-without-size", ONNX, body(image(parameters={"shared_memory_region": "r"})), 400,
@@ -131,6 +147,9 @@ CASES = [
      "`parameters` of the output 'logits'"),
     ("number-overflowing-to-infinity", ONNX, body(IMAGE).replace(b"0.5", b"1e999", 1), 400,
      "outside the range of FP32 (JSON numbers must be finite"),
+    ("number-beyond-float32", ONNX, body(image(data=[3.5e38] + [0.5] * 63)), 400, "outside the range of FP32"),
+    ("shared-memory-offset-without-region", ONNX, body(image(parameters={"shared_memory_offset": 0})), 400,
+     "shared_memory_offset and shared_memory_byte_size go with shared_memory_region"),
     ("timeout-not-integer", ONNX, body(IMAGE, parameters={"timeout": "soon"}), 400, "positive integer (microseconds)"),
     ("raw-binary-wrong-size", ONNX, (FLOATS64[:100], {"Inference-Header-Content-Length": "0"}), 400,
      "the body has 100 bytes; a FP32 tensor of shape [1, 1, 8, 8] needs 256"),
@@ -183,6 +202,36 @@ def test_malformed_request(server, case, model, request_body, status, words):
 def test_unknown_version(server):
     check_error(httpx.post(f"{server.url}/v2/models/{ONNX}/versions/2/infer", content=body(IMAGE)), 404, "no version")
     check_error(httpx.get(f"{server.url}/v2/models/{ONNX}/versions/0"), 404, "no version")
+    # Triton answers these two 400; every route here answers a model or version not served 404
+    for path in (f"{ONNX}/versions/2/ready", f"{ONNX}/versions/2/stats", "no-such-model/ready", "no-such-model/stats"):
+        check_error(httpx.get(f"{server.url}/v2/models/{path}"), 404, "no version" if "versions" in path else
+                    "unknown model")
+
+
+def test_a_version_is_read_as_an_integer_as_triton_reads_it(server):
+    """Triton reads a version with std::stol: `01` is version 1; a negative or non-numeric
+    version is the request's fault (400), not an unknown version."""
+    versioned = f"{server.url}/v2/models/{ONNX}/versions"
+    for version in ("01", "0001"):
+        assert httpx.get(f"{versioned}/{version}").json()["name"] == ONNX
+        assert httpx.get(f"{versioned}/{version}/ready").status_code == 200
+        assert httpx.get(f"{versioned}/{version}/config").status_code == 200
+        assert httpx.get(f"{versioned}/{version}/stats").json()["model_stats"][0]["version"] == "1"
+        response = httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE))
+        assert response.status_code == 200 and response.json()["model_version"] == "1", response.text
+    for version in ("-1", "one", "1.0", "9" * 30):
+        check_error(httpx.get(f"{versioned}/{version}"), 400, "is not a model version (a non-negative integer)")
+        check_error(httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE)), 400, "is not a model version")
+    check_still_serving(server)
+
+
+@pytest.mark.parametrize("path, content", [
+    ("/v2/repository/index", b'{"ready": true, "ready": false}'),
+    ("/v2/systemsharedmemory/region/r/register", b'{"key": "/a", "key": "/b", "offset": 0, "byte_size": 8}'),
+], ids=["index", "register"])
+def test_a_repeated_key_is_refused_in_every_request_body(server, path, content):
+    check_error(httpx.post(f"{server.url}{path}", content=content), 400, "repeats the key")
+    check_still_serving(server)
 
 
 def test_oversized_body_is_refused_before_it_is_read(server):
@@ -285,6 +334,22 @@ def test_a_request_with_both_content_length_and_transfer_encoding(server):
     headers, _, content = rest.partition(b"\r\n\r\n")
     assert status_line.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in headers.lower()
     assert "Transfer-Encoding" in json.loads(content)["error"]
+    check_still_serving(server)
+
+
+def test_two_content_length_headers_are_refused_and_head_answers_as_get(server):
+    """Where Triton differs: it takes two equal Content-Length headers, and answers HEAD 405."""
+    request = (f"POST /v2/models/{ONNX}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body(IMAGE))}\r\n"
+               f"Content-Length: {len(body(IMAGE))}\r\n\r\n").encode() + body(IMAGE)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    head = httpx.head(f"{server.url}/v2/models/{ONNX}")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == httpx.get(f"{server.url}/v2/models/{ONNX}").headers["content-length"]
     check_still_serving(server)
 
 

@@ -261,7 +261,12 @@ CASES = [
     ("priority-parameter", ONNX, [IMAGE], None, {"priority": 1}),
     ("reserved-parameter", ONNX, [IMAGE], None, {"triton_final_response": True}),
     ("classification-on-an-input", ONNX, [image(parameters={"classification": 3})], None, None),
-    ("classification-not-positive", ONNX, [IMAGE], [{"name": "logits", "parameters": {"classification": 0}}], None),
+    ("classification-negative", ONNX, [IMAGE], [{"name": "logits", "parameters": {"classification": -1}}], None),
+    ("binary-data-on-an-input", ONNX, [image(parameters={"binary_data": True})], None, None),
+    ("binary-data-size-on-an-output", ONNX, [IMAGE], [{"name": "logits", "parameters": {"binary_data_size": 40}}],
+     None),
+    ("binary-data-output-on-an-input", ONNX, [image(parameters={"binary_data_output": True})], None, None),
+    ("timeout-on-an-output", ONNX, [IMAGE], [{"name": "logits", "parameters": {"timeout": 10 ** 6}}], None),
     ("shared-memory-on-the-request", ONNX, [IMAGE], None, {"shared_memory_region": "r"}),
     ("shared-memory-unregistered", ONNX, [{k: v for k, v in image(parameters={
         "shared_memory_region": "r", "shared_memory_byte_size": 256}).items() if k != "data"}], None, None),
@@ -334,6 +339,12 @@ def test_the_empty_final_response_parameter_is_taken_over_grpc_only(server, stub
      "values go in contents.fp32_contents, not int_contents"),
     ("fp16-typed", lambda m: (setattr(m.inputs[0], "datatype", "FP16"), m.inputs[0].contents.fp32_contents.extend(
         [0.5] * 64)), "FP16 has no typed `contents` field"),
+    # Triton: "unexpected explicit tensor data", whatever the other field holds
+    *((f"stray-{field}", lambda m, field=field, values=values: (
+        m.inputs[0].contents.fp32_contents.extend(PIXELS.ravel()), getattr(m.inputs[0].contents, field).extend(values)),
+       f"values go in contents.fp32_contents, not {field}")
+      for field, values in (("int_contents", [7] * 9), ("bytes_contents", [b"zz"]), ("int64_contents", [1]),
+                            ("bool_contents", [True]))),
 ])
 def test_grpc_only_defects(stub, case, fix, words):
     message = pb.ModelInferRequest(model_name=ONNX)
@@ -361,6 +372,11 @@ def test_unoffered_rpcs_say_so(stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=ONNX))
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "--model-control" in info.value.details()
+    # as Triton: one repository is served, and a request naming one is not ignored
+    with pytest.raises(grpc.RpcError) as info:
+        stub.RepositoryIndex(pb.RepositoryIndexRequest(repository_name="other"))
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "repository_name" in info.value.details()
+    assert stub.RepositoryIndex(pb.RepositoryIndexRequest()).models
 
 
 # ---------------------------------------------------------------- statistics
@@ -428,6 +444,48 @@ def test_classification_returns_the_top_k_as_triton_does(server, client):
         assert [int(p[1]) for p in parts] == order.tolist()
         np.testing.assert_allclose([float(p[0]) for p in parts], want[order], atol=1e-5)
         assert all(len(p) == 3 and p[2] == p[1] for p in parts)  # the digits' labels are "0" to "9"
+
+
+def test_classification_zero_is_not_set_over_http_and_refused_over_grpc(server, stub):
+    """As Triton's front ends: HTTP reads `classification: 0` as not set and returns the
+    tensor; gRPC refuses a count that is not positive (ParseClassificationParams)."""
+    plain = http_infer(server, ONNX, {"image": PIXELS}, [{"name": "logits", "parameters": {"binary_data": True}}])
+    zero = http_infer(server, ONNX, {"image": PIXELS},
+                      [{"name": "logits", "parameters": {"classification": 0, "binary_data": True}}])
+    assert zero["logits"].dtype == np.float32 and zero["logits"].shape == plain["logits"].shape == (1, 10)
+    np.testing.assert_array_equal(zero["logits"], plain["logits"])
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(as_message(ONNX, [IMAGE], [{"name": "logits", "parameters": {"classification": 0}}], None),
+                        timeout=30)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "positive integer" in info.value.details()
+
+
+# ---------------------------------------------------------------- versions
+
+
+def test_a_version_is_read_as_an_integer_as_triton_reads_it(stub):
+    """Triton reads a version with std::stol: `01` and ` 1` are version 1, `-1` is
+    INVALID_ARGUMENT; a version it does not serve stays NOT_FOUND (ModelReady: not ready)."""
+    for version in ("01", " 1", "0001"):
+        message = as_message(ONNX, [IMAGE], None, None)
+        message.model_version = version
+        assert stub.ModelInfer(message, timeout=30).model_version == "1"
+        assert stub.ModelMetadata(pb.ModelMetadataRequest(name=ONNX, version=version)).name == ONNX
+        assert stub.ModelReady(pb.ModelReadyRequest(name=ONNX, version=version)).ready
+        assert stub.ModelConfig(pb.ModelConfigRequest(name=ONNX, version=version)).config.name == ONNX
+        stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name=ONNX, version=version)).model_stats
+        assert [s.version for s in stats] == ["1"]
+    for version in ("-1", "one", "1 "):
+        for call, request in ((stub.ModelMetadata, pb.ModelMetadataRequest(name=ONNX, version=version)),
+                              (stub.ModelReady, pb.ModelReadyRequest(name=ONNX, version=version))):
+            with pytest.raises(grpc.RpcError) as info:
+                call(request, timeout=30)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, version
+            assert f"{version!r} is not a model version" in info.value.details()
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelMetadata(pb.ModelMetadataRequest(name=ONNX, version="2"))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert stub.ModelReady(pb.ModelReadyRequest(name=ONNX, version="02")).ready is False
 
 
 # ---------------------------------------------------------------- system shared memory

@@ -150,6 +150,17 @@ def test_requested_outputs_binary_and_json_mixed(server, serve_repo):
         np.testing.assert_allclose(outputs[name], want[name], atol=1e-5, rtol=1e-5)
 
 
+def test_an_empty_id_is_left_out_of_the_answer_and_statistics_have_response_stats(server):
+    """As Triton 2.51 answers: an empty request `id` is not echoed, and each model's
+    statistics carry `response_stats` (per-response counts of decoupled models: none here)."""
+    image = {"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.5] * 64}
+    for request_id, answered in (("", None), ("r-1", "r-1")):
+        response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", json={"id": request_id, "inputs": [image]})
+        assert response.status_code == 200 and response.json().get("id") == answered, response.text
+    (stats,) = httpx.get(f"{server.url}/v2/models/{ONNX}/stats").json()["model_stats"]
+    assert stats["response_stats"] == {}
+
+
 def test_bare_model_name_is_an_alias_only_when_unambiguous(server):
     response = httpx.get(f"{server.url}/v2/models/ragged.test")
     assert response.status_code == 200 and response.json()["name"] == RAGGED

@@ -14,7 +14,8 @@ sample of valid and invalid requests check that
   non-2xx one is JSON with a string `error` (the protocol's error object);
 * infer accepts (2xx) only valid `inference_request`s, and answers binary
   (application/octet-stream) only when asked to;
-* a model or version that is not served is 404, and the server is still live at the end.
+* a model or version that is not served is 404, a version that is not a non-negative
+  integer is 400 (as Triton reads versions), and the server is still live at the end.
 
 schemathesis' pytest integration (`from_fixture(...).parametrize()`) fails under pytest 9.2
 (it uses `Item._nodeid`), so this drives its Python API: `iter_coverage_cases`, `as_strategy`
@@ -27,6 +28,7 @@ import contextlib
 import copy
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +188,13 @@ def brief(value: Any) -> Any:
     return {k: brief(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
+def version_number(version: str) -> int | None:
+    """A model route's version as Triton reads it (std::stol: leading whitespace and zeros
+    allowed), with nothing after the digits; None for anything else, or a negative one."""
+    found = re.fullmatch(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", version)
+    return int(found[1]) if found and len(version) <= 100 and 0 <= int(found[1]) < 1 << 63 else None
+
+
 def check(case: schemathesis.Case, server: ServerProcess, models: Models) -> None:
     """Send `case`; an AssertionError names the request, the answer and what is wrong with it."""
     response = case.call(base_url=server.url, timeout=60)
@@ -196,9 +205,15 @@ def check(case: schemathesis.Case, server: ServerProcess, models: Models) -> Non
         problems += [f"{f.title}: {(getattr(f, 'message', '') or '-').splitlines()[0]}" for f in group.exceptions]
     path = case.path_parameters or {}
     name, version = path.get("MODEL_NAME"), path.get("MODEL_VERSION")
-    unknown = name is not None and (name not in models or version not in (None, *models[name]["versions"]))
-    if unknown and case.method == case.operation.method.upper() and response.status_code != 404:
-        problems.append("not 404 for a model or version that is not served")
+    number = None if version is None else version_number(version)
+    routed = version is None or version and "/" not in version  # else the path matches no route: 404
+    if name is not None and case.method == case.operation.method.upper():
+        if routed and version is not None and number is None:  # as Triton: refused before the model is looked up
+            if response.status_code != 400:
+                problems.append("not 400 for a version that is not a non-negative integer")
+        elif name not in models or number is not None and number not in map(int, models[name]["versions"]):
+            if response.status_code != 404:
+                problems.append("not 404 for a model or version that is not served")
     if case.method == "POST" and response.status_code < 300 and not REQUEST.is_valid(json_body(case)):
         problems.append("accepted a body that is not an inference_request")
     answer, content_type = json_body(response), response.headers.get("content-type", [""])[0]

@@ -52,6 +52,7 @@ from .protocol import (
     inflate,
     json_length,
     response_coding,
+    unique_keys,
 )
 from .service import Disconnected, Server
 
@@ -163,7 +164,7 @@ async def repository_index(request: Request) -> Response:
     body = await request.body()
     if body.strip():
         try:
-            doc = json.loads(body, parse_constant=lambda name: None)
+            doc = json.loads(body, parse_constant=lambda name: None, object_pairs_hook=unique_keys)
         except RecursionError:
             raise ProtocolError("the repository index request JSON is nested too deeply") from None
         except ValueError:
@@ -179,7 +180,7 @@ async def load_model(request: Request) -> Response:
     body = await request.body()
     if body.strip():
         try:
-            doc = json.loads(body)
+            doc = json.loads(body, object_pairs_hook=unique_keys)
         except (ValueError, RecursionError):
             raise ProtocolError("the load request body must be JSON") from None
         if not isinstance(doc, dict) or doc.get("parameters"):
@@ -213,7 +214,7 @@ async def shm_register(request: Request) -> Response:
     zoo = _zoo(request)
     body = await request.body()
     try:
-        doc = json.loads(body, parse_constant=lambda name: None)
+        doc = json.loads(body, parse_constant=lambda name: None, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError):
         raise ProtocolError("the register request body must be a JSON object with key, offset and byte_size") \
             from None

@@ -198,13 +198,14 @@ def _input(item: pb.ModelInferRequest.InferInputTensor, index: int, raw: bytes |
     field = CONTENTS.get(datatype)
     if field is None:
         raise ProtocolError(f"{where}: {datatype} has no typed `contents` field; send it in raw_input_contents")
+    others = [f.name for f, _ in item.contents.ListFields() if f.name != field]
+    if others:  # as Triton refuses them ("unexpected explicit tensor data"), never ignored
+        raise ProtocolError(f"{where}: a {datatype} input's values go in contents.{field}, not {', '.join(others)}")
     values = list(getattr(item.contents, field))
     count = math.prod(shape)
     if len(values) != count:
-        others = [f.name for f, v in item.contents.ListFields() if f.name != field]
-        hint = f" (a {datatype} input's values go in contents.{field}, not {others[0]})" if others else ""
         raise ProtocolError(f"{where}: contents.{field} has {len(values)} elements but shape {list(shape)} needs "
-                            f"{count}{hint}")
+                            f"{count}")
     if datatype == "BYTES":
         flat = dt.bytes_array(values)
     elif datatype in dt.INTEGER:
@@ -273,6 +274,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def RepositoryIndex(self, request, context):
+        if request.repository_name:  # as Triton: the one repository served is never named
+            raise FeatureOffError("repository_name: this server serves one model repository and takes no name for it")
         rows = await self.zoo.index(request.ready)
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**r) for r in rows])
 

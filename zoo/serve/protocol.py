@@ -10,18 +10,22 @@ Both directions live here so that the server, `zoo.client` and the load generato
 agree byte for byte. Every defect is a `ProtocolError` (400) naming the field.
 
 JSON is strict both ways (RFC 8259): `NaN`/`Infinity` literals in a request are refused,
-and an output holding NaN or infinity is never written as JSON; the client is told to
-ask for it as binary data, where every float travels as is.
+and so is a key repeated in one object (`unique_keys`); an output holding NaN or infinity
+is never written as JSON; the client is told to ask for it as binary data, where every
+float travels as is.
 
-Parameters: the server reads the parameters of the extensions it offers (`GET /v2`):
-`classification` on a requested output (the classification extension), and
-`shared_memory_region`, `shared_memory_offset`, `shared_memory_byte_size` on an input or
-a requested output (system shared memory, when the server has it on). One of these in
-the wrong place, a parameter of an extension the server does not offer (sequence
-batching, priorities) or one of Triton's reserved `triton_` names is refused with a 400
-naming it, never ignored, so a client never believes such a feature took effect. Other
-(custom) parameters with scalar values are accepted as Triton accepts them; Triton hands
-them to the model's backend, and no zoo runner reads any.
+Parameters: the server reads the protocol's own (`binary_data_output` and `timeout` on the
+request, `binary_data_size` on an input, `binary_data` on a requested output) and those of
+the extensions it offers (`GET /v2`): `classification` on a requested output (the
+classification extension), and `shared_memory_region`, `shared_memory_offset`,
+`shared_memory_byte_size` on an input or a requested output (system shared memory, when
+the server has it on). One of these in the wrong place (where Triton ignores it), a
+parameter of an extension the server does not offer (sequence batching, priorities) or
+one of Triton's reserved `triton_` names is refused with a 400 naming it, never ignored,
+so a client never believes such a feature took effect. Other (custom) parameters with
+scalar values are accepted as Triton accepts them; Triton hands them to the model's
+backend, and no zoo runner reads any. An output's `classification: 0` is "not set" over
+HTTP, as Triton's HTTP front end reads it (its gRPC front end refuses it, as `requested` does).
 
 The gRPC service (`grpc.py`) builds the same `InferRequest` from its messages through
 the same checks (`check_parameters`, `check_header`, `tensor_from_bytes`), so both
@@ -53,9 +57,11 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 #: parameters of extensions this server does not offer -> the extension, for the error message
 UNOFFERED = {"sequence_id": "sequence batching", "sequence_start": "sequence batching",
              "sequence_end": "sequence batching", "priority": "priority scheduling"}
-#: parameters of extensions this server offers -> where they may appear
-PLACED = {"classification": ("output",), "shared_memory_region": ("input", "output"),
+#: parameters this server reads -> where they may appear
+PLACED = {"binary_data_output": ("request",), "timeout": ("request",), "binary_data_size": ("input",),
+          "binary_data": ("output",), "classification": ("output",), "shared_memory_region": ("input", "output"),
           "shared_memory_offset": ("input", "output"), "shared_memory_byte_size": ("input", "output")}
+PLACES = {"request": "the request", "input": "an input", "output": "a requested output"}
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
 ABSENT = object()  # a field left out of the request, as against one given as null
@@ -106,7 +112,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     """Parse a request body (and its `Inference-Header-Content-Length`, if any)."""
     json_end = len(body) if header_length is None else json_length(header_length, len(body))
     try:
-        doc = json.loads(body[:json_end], parse_constant=_no_constant)
+        doc = json.loads(body[:json_end], parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError:
         raise ProtocolError("the request JSON is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -192,6 +198,22 @@ def raw_request(body: bytes, name: str, datatype: str, dims: Sequence[int]) -> I
     return InferRequest([Tensor(name, datatype, tuple(shape), flat.reshape(shape))], binary_output=True)
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of a request's JSON (`json.loads`'s object_pairs_hook), refusing a key
+    given twice: parsers disagree on which value counts (Python's keeps the last, Triton's
+    rapidjson the first), so such a request would mean one thing here and another there.
+    About 0.2 µs per object, and a request has a few (docs/serving.md, "Strict JSON")."""
+    doc = dict(pairs)
+    if len(doc) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ProtocolError(f"the request JSON repeats the key {key[:60]!r} in an object; give each key "
+                                    "once")
+            seen.add(key)
+    return doc
+
+
 def _no_constant(name: str) -> Any:
     raise ProtocolError(f"the request JSON has the literal {name}, which JSON (RFC 8259) does not allow; send "
                         "non-finite floats as binary data")
@@ -219,7 +241,7 @@ def check_parameters(value: Any, where: str, kind: str) -> dict[str, Any]:
                                 "this server does not offer (GET /v2 lists the extensions it offers)")
         if key in PLACED and kind not in PLACED[key]:
             raise ProtocolError(f"parameter {key!r} of the {where} belongs on "
-                                f"{' or '.join('a requested output' if k == 'output' else 'an input' for k in PLACED[key])}")
+                                f"{' or '.join(PLACES[k] for k in PLACED[key])}")
         if key.startswith("triton_"):
             raise ProtocolError(f"parameter {key[:60]!r} of the {where}: names starting with triton_ are reserved")
     return value
@@ -380,7 +402,11 @@ def _outputs(value: Any) -> dict[str, Requested] | None:
         if name in wanted:
             raise ProtocolError(f"output {name[:200]!r} is requested more than once")
         where = f"output {name[:200]!r}"
-        wanted[name] = requested(check_parameters(item.get("parameters", ABSENT), where, "output"), where)
+        parameters = check_parameters(item.get("parameters", ABSENT), where, "output")
+        if type(parameters.get("classification")) is int and parameters["classification"] == 0:
+            # Triton's HTTP front end reads 0 as "not set" (its gRPC one refuses it, as `requested` does)
+            parameters = {k: v for k, v in parameters.items() if k != "classification"}
+        wanted[name] = requested(parameters, where)
     return wanted
 
 
@@ -429,7 +455,7 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: S
                                     "as binary data (output parameter binary_data: true)")
             entry["data"] = t.data.reshape(-1).tolist()
     doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": described}
-    if request_id is not None:
+    if request_id:  # an empty id is no id, as Triton answers
         doc["id"] = request_id
     head = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     if not chunks:

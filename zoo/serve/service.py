@@ -18,6 +18,7 @@ import collections
 import gc
 import logging
 import math
+import re
 import time
 from typing import Awaitable, Callable
 
@@ -37,6 +38,8 @@ from .stats import ModelStats
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # shared-memory copies larger than this run in a worker thread, off the event loop
+#: a requested model version as Triton reads it (std::stol): leading whitespace, a sign, decimal digits
+VERSION_NUMBER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
 class Disconnected(Exception):
@@ -125,6 +128,7 @@ class Server:
         self.aliases = {model: names[0] for model, names in by_model.items() if len(names) == 1}
 
     def model(self, name: str, version: str | None = None) -> ServedModel:
+        number = None if version is None else version_number(version)
         model = self.models.get(name) or self.models.get(self.aliases.get(name, ""))
         if model is None:
             several = sorted(m.name for m in self.models.values() if m.spec.name == name)
@@ -135,7 +139,7 @@ class Server:
                 raise ModelNotFoundError(f"model {name} is in the repository but not served (UNAVAILABLE): "
                                          f"{skipped.reason}")
             raise ModelNotFoundError(f"unknown model {name[:200]!r}; loaded: {sorted(self.models) or 'none'}")
-        if version is not None and version != model.version:
+        if number is not None and number != int(model.version):
             raise ModelNotFoundError(f"model {model.name} has no version {version[:20]!r} (versions: {model.version})")
         return model
 
@@ -330,6 +334,18 @@ class Server:
                 self.regions.write(region, wanted.region.offset, raw)
             t = Tensor(t.name, t.datatype, t.shape, None, Region(wanted.region.name, wanted.region.offset, len(raw)))
         return t
+
+
+def version_number(version: str) -> int:
+    """A requested model version, read as Triton reads it (std::stol, refusing a negative
+    one): `01` and ` 1` are version 1. Unlike std::stol, nothing may follow the digits
+    (Triton reads `1abc` and `1.5` as 1). Anything else is the request's fault (400 /
+    INVALID_ARGUMENT, as Triton answers), not an unknown version."""
+    found = VERSION_NUMBER.fullmatch(version) if len(version) <= 100 else None  # int() refuses thousands of digits
+    number = int(found[1]) if found else -1
+    if not 0 <= number < 1 << 63:  # std::stol's range
+        raise ProtocolError(f"{version[:20]!r} is not a model version (a non-negative integer)")
+    return number
 
 
 def _parts(request: InferRequest) -> list[tuple[str, int, int]]:

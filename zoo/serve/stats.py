@@ -86,4 +86,5 @@ class ModelStats:
                     "inference_stats": {k: d.to_json() for k, d in self.durations.items()},
                     "batch_stats": [{"batch_size": size, **{k: d.to_json() for k, d in steps.items()}}
                                     for size, steps in sorted(self.batches.items())],
-                    "memory_usage": []}
+                    "memory_usage": [],
+                    "response_stats": {}}  # per-response counts of decoupled models: none here
