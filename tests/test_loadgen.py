@@ -231,6 +231,8 @@ def test_unknown_scenarios_are_refused(runner, tmp_path, scenario):
     ({"target_qps": 10, "concurrency": 0}, "concurrency must be a whole number"),
     ({"target_qps": 10, "samples": 0}, "samples must be a whole number"),
     ({"target_qps": 10, "min_queries": 2.5}, "min_queries must be a whole number"),
+    # LoadGen builds the whole schedule in memory first: 5e8 queries grew past 20 GB
+    ({"target_qps": 1e9, "duration_s": 0.5}, "LoadGen would schedule 500,000,000 queries"),
 ])
 def test_bad_settings_are_refused(runner, tmp_path, settings, message):
     with pytest.raises(ZooError, match=message):
@@ -311,3 +313,76 @@ def test_ctrl_c_at_the_first_combination_leaves_nothing(tmp_path, monkeypatch):
         scenarios.loadgen("resnet8.digits", ["openvino"], ["fp32"], ["cpu"], 1, ["offline"], tmp_path / "lg",
                           repository=tmp_path / "exports", random_init=True, duration_s=0.1)
     assert caught.value.report["loadgen"] == [] and not (tmp_path / "lg").exists()
+
+
+def test_the_peak_search_stops_at_the_highest_rate_loadgen_can_schedule(monkeypatch, tmp_path):
+    """A target that is VALID at every rate: doubling from 5e4 for 10 s, the search went on to
+    6.4e6 QPS (64 million queries held in memory); it stops at `max_server_qps` and says so."""
+    from rich.console import Console
+
+    from zoo.bench import loadgen
+
+    def always_valid(t, scenario, s, log_dir):
+        return {"scenario": "server", "valid": True, "target_qps": s["target_qps"], "reasons": []}
+
+    monkeypatch.setattr(loadgen, "_run", always_valid)
+    peak = find_peak_qps(lambda inputs: None, SPEC, 50, output_dir=tmp_path, start_qps=5e4, samples=4)
+    top = loadgen.max_server_qps(10.0)
+    assert [r["target_qps"] for r in peak["tried"]] == [5e4, 1e5, top] and top == 2e5
+    assert peak["peak_qps"] == top and peak["at_schedule_limit"] is True
+    console = Console(record=True, width=300)
+    print_loadgen([peak], console)
+    assert "the most LoadGen can schedule over the duration: the peak may be higher" in console.export_text()
+
+
+def test_a_run_in_which_samples_failed_reports_no_rate(tmp_path):
+    """LoadGen counts a sample the SUT answered with a failure as completed: a Server run at
+    1e6 QPS showed 134,919 samples/s while 497,043 of its samples failed."""
+    from zoo.bench.loadgen_report import result
+
+    detail = {"result_validity": "INVALID", "result_completed_samples_per_sec": 134919.0,
+              "result_scheduled_samples_per_sec": 999000.0, "result_query_count": 500000}
+    settings = {"target_qps": 1e6, "latency_bound_ms": 100.0, "duration_s": 0.5}
+    behind = ["the system fell behind: a query waited 1.2 s for a worker (limit 1 s); lower the target QPS"]
+    failed = result("Server", settings, detail, behind, 497043, 8, 1, tmp_path)
+    assert failed["samples_per_second"] is None and failed["failed_samples"] == 497043
+    assert failed["reasons"][0].startswith("497043 samples failed: the system fell behind")
+    served = result("Server", settings, {**detail, "result_validity": "VALID"}, [], 0, 8, 1, tmp_path)
+    assert served["samples_per_second"] == 134919.0 and served["failed_samples"] == 0
+
+
+def test_a_timeout_keeps_the_scenarios_that_finished_and_none_of_the_cut_off_ones_logs(tmp_path, monkeypatch):
+    """`--timeout 12 --scenario singlestream,server`: the server run outlived the time-out and
+    both rows said "failed: timed out", though SingleStream had finished VALID; Server's
+    0-byte summary stayed in the report directory."""
+    from zoo.bench import scenarios
+    from zoo.bench.loadgen import scenario_name
+    from zoo.bench.matrix import _Failed
+    from zoo.cli_bench import _loadgen_line
+
+    def in_own_process(fn, job, timeout):
+        if fn is scenarios.export_job:
+            return {"path": "unused"}
+        done = []
+        for name in job["scenarios"]:
+            logs = Path(job["output_dir"]) / scenario_name(name)
+            logs.mkdir(parents=True)
+            if name == "server":
+                (logs / "mlperf_log_summary.txt").write_text("")  # LoadGen's, cut off mid-run
+                raise _Failed("failed", f"timed out after {timeout:g} s")
+            (logs / "mlperf_log_summary.txt").write_text("Result is : VALID")
+            done.append({"scenario": name, "target": "in-process", "valid": True, "reasons": [], "p90_ms": 1.0,
+                         "samples_per_second": 100.0, "summary": str(logs / "mlperf_log_summary.txt")})
+        return done
+
+    monkeypatch.setattr(scenarios, "_in_own_process", in_own_process)
+    report = scenarios.loadgen("resnet8.digits", ["onnxruntime"], ["fp32"], ["cpu"], 1, ["singlestream", "server"],
+                               tmp_path / "lg", repository=tmp_path / "exports", random_init=True, duration_s=0.1,
+                               target_qps=100.0, timeout=12)
+    kept, cut = report["loadgen"]
+    assert (kept["scenario"], kept["valid"], kept.get("status")) == ("singlestream", True, None)
+    assert (cut["scenario"], cut["valid"], cut["status"], cut["reasons"]) == ("server", False, "failed",
+                                                                            ["timed out after 12 s"])
+    assert [p.name for p in (tmp_path / "lg" / "resnet8.digits.onnxruntime.fp32.cpu").iterdir()] == ["SingleStream"]
+    # the progress line says what the table says: failed, not INVALID (LoadGen judged no such run)
+    assert "server: failed[/] timed out after 12 s" in _loadgen_line(cut)

@@ -80,3 +80,80 @@ def test_a_missing_checkpoint_is_refused_once_before_any_candidate(tmp_path, mon
     assert lines[0].startswith("error: no checkpoint for resnet8.digits at checkpoints/resnet8.digits: run "
                                "`zoo train resnet8.digits` first") and "--random-init" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+STOPPED_IN_AN_EXPORT = """
+import os, signal, sys, time
+import zoo.optimize
+from zoo import cli
+
+def benchmark(spec, backends, batch_sizes, precisions, device, staging, **kwargs):
+    (staging / ".resnet8.digits.onnxruntime.fp32.tmp-1").mkdir()  # an export under way
+    os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` sends it
+    time.sleep(60)
+
+zoo.optimize.benchmark = benchmark
+sys.argv = ["zoo", "optimize", "resnet8.digits", "--random-init", "--backends", "onnxruntime", "-r", "x"]
+cli.main()
+"""
+
+
+def test_sigterm_removes_the_staging_directory_as_ctrl_c_does(tmp_path):
+    """`timeout 8 zoo optimize ...` left x/.optimize-NNN/.MODEL...tmp-XXXX/ behind: SIGTERM
+    ended the process before the `finally` that removes the staging directory. Now it is
+    Ctrl-C's path, and the exit status a shell reports for SIGTERM (143)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", STOPPED_IN_AN_EXPORT], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 128 + 15, (done.returncode, done.stderr[-2000:])
+    assert not (tmp_path / "x").exists()  # made by this run: no staging, and no empty repository
+
+
+@pytest.mark.parametrize("model", ["resnet*", "all", "resnet8.digits,ppo.cartpole"])
+def test_optimize_takes_one_model_and_says_so(tmp_path, monkeypatch, capsys, model):
+    """`zoo optimize 'resnet*'` said "unknown model 'resnet*'; did you mean resnet50, resnet18?"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", "optimize", model, "--random-init"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: zoo optimize takes one model, got {model!r}: name one")
+
+
+def test_precision_is_an_alias_of_precisions_as_bench_spells_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["zoo", "optimize", "resnet8.digits", "--random-init", "--precision", "int4"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2 and "--precisions: unknown int4" in capsys.readouterr().err
+
+
+def test_the_table_names_the_int8_method_and_a_change_that_rounds_to_zero_is_0(capsys):
+    """As `zoo bench` shows "int8 (static)"; "metric change -0.0000" is 0, and a drop of
+    nothing is 0.0 in the manifest, not -0.0."""
+    import json
+    import math
+
+    from rich.console import Console
+
+    from zoo.cli_bench import print_bench
+    from zoo.optimize import _drop, print_optimize
+
+    row = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "int8", "quantization": "static",
+           "device": "cpu", "batch": 1, "status": "ok", "p50_ms": 0.1, "p90_ms": 0.1, "p99_ms": 0.1,
+           "throughput": 10.0, "max_abs_error": 0.01, "metric_delta": -1e-6, "higher_is_better": True}
+    result = {"model": "resnet8.digits", "objective": "latency", "device": "cpu", "batch": 1, "max_metric_drop": None,
+              "candidates": [{**row, "decision": "chosen", "reason": "the fastest"}],
+              "chosen": {"backend": "onnxruntime", "precision": "int8", "quantization": "static"},
+              "figures": {"p50_ms": 0.1}, "path": "exports/resnet8.digits.optimized.latency.cpu"}
+    console = Console(record=True, width=250)
+    print_optimize(result, console)
+    text = console.export_text()
+    assert "int8 (static)" in text and "onnxruntime int8 (static), p50 ms" in text, text
+    assert "-0.0000" not in text and "│ 0 " in text, text
+    print_bench({"models": ["resnet8.digits"], "environment": {"cpu": "x"}, "results": [row]})
+    terminal = capsys.readouterr().out
+    assert "int8 (static)" in terminal and "-0.0000" not in terminal, terminal
+    drop = _drop(zoo.get_model("resnet8.digits"), {"metric_delta": 0.0, "higher_is_better": True})
+    assert math.copysign(1, drop) == 1 and json.dumps(drop) == "0.0"

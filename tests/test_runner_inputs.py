@@ -8,8 +8,10 @@ beyond the exported range ran on ONNX Runtime and OpenVINO. Each bad input here 
 raise `InputError` with one message on every backend, the message `zoo serve` answers
 the same tensors with, while the inputs a runner casts without loss (float64 features,
 int32 ids, torch tensors, Fortran-order and big-endian arrays) keep giving the results
-of the exact types. Two tiny models defined here: token ids with a vocabulary, and
-features of a fixed size with a second input sharing the batch axis.
+of the exact types. Tiny models defined here: token ids with a vocabulary, features of
+a fixed size with a second input sharing the batch axis, and one float input of float16,
+bfloat16 or float32 (a float its type cannot hold, numpy bfloat16 arrays, and a backend
+plugin's runner given exactly the declared types).
 """
 
 from __future__ import annotations
@@ -60,6 +62,35 @@ FEATURES = ModelSpec(name="features.inputs-test", domain="tabular", task="regres
                      axes={"batch": AxisRange(1, 4, 32)}, build=Scaled,
                      sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32),
                                             "scale": rng.random((b, 1)).astype(np.float32)})
+
+
+class Widened(torch.nn.Module):
+    """Computes in float32 whatever float type its input has (float16, bfloat16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x.float())
+
+
+def narrow(name: str, dtype: str, **fields) -> ModelSpec:
+    """A model taking one float input of `dtype` (its sample float32 for bfloat16, which numpy lacks)."""
+    return ModelSpec(name=name, domain="tabular", task="regression", inputs=(TensorSpec("x", dtype, ("batch", 4)),),
+                     outputs=(TensorSpec("y", "float32", ("batch", 2)),), axes={"batch": AxisRange(1, 2, 4)},
+                     build=Widened, sample=lambda b, rng: {
+                         "x": rng.standard_normal((b, 4)).astype("float32" if dtype == "bfloat16" else dtype)},
+                     **fields)
+
+
+HALF = narrow("half.inputs-test", "float16")
+BF16 = narrow("bf16.inputs-test", "bfloat16")
+#: scored on a dataset of float64 rows, which its float32 input takes (`zoo.inputs.check_split`)
+SCORED = narrow("scored.inputs-test", "float32",
+                dataset=zoo.Dataset("float64 rows", lambda split: ({"x": np.linspace(-1, 1, 24).reshape(6, 4)},
+                                                                   np.zeros(6))),
+                metric=zoo.Metric("mean", compute=lambda outputs, targets: float(outputs["y"].mean())))
 BACKENDS = ("onnxruntime", "openvino", "torch")
 
 
@@ -113,8 +144,8 @@ BAD_IN_PYTHON = [
 def artifacts(tmp_path_factory):
     """`path(model, backend)`: the model exported through the backend (once), skipped where
     the backend cannot run here."""
-    zoo.register(IDS)
-    zoo.register(FEATURES)
+    for spec in (IDS, FEATURES, HALF, BF16):
+        zoo.register(spec)
     repository, paths = tmp_path_factory.mktemp("exports"), {}
 
     def path(spec: ModelSpec, backend: str):
@@ -126,8 +157,8 @@ def artifacts(tmp_path_factory):
         return paths[spec.name, backend]
 
     yield path
-    zoo.unregister(IDS.name)
-    zoo.unregister(FEATURES.name)
+    for spec in (IDS, FEATURES, HALF, BF16):
+        zoo.unregister(spec.name)
 
 
 def served_error(path, inputs: dict[str, np.ndarray]) -> str:
@@ -258,3 +289,101 @@ def test_a_checked_runner_copies_and_keeps_the_runners_attributes():
     assert copied.unchecked is checked.unchecked and copied.device == "cpu"
     with pytest.raises(AttributeError):
         checked.no_such_attribute
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float_its_type_cannot_hold_is_refused_not_made_infinite(artifacts, backend):
+    """Found by a tester: 1e5 for a float16 input became infinity on every backend and the
+    outputs NaN, with numpy's "overflow encountered in cast" the only sign. A float is held
+    to its type's range as an integer is; rounding within it is the runner's, as float64
+    to float32 always was, and an infinity or a NaN given goes through as it is."""
+    path = artifacts(HALF, backend)
+    runner = zoo.load(path)
+    for given, shown, at in ((np.full((1, 4), 1e5), "100000.0", [0, 0]),
+                             (torch.full((2, 4), -7e4), "-70000.0", [0, 0]),
+                             (np.array([[1, 2, 3, 4], [5, 6, 65520, 7]], np.float32), "65520.0", [1, 2])):
+        with pytest.raises(InputError) as refused:
+            runner({"x": given})
+        assert str(refused.value) == (f"input 'x' has value {shown} at index {at}, which FP16 cannot hold (its "
+                                      f"largest is 65504; it would be infinity); model {path.name} takes FP16")
+    within = np.array([[65519.0, -65519.0, 1e-9, 0.1]])  # 65504, -65504, 0 and 0.0999755859375 in float16
+    np.testing.assert_array_equal(runner({"x": within})["y"], runner({"x": within.astype(np.float16)})["y"])
+    assert np.isnan(runner({"x": np.array([[np.inf, np.nan, 0.0, 0.0]])})["y"]).all()
+
+
+@pytest.mark.parametrize("dtype, value, refused", [
+    ("float16", np.float32(65519), False), ("float16", np.float32(65520), True),
+    ("float16", torch.tensor(1e5, dtype=torch.bfloat16), True), ("float16", np.float64(-np.inf), False),
+    ("float16", np.int32(65519), False), ("float16", np.int32(-70000), True), ("float16", torch.tensor(70000), True),
+    ("float32", np.float64(3.4e38), False), ("float32", np.float64(-1e39), True),
+    ("float32", torch.tensor(1e39, dtype=torch.float64), True),
+    # bfloat16 has float32's range but for its last 0.2 %: float32's largest values round past it
+    ("bfloat16", np.float32(1e5), False), ("bfloat16", np.float32(3.38e38), False),
+    ("bfloat16", np.float32(3.4e38), True), ("bfloat16", torch.tensor(-3.4e38), True)])
+def test_a_float_is_held_to_its_types_range_and_rounded_within_it(dtype, value, refused):
+    """What `zoo.load`'s runners and `zoo.client` refuse (`check_type`): the values a cast
+    would make infinite; precision lost in rounding is the runner's, as it always was."""
+    from zoo.inputs import check_type
+
+    array = value.reshape(1, 1).repeat(1, 2) if isinstance(value, torch.Tensor) else np.full((1, 2), value)
+    if refused:
+        with pytest.raises(InputError, match=rf"at index \[0, 0\], which {dt.v2_name(dtype)} cannot hold"):
+            check_type("x", dtype, array, "m")
+    else:
+        check_type("x", dtype, array, "m")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bfloat16_array_is_taken_as_the_bfloat16_it_is(artifacts, backend):
+    """tritonclient's (and onnx's) numpy bfloat16, ml_dtypes', which `zoo serve` takes over
+    the wire: `zoo.load` refused it for a BF16 input with "has datatype bfloat16; model ...
+    takes BF16", and took float32 instead. It widens to any float input without loss."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 4  # exact in bfloat16
+    features = zoo.load(artifacts(FEATURES, backend))
+    scale = np.ones((3, 1), np.float32)
+    np.testing.assert_array_equal(features({"x": x.astype(ml_dtypes.bfloat16), "scale": scale})["y"],
+                                  features({"x": x, "scale": scale})["y"])
+    ids = artifacts(IDS, backend)
+    with pytest.raises(InputError) as refused:
+        zoo.load(ids)({"ids": np.ones((1, 2), ml_dtypes.bfloat16)})
+    assert str(refused.value) == f"input 'ids' has datatype BF16; model {ids.name} takes INT64"
+    with pytest.raises(InputError, match="has value 99840.0 at index \\[0, 0\\], which FP16 cannot hold"):
+        zoo.load(artifacts(HALF, backend))({"x": np.full((1, 4), 1e5, ml_dtypes.bfloat16)})
+    if backend == "torch":  # the one backend that exports a bfloat16 input (ONNX Runtime refuses it: numpy has none)
+        bf16 = zoo.load(artifacts(BF16, backend))
+        np.testing.assert_array_equal(bf16({"x": x.astype(ml_dtypes.bfloat16)})["y"], bf16({"x": x})["y"])
+
+
+def test_a_backend_plugin_gets_inputs_in_their_declared_types(artifacts, tmp_path):
+    """Found by a tester whose backend, written as the README shows, hands its inputs
+    straight to its own ONNX Runtime session: the export's test vectors gave it a float16
+    input as float32, and the session refused them. Every runner is given the types the
+    spec declares (bfloat16 as float32 in numpy, which has none): by the export's parity,
+    test vectors and metric, and by `zoo.load`'s runner, which casts what it takes."""
+    TorchBackend = pytest.importorskip("zoo_torch").TorchBackend
+
+    class Strict(TorchBackend):
+        name = "strict-test"
+
+        def load(self, path, spec, precision, device, threads=None, info=None):
+            runner = super().load(path, spec, precision, device, threads, info)
+            declared = {t.name: np.dtype("float32" if t.dtype == "bfloat16" else t.dtype) for t in spec.inputs}
+
+            def run(inputs):
+                given = {name: value.dtype for name, value in inputs.items()}
+                if given != declared:
+                    raise TypeError(f"inputs of types {given}; the model declares {declared}")
+                return runner(inputs)
+            return run
+
+    zoo.register_backend(Strict())
+    zoo.register(SCORED)  # the others by `artifacts`
+    try:
+        for spec, given in ((IDS, np.array([[1, 2]], np.int32)), (HALF, np.ones((1, 4), np.float32)),
+                            (BF16, np.ones((1, 4))), (SCORED, np.ones((1, 4)))):
+            runner = zoo.load(zoo.export(spec.name, backend="strict-test", random_init=True, repository=tmp_path).path)
+            assert next(iter(runner({spec.inputs[0].name: given}).values())).shape[0] == 1
+    finally:
+        zoo.unregister("strict-test")
+        zoo.unregister(SCORED.name)

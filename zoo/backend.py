@@ -36,9 +36,11 @@ class Availability:
 class Runner(Protocol):
     """A loaded artifact: a dict of arrays in, a dict of arrays out.
 
-    Accepts numpy arrays or torch tensors. Numpy arrays in, numpy arrays out, on every
-    device (plugins' metrics and domain checks read outputs with numpy); on CUDA, device
-    tensors in, device tensors out, kept on the device.
+    Given numpy arrays or torch tensors in the dtypes the spec declares (a bfloat16 input
+    as float32 numpy): zoo passes them so (`zoo.load`'s runner casts what it takes,
+    `zoo.inputs.as_declared`), and a runner may hand them straight to its engine. Numpy
+    arrays in, numpy arrays out, on every device (plugins' metrics and domain checks read
+    outputs with numpy); on CUDA, device tensors in, device tensors out, kept on the device.
     """
 
     input_names: tuple[str, ...]

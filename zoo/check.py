@@ -93,6 +93,7 @@ class Report:
     precision: str
     checks: list[Check] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts about what ran, neither problems nor warnings
 
     @property
     def failures(self) -> list[str]:
@@ -108,7 +109,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "precision": self.precision, "passed": self.passed,
-                "checks": [c.to_json() for c in self.checks], "warnings": self.warnings}
+                "checks": [c.to_json() for c in self.checks], "warnings": self.warnings, "notes": self.notes}
 
 
 def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", device: str = "cpu",
@@ -117,16 +118,20 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
 
     The samples are drawn as parity draws them (the same seed, the same batch sizes), so
     what is checked here is what parity will compare."""
-    report = Report(spec.name, precision)
+    report = Report(spec.name, precision, notes=spec.batch_notes())
     scripted = _scripted(spec, module)
     if scripted:  # TorchScript runs none of what follows as a module does (and has no get_submodule)
         report.checks.append(Check("forward", None, scripted))
         return report
     rng = np.random.default_rng(seed)
-    typical = spec.axes["batch"].opt
+    typical = spec.axes["batch"].opt if spec.has_batch_axis else 1
+
+    def at(batch: int) -> int | None:  # the batch size a row names: none, for a model without a batch axis
+        return batch if spec.has_batch_axis else None
+
     state = _state(module)
     for batch in spec.batch_sizes():
-        sample = Check("sample", batch)
+        sample = Check("sample", at(batch))
         report.checks.append(sample)
         try:
             inputs = spec.sample(batch, rng)
@@ -134,7 +139,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             sample.problems.append(f"{spec.name}: sample({batch}, rng) raised {type(exc).__name__}: {first_line(exc)}")
             inputs = None
         sizes = _check_sample(spec, inputs, batch, sample.problems) if not sample.problems else None
-        forward, outputs = Check("forward", batch), Check("outputs", batch)
+        forward, outputs = Check("forward", at(batch)), Check("outputs", at(batch))
         report.checks += [forward, outputs]
         if sizes is None:
             forward.skipped = outputs.skipped = f"the sample at batch {batch} does not meet the spec"
@@ -158,16 +163,16 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             forward.problems += _uncapturable(spec, module, inputs, batch, device)
         if batch == typical and precision in spec.tolerances:
             report.warnings += _small_outputs(spec, result, batch, precision)
-    stateful = Check("state", typical, _state_changed(spec, module, state) + _unsaved_buffers(spec, module))
+    stateful = Check("state", at(typical), _state_changed(spec, module, state) + _unsaved_buffers(spec, module))
     report.checks.append(stateful)
     integer = [t for t in spec.inputs if t.dtype in ("int64", "int32", "int8", "uint8")]
     bounded = [t for t in integer if t.value_range is not None]
     if report.passed and bounded and device == "cpu":  # on CUDA an id out of range is a device-side assert
-        report.checks.append(Check("value_range", spec.axes["batch"].min, _range_ends(spec, module, bounded, seed)))
+        report.checks.append(Check("value_range", at(spec.axes["batch"].min), _range_ends(spec, module, bounded, seed)))
     if report.passed and len(bounded) < len(integer) and device == "cpu":
         report.warnings += _unbounded_ids(spec, module, [t for t in integer if t.value_range is None], seed)
     if report.passed and ragged_axes(spec):
-        report.checks.append(Check("sizes", spec.axes["batch"].min, _other_sizes(spec, module, device, seed)))
+        report.checks.append(Check("sizes", at(spec.axes["batch"].min), _other_sizes(spec, module, device, seed)))
     if report.passed and ragged_axes(spec) and rows_batched(spec):  # else the server never pads: no batches
         safe, why = padding_safe(spec, lambda x: _run(module, spec, x, device), spec.sample(2, rng))
         if not safe:

@@ -253,6 +253,8 @@ def check(model: str, config: List[str] = typer.Option([], "--config", "-c", hel
                [[c.name, "" if c.batch is None else c.batch, "passed" if c.passed else "skipped" if c.skipped else "FAILED",
                  "\n".join(c.problems) or c.skipped] for c in report.checks],
                title=f"{spec.name} ({source}) against its spec")
+        for note in report.notes:
+            out.print(escape(note), highlight=False)
     report.raise_for_failures()
     if not as_json:
         out.print("[green]meets its spec[/green]")
@@ -306,6 +308,8 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     relative = sorted({c["output"] for c in parity["checks"] if c.get("relative")})
     if relative:
         out.print(f"held to a tenth of their magnitude, being under 10x the atol: {', '.join(relative)}")
+    for note in parity.get("notes", []):  # a model without a batch axis
+        out.print(escape(note), highlight=False)
     if art.manifest.get("metric"):
         m = art.manifest["metric"]
         allowed = f", allowed worsening {m['allowed_drop']:g}" if m.get("allowed_drop") is not None else ""
@@ -361,7 +365,8 @@ def verify(artifact: str = typer.Argument(..., help="Artifact directory, or its 
     if as_json:
         return _emit_json(report)
     _table(["batch", "output", "max |error|", "passed"],
-           [[c["batch"], c["output"], f"{c['max_abs_error']:.3g}", c["passed"]] for c in report["parity"]["checks"]],
+           [["no batch axis" if c["batch"] is None else c["batch"], c["output"], f"{c['max_abs_error']:.3g}",
+             c["passed"]] for c in report["parity"]["checks"]],
            title=f"{report['artifact']}: parity vs {report['reference']}")
     vectors = report.get("test_vectors") or {}
     if vectors:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .bench.report import precision_label
+from .bench.report import precision_label, signed
 from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
 from .errors import UsageError, ZooError
 from .fsutil import check_destination
@@ -37,7 +37,7 @@ def print_bench(report: dict[str, Any], console: Console | None = None) -> None:
                      _f(r["p50_ms"], ".3f"), _f(r["p90_ms"], ".3f"), _f(r["p99_ms"], ".3f"),
                      _f(r["throughput"], ".1f"), _f(r.get("peak_host_mb"), ".0f"),
                      _f(r.get("export_seconds"), ".1f"), _f((r.get("artifact_bytes") or 0) / 1e6, ".2f"),
-                     _f(r.get("max_abs_error"), ".2g"), _f(r.get("metric_delta"), "+.4f")])
+                     _f(r.get("max_abs_error"), ".2g"), signed(r.get("metric_delta"))])
     env = report["environment"]
     title = f"{', '.join(report.get('models') or [report.get('model', '')])} on {env['cpu']}" + (
         f" + {env['gpu']}" if env.get("gpu") else "")
@@ -67,7 +67,8 @@ def _row_line(r: dict[str, Any]) -> str:
 _ARTIFACT = typer.Option([], "--artifact", "-a", help="Measure this artifact as it is (directory, or name in "
                          "the repository; repeatable) instead of exporting MODEL: no plugin needed.")
 _BATCH_SIZES = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
-                            "with --url, rows per request, default 1).")
+                            "with --url, rows per request, default 1; with --scenario, one value: the most "
+                            "rows per execution, default 8).")
 _PRECISION = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
                           "backend at each (combinations a backend lacks are listed as unsupported).")
 _LENGTHS = typer.Option(None, help="Lengths of the sequence or atom axis to measure at, "
@@ -173,6 +174,10 @@ def bench(ctx: typer.Context,
     from .bench.matrix import Interrupted
 
     made = not directory.exists()
+    if not made:  # a reused directory: the earlier report's files go, so that it never holds two runs
+        from .bench.report import clear_report
+
+        clear_report(directory)
     try:
         report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     except Interrupted as exc:
@@ -187,9 +192,13 @@ def _baseline(compare: Path) -> dict[str, Any]:
     from .bench.report import load_report
 
     try:
-        return load_report(compare)
+        baseline = load_report(compare)
     except ZooError as exc:
         raise UsageError(f"--compare: {exc}") from None
+    if baseline.get("interrupted"):
+        raise UsageError(f"--compare {compare} is the report of an interrupted run: it lacks the combinations that "
+                         "had not finished, and a gate against it passes them unchecked; compare with a whole run's")
+    return baseline
 
 
 def _interrupted(report: dict[str, Any], made: Optional[Path], directory: Path, output: Optional[Path],
@@ -198,8 +207,6 @@ def _interrupted(report: dict[str, Any], made: Optional[Path], directory: Path, 
     or, when none was, nothing at all; then exit 130, as a shell does for SIGINT. No
     comparison: a gate that saw part of the matrix has passed nothing. `made`: the report
     directory where this run created it."""
-    from .bench.report import write_report
-
     if not (report.get("results") or report.get("loadgen")):
         if made is not None:
             with contextlib.suppress(OSError):
@@ -213,18 +220,42 @@ def _interrupted(report: dict[str, Any], made: Optional[Path], directory: Path, 
         from .bench.loadgen import print_loadgen
 
         print_loadgen(report["loadgen"], out)
-    written = write_report(report, directory)
+    written = _write(report, directory)
     _write_json(output, report)
-    err.print(f"interrupted: the report of what finished before it is in {directory} "
-              f"({', '.join(p.name for p in written.values())})", highlight=False)
+    err.print(f"interrupted: the report of what finished before it is in {directory} ({written})", highlight=False)
     raise typer.Exit(130)
+
+
+def _write(report: dict[str, Any], directory: Path) -> str:
+    """Write the report; the names written, as the "report:" line lists them (loadgen/ with
+    LoadGen's logs too). Ctrl-C while it is written (the plots take a while) exits 130 with
+    a line saying what is there: each file is written whole or not at all (zoo.fsutil)."""
+    from .bench.report import LOADGEN_DIR, report_files, write_report
+
+    try:
+        written = [p.name for p in write_report(report, directory).values()]
+    except KeyboardInterrupt:
+        there = [name for name in report_files() if (directory / name).is_file()]
+        err.print(f"interrupted while writing the report: {directory} holds "
+                  + (f"part of it ({', '.join(there)}), each file complete" if there else "none of it"),
+                  highlight=False)
+        raise typer.Exit(130) from None
+    if report.get("loadgen") and (directory / LOADGEN_DIR).is_dir():
+        written.append(f"{LOADGEN_DIR}/")
+    return ", ".join(written)
 
 
 def _check_values(o: SimpleNamespace) -> None:
     """Refuse a value no run can use before anything is exported or measured: found after
-    the run, it would cost the whole run, and some (a zero --min-time) would give empty rows."""
+    the run, it would cost the whole run, and some (a zero --min-time) would give empty rows.
+    The lists are read here, once (`zoo.bench.options.items`: no empty item, none twice),
+    into `o.names`, `o.backends`, `o.precisions`, `o.devices`, `o.sizes`, `o.length_values`,
+    `o.concurrencies` and `o.scenarios` (None where the option is not given)."""
+    from .bench.options import items
+
     if o.models is not None and not _csv(o.models):
         raise UsageError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
+    o.names = None if o.models is None else items("MODEL", o.models, "model")
     if o.report_dir is not None and not o.report_dir.strip():
         raise UsageError("--report-dir is empty: name a directory (`--report-dir .` for this one)")
     for option, value in (("--min-time", o.min_time), ("--timeout", o.timeout), ("--target-qps", o.target_qps),
@@ -234,15 +265,20 @@ def _check_values(o: SimpleNamespace) -> None:
     for option, value in (("--sigmas", o.sigmas), ("--min-change", o.min_change)):
         if not 0 <= value < math.inf:
             raise UsageError(f"{option} must be a non-negative number, got {value:g}")
-    counts = {"--threads": [] if o.threads is None else [o.threads],
-              "--batch-sizes": _ints("--batch-sizes", o.batch_sizes) if o.batch_sizes is not None else [1],
-              "--lengths": _ints("--lengths", o.lengths) if o.lengths is not None else [1],
-              "--concurrency": (_ints("--concurrency", o.concurrency) if o.url is not None and o.scenario is None
-                                else [1])}
+    o.backends = items("--backends", o.backends_, "backend")
+    o.precisions = items("--precision", o.precision, "precision")
+    o.devices = items("--device", o.device, "device")
+    o.sizes = None if o.batch_sizes is None else items("--batch-sizes", o.batch_sizes, "batch size", int)
+    o.length_values = None if o.lengths is None else items("--lengths", o.lengths, "length", int)
+    sweep = o.url is not None and o.scenario is None
+    o.concurrencies = items("--concurrency", o.concurrency, "concurrency", int) if sweep else None
+    o.scenarios = None if o.scenario is None else items("--scenario", o.scenario, "scenario", key=_scenario_key)
+    counts = {"--threads": [] if o.threads is None else [o.threads], "--batch-sizes": o.sizes or [],
+              "--lengths": o.length_values or [], "--concurrency": o.concurrencies or []}
     for option, values in counts.items():
         bad = next((v for v in values if v < 1), None)
-        if bad is not None or (option != "--threads" and not values):
-            raise UsageError(f"{option} must be at least 1, got {bad if bad is not None else 'none'}")
+        if bad is not None:
+            raise UsageError(f"{option} must be at least 1, got {bad}")
     if o.url is not None:
         _check_url(o)
     if o.scenario is not None:
@@ -250,15 +286,7 @@ def _check_values(o: SimpleNamespace) -> None:
     if o.url is None and not o.artifact:  # with them, --precision, --device and --backends are refused as not used
         from .bench.matrix import check_names
 
-        check_names(_csv(o.precision), _csv(o.device), _csv(o.backends_))
-
-
-def _ints(option: str, text: str) -> list[int]:
-    """A comma-separated list of whole numbers, or a usage error naming the option."""
-    try:
-        return [int(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{option}: expected whole numbers separated by commas, got {text!r}") from None
+        check_names(o.precisions, o.devices, o.backends)
 
 
 def _check_url(o: SimpleNamespace) -> None:
@@ -295,16 +323,21 @@ def _check_scenarios(o: SimpleNamespace) -> None:
     any export: each found later cost the exports before it."""
     from .bench.loadgen import SCENARIOS
 
-    names = _csv(o.scenario)
-    if not names:
-        raise UsageError(f"--scenario {o.scenario!r} names no scenario; choose from {', '.join(SCENARIOS)}")
+    names = o.scenarios
     unknown = [n for n in names if _scenario_key(n) not in SCENARIOS]
     if unknown:
         raise UsageError(f"--scenario: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(SCENARIOS)}")
     if "server" in map(_scenario_key, names) and o.target_qps is None and not o.find_qps:
         raise UsageError("--scenario server needs --target-qps N, or --find-qps to search for the highest QPS that "
                          "meets --latency-bound-ms")
-    if o.batch_sizes is not None and len(_ints("--batch-sizes", o.batch_sizes)) != 1:
+    if o.target_qps is not None:  # a schedule LoadGen would build in memory before the first query
+        from .bench.loadgen import check_server_schedule
+
+        duration = 10.0 if o.min_time is None else o.min_time
+        check_server_schedule(o.target_qps, duration, "--target-qps",
+                              "the default --min-time 10 s" if o.min_time is None else f"--min-time {duration:g} s",
+                              "--min-time")
+    if o.sizes is not None and len(o.sizes) != 1:
         raise UsageError("with --scenario, --batch-sizes takes one value: the most rows per execution")
 
 
@@ -317,10 +350,9 @@ def _sweep_server(o: SimpleNamespace) -> None:
     """`--url`: requests/s and latency of a running server at each concurrency."""
     from .serve.perf import print_sweep, sweep
 
-    report = sweep(o.url, o.model_name or o.models, o.models, _csv(o.concurrency, int),
-                   _csv(o.batch_sizes or "1", int), duration=1.0 if o.min_time is None else o.min_time,
-                   binary=not o.json_data, metrics_url=o.metrics_url, shared_memory=o.shared_memory,
-                   streaming=o.streaming)
+    report = sweep(o.url, o.model_name or o.models, o.models, o.concurrencies, o.sizes or [1],
+                   duration=1.0 if o.min_time is None else o.min_time, binary=not o.json_data,
+                   metrics_url=o.metrics_url, shared_memory=o.shared_memory, streaming=o.streaming)
     _emit_json(report) if o.as_json else print_sweep(report, out)
     _write_json(o.output, report)
     if any(r["errors"] for r in report["results"]):
@@ -331,31 +363,55 @@ def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
     """`--scenario`: MLPerf LoadGen runs, in process per combination or against `--url`."""
     from .bench.scenarios import loadgen
 
-    sizes = _csv(o.batch_sizes or "8", int)
-    if len(sizes) != 1:
-        raise UsageError("with --scenario, --batch-sizes takes one value: the most rows per execution")
+    sizes = o.sizes or [8]
     if o.url is None:  # a bad model name or batch before the progress bar (against a server, the server's)
         from .bench.matrix import checked_models
 
-        checked_models(_csv(o.models), _csv(o.backends_), sizes, _csv(o.precision), _csv(o.device),
-                       checkpoint=o.checkpoint)
+        checked_models(o.names, o.backends, sizes, o.precisions, o.devices, checkpoint=o.checkpoint)
     with _progress() as progress:
         progress.add_task("MLPerf LoadGen", total=None)
-        return loadgen(_csv(o.models), _csv(o.backends_), _csv(o.precision), _csv(o.device), sizes[0],
-                       _csv(o.scenario), directory / "loadgen", repository=o.repository, checkpoint=o.checkpoint,
+        return loadgen(o.names, o.backends, o.precisions, o.devices, sizes[0], o.scenarios, directory / "loadgen",
+                       repository=o.repository, checkpoint=o.checkpoint,
                        random_init=o.random_init, threads=o.threads, target_qps=o.target_qps, find_qps=o.find_qps,
                        latency_bound_ms=o.latency_bound_ms, duration_s=10.0 if o.min_time is None else o.min_time,
                        url=o.url, model_name=o.model_name, timeout=o.timeout,
                        on_result=lambda r: progress.console.print(_loadgen_line(r), highlight=False))
 
 
+def _artifact_dir(given: str, repository: Path) -> Path:
+    """An --artifact as the directory it names; a usage error where it names a repository,
+    a directory inside an artifact, or no artifact but one of a close name in the
+    repository (each was "has no zoo.json: it is incomplete; re-export it")."""
+    import difflib
+
+    from .artifact import MANIFEST
+
+    path = _artifact_path(given, repository)
+    if (path / MANIFEST).exists() or (path / MANIFEST).is_symlink():
+        return path
+    if path.is_dir():
+        inside = next((p for p in path.parents if (p / MANIFEST).is_file()), None)
+        if inside is not None:
+            raise UsageError(f"--artifact {given} is a directory inside the artifact {inside}: name the artifact")
+        found = sorted(p.name for p in path.iterdir() if (p / MANIFEST).is_file())
+        if found:
+            listed = ", ".join(found[:8]) + (f" (and {len(found) - 8} more)" if len(found) > 8 else "")
+            raise UsageError(f"--artifact {given} is a repository, not an artifact directory: name one of its "
+                             f"artifacts: {listed}")
+    elif not path.exists() and repository.is_dir():
+        names = [p.name for p in repository.iterdir() if (p / MANIFEST).is_file()]
+        close = difflib.get_close_matches(path.name, names, n=3)
+        if close:
+            raise UsageError(f"--artifact {given}: no such artifact; did you mean {', '.join(close)}?")
+    return path  # what else is wrong with it, `Artifact.open` says
+
+
 def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
     """`--artifact`: existing artifacts measured as they are."""
     from .bench import benchmark_artifacts
 
-    return benchmark_artifacts([_artifact_path(a, o.repository) for a in o.artifact],
-                               _csv(o.batch_sizes or "1,8,32", int),
-                               lengths=_csv(o.lengths, int) if o.lengths else None, threads=o.threads,
+    return benchmark_artifacts([_artifact_dir(a, o.repository) for a in o.artifact],
+                               o.sizes or [1, 8, 32], lengths=o.length_values, threads=o.threads,
                                min_time=1.0 if o.min_time is None else o.min_time, timeout=o.timeout,
                                on_result=lambda row: err.print(_row_line(row), highlight=False),
                                distinct=o.compare is not None)
@@ -366,15 +422,14 @@ def _matrix(o: SimpleNamespace) -> dict[str, Any]:
     from .bench import benchmark
     from .bench.matrix import checked_models
 
-    sizes, lengths = _csv(o.batch_sizes or "1,8,32", int), _csv(o.lengths, int) if o.lengths else None
+    sizes, lengths = o.sizes or [1, 8, 32], o.length_values
     # every usage error (a model's range, --lengths without its axis) before the progress bar
-    specs = checked_models(_csv(o.models), _csv(o.backends_), sizes, _csv(o.precision), _csv(o.device), lengths,
-                           o.checkpoint)
+    specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint)
     with _progress() as progress:
         task = progress.add_task("benchmarking", total=None)
         return benchmark(
-            specs, _csv(o.backends_), sizes, _csv(o.precision),
-            _csv(o.device), o.repository, checkpoint=o.checkpoint, random_init=o.random_init, threads=o.threads,
+            specs, o.backends, sizes, o.precisions, o.devices, o.repository, checkpoint=o.checkpoint,
+            random_init=o.random_init, threads=o.threads,
             min_time=1.0 if o.min_time is None else o.min_time, lengths=lengths,
             timeout=o.timeout, ray=o.ray, on_result=lambda row: progress.console.print(_row_line(row), highlight=False),
             on_combination=lambda done, total, label: progress.update(task, completed=done, total=total,
@@ -397,7 +452,6 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
     nothing to compare, a failed combination, a refused one with --strict."""
     from .bench.compare import compare as compare_reports
     from .bench.compare import compared, failed, print_comparison
-    from .bench.report import write_report
 
     result, unpaired = None, None
     if baseline:
@@ -416,10 +470,10 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
             print_loadgen(report["loadgen"], out)
         if result:
             print_comparison(result, out)
-    written = write_report(report, directory)
+    written = _write(report, directory)
     _write_json(output, report)
     if not as_json:
-        out.print(f"report: {directory} ({', '.join(p.name for p in written.values())})", highlight=False)
+        out.print(f"report: {directory} ({written})", highlight=False)
     if unpaired is not None:
         raise ZooError(f"--compare {compare_path}: {unpaired}")
     if result and not compared(result):
@@ -437,7 +491,14 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
 #: options each mode does not use: given on the command line there, they are refused, not ignored
 _NOT_WITH_URL = ("backends_", "precision", "device", "threads", "lengths", "report_dir", "compare", "checkpoint",
                  "random_init", "strict", "timeout", "target_qps", "find_qps", "latency_bound_ms")
-_NOT_WITH_SCENARIO = ("lengths", "compare", "concurrency", "json_data", "artifact", "streaming")
+#: options LoadGen runs do not use, each group with its reason
+_NOT_WITH_SCENARIO = {("lengths",): "LoadGen runs each combination at its own sizes",
+                      ("compare",): "the regression gate compares the timed benchmark's rows (latency per batch "
+                                    "size), and LoadGen judges its own runs (VALID or INVALID)",
+                      ("artifact",): "LoadGen runs export each combination of MODEL; measure an artifact without "
+                                     "--scenario, or serve it (`zoo serve`) and give its --url",
+                      ("concurrency", "json_data", "streaming"): "it sets the concurrency sweep of a running "
+                                                                 "server (--url without --scenario)"}
 #: LoadGen against a server: the server decides what runs, and nothing runs in a process of ours
 _NOT_WITH_SERVER_SCENARIO = ("backends_", "precision", "device", "threads", "checkpoint", "random_init", "timeout")
 #: with --artifact the artifact says what it is: nothing is exported
@@ -454,8 +515,7 @@ def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[s
     for mode, active, names, why in (
             ("without --compare", ctx.params.get("compare") is None, _ONLY_WITH_COMPARE,
              "it sets the regression gate's threshold"),
-            ("with --scenario", scenario is not None, _NOT_WITH_SCENARIO,
-             "LoadGen runs each combination at its own sizes"),
+            *(("with --scenario", scenario is not None, names, why) for names, why in _NOT_WITH_SCENARIO.items()),
             ("with --url", url is not None and scenario is None, _NOT_WITH_URL, "it measures the server as it runs"),
             ("with --url and --scenario", url is not None and scenario is not None, _NOT_WITH_SERVER_SCENARIO,
              "LoadGen drives the server as it runs"),
@@ -476,8 +536,10 @@ def _loadgen_line(r: dict[str, Any]) -> str:
     who = escape(f"{r['model']} {r['backend']} {precision_label(r)} {r['device']} {r.get('scenario', '')}")
     if r.get("peak_qps") is not None:
         return f"{who}: peak {r['peak_qps']:.1f} QPS within p99 {r['latency_bound_ms']:g} ms"
-    if not r["valid"]:
-        return f"[yellow]{who}: INVALID[/] {escape('; '.join(r.get('reasons') or []))}"
+    if not r["valid"]:  # the word the table shows: INVALID (LoadGen's verdict), or failed, unsupported...
+        from .bench.loadgen_report import verdict
+
+        return f"[yellow]{who}: {verdict(r)}[/] {escape('; '.join(r.get('reasons') or []))}"
     return f"{who}: VALID, p90 {r.get('p90_ms') or 0:.3f} ms, {r.get('samples_per_second') or 0:.1f} samples/s"
 
 
@@ -491,7 +553,8 @@ def optimize(model: str, device: str = typer.Option("cpu", help="cpu or cuda."),
                             "(0.01: one accuracy point). Default: the model's own bound per precision."),
              backends_: Optional[str] = typer.Option(None, "--backends", help="Only these backends (default: every "
                                                      "one that runs on DEVICE here)."),
-             precisions: Optional[str] = typer.Option(None, help="Only these precisions, e.g. fp32,int8."),
+             precisions: Optional[str] = typer.Option(None, "--precisions", "--precision",
+                                                      help="Only these precisions, e.g. fp32,int8."),
              batch: Optional[int] = typer.Option(None, help="Batch size to rank at."),
              repository: Path = REPOSITORY, checkpoint: Optional[Path] = None,
              random_init: bool = typer.Option(False, help="Optimize untrained weights."),

@@ -10,15 +10,19 @@ backend sees them, each input is checked for, in this order (the server's):
 
 - its name: every input of the spec, no other;
 - its type: an array (numpy or torch; a list or a number as the numpy array it makes), of
-  an element type the runner casts without loss (int32 ids to int64, float64 features to float32, as runners
-  always did). Floats for an integer input are refused, and integers its type cannot hold;
+  an element type that casts to the declared one without loss (int32 ids to int64), or
+  with rounding only (float64 features to float32, float32 to bfloat16). Floats for an
+  integer input are refused, integers its type cannot hold, and finite numbers beyond its
+  range, which the cast would make infinite (1e5 for float16);
 - its shape: the rank, the fixed sizes, every dynamic axis within its exported range and
   of one size wherever it appears;
 - its values: `TensorSpec.value_range` (token ids within the vocabulary).
 
 Each refusal is an `InputError` naming the input, worded as the server answers it (400).
-The server checks a request's wire datatypes itself (they must match exactly, as in
-Triton), then its arrays with `check_arrays`; its runners are the unchecked ones.
+What passes is cast to the declared types (`as_declared`), so a backend's runner is given
+those and no other, a plugin's too. The server checks a request's wire datatypes itself
+(they must match exactly, as in Triton), then its arrays with `check_arrays`; its runners
+are the unchecked ones.
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ _V2_NAMES = {(t.kind, t.itemsize): name for name, t in dt.NUMPY_TYPES.items() if
 #: the values each integer dtype of a spec holds
 _INTEGER_RANGES = {"bool": (0, 1), **{d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
                                      for d in ("uint8", "int8", "int32", "int64")}}
+#: each float dtype of a spec: (its largest finite value, the least magnitude a cast to it
+#: rounds to infinity: halfway from the largest to the next power of two, which rounding to
+#: nearest even takes up). bfloat16 is float32 with 16 fewer mantissa bits: float32's range
+#: but for float32's largest values, above 3.396e38.
+_FLOAT_RANGES = {"float16": (65504.0, 65520.0),
+                 "bfloat16": (2.0 ** 128 * (1 - 2.0 ** -8), 2.0 ** 128 * (1 - 2.0 ** -9)),
+                 "float32": (float(np.finfo(np.float32).max), 2.0 ** 128 * (1 - 2.0 ** -25))}
 
 
 def wire_shape(shape: Sequence[int | str]) -> list[int]:
@@ -98,8 +109,8 @@ def check_shapes(arrays: Mapping[str, Any], spec: ModelSpec, model: str,
 
 
 def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict[str, Any]:
-    """What a runner is called with, checked: its arrays in spec order (a list as the numpy
-    array it makes, the rest as given, the runner casting them); `InputError` otherwise."""
+    """What a runner is called with, checked: its arrays in spec order, in the types the
+    spec declares (`as_declared`; a list as the numpy array it makes); `InputError` otherwise."""
     if not isinstance(inputs, Mapping):
         raise InputError(f"model {model} takes a dict of its inputs {[t.name for t in spec.inputs]}, "
                          f"not a {type(inputs).__name__}")
@@ -108,7 +119,29 @@ def check_inputs(inputs: Mapping[str, Any], spec: ModelSpec, model: str) -> dict
     for t in spec.inputs:
         check_type(t.name, t.dtype, arrays[t.name], model)
     check_arrays(arrays, spec, model)
-    return arrays
+    return as_declared(arrays, spec)
+
+
+def as_declared(arrays: Mapping[str, Any], spec: ModelSpec) -> dict[str, Any]:
+    """Inputs as a runner takes them: each numpy array or torch tensor (as given, on its
+    device) in the type its spec declares; a bfloat16 input as a float32 numpy array, numpy
+    having no bfloat16 of its own (`zoo serve` widens BF16 so, and ml_dtypes' is widened).
+    Where the types are already those, the arrays themselves (no copy).
+
+    A backend whose runner casts only what its engine cannot take was given float32 for a
+    float16 input by the export's test vectors, and int32 ids for int64 by `zoo.load`."""
+    typed = {}
+    for t in spec.inputs:
+        value = arrays[t.name]
+        if t.dtype == "string":
+            typed[t.name] = value
+        elif _is_tensor(value):
+            want = getattr(sys.modules["torch"], t.dtype)
+            typed[t.name] = value if value.dtype == want else value.to(want)
+        else:
+            value, want = np.asarray(value), np.dtype("float32" if t.dtype == "bfloat16" else t.dtype)
+            typed[t.name] = value if value.dtype == want else value.astype(want)
+    return typed
 
 
 def dataset_splits(spec: ModelSpec) -> list[str]:
@@ -351,6 +384,8 @@ def _element(value: Any) -> tuple[str, int, str]:
     """(numpy kind, bytes, the protocol's name or else the library's) of an array's or tensor's elements."""
     if not _is_tensor(value):
         d = value.dtype
+        if d.name == "bfloat16":  # ml_dtypes' (tritonclient's, onnx's), a kind numpy does not know ("V")
+            return "f", 2, "BF16"
         return d.kind, d.itemsize, _V2_NAMES.get((d.kind, d.itemsize), d.name)
     torch, d = sys.modules["torch"], value.dtype
     if d is torch.bfloat16:
@@ -361,15 +396,17 @@ def _element(value: Any) -> tuple[str, int, str]:
 
 
 def check_type(name: str, dtype: str, value: Any, model: str) -> None:
-    """Refuse what the runner's cast of input `name` to `dtype` would change: any float to
-    an integer type (the server refuses it too), an integer the type cannot hold, a
-    non-number. `zoo.client` casts by the same rule, so an array a runner takes here is
-    taken by a server too."""
+    """Refuse what the cast of input `name` to `dtype` would change beyond rounding: any
+    float to an integer type (the server refuses it too), an integer the type cannot hold,
+    a finite number it would make infinite, a non-number. `zoo.client` casts by the same
+    rule, so an array a runner takes here is taken by a server too."""
     kind, size, datatype = _element(value)
     integer = _INTEGER_RANGES.get(dtype)
     takes = "OSU" if dtype == "string" else "biu" if integer else "biuf"
     if kind not in takes:
         raise datatype_error(name, datatype, dt.v2_name(dtype), model)
+    if kind in "iuf" and dtype in _FLOAT_RANGES:
+        _check_float_range(name, dtype, value, kind, size, datatype, model)
     if integer is None or kind not in "iu":
         return
     source, (low, high) = np.iinfo(f"{kind}{size}"), integer
@@ -379,6 +416,47 @@ def check_type(name: str, dtype: str, value: Any, model: str) -> None:
     index = [int(i) for i in np.argwhere((array < low) | (array > high))[0]]
     raise InputError(f"input {name!r} has value {array[tuple(index)].item()} at index {index}, which "
                      f"{dt.v2_name(dtype)} cannot hold; model {model} takes {dt.v2_name(dtype)}")
+
+
+def _check_float_range(name: str, dtype: str, value: Any, kind: str, size: int, datatype: str, model: str) -> None:
+    """Refuse a finite value (a float or an integer) the cast to float `dtype` would make
+    infinite (1e5 as float16): every engine made it so, without a word, and answered NaN.
+    An infinity given stays one."""
+    largest, overflows = _FLOAT_RANGES[dtype]
+    source_largest = (_FLOAT_RANGES["bfloat16"][0] if datatype == "BF16" else
+                      float((np.finfo if kind == "f" else np.iinfo)(f"{kind}{size}").max))
+    if source_largest < overflows or _largest_finite(value) < overflows:
+        return
+    array = _float64(value)
+    index = [int(i) for i in np.argwhere(np.isfinite(array) & (np.abs(array) >= overflows))[0]]
+    raise InputError(f"input {name!r} has value {array[tuple(index)].item()} at index {index}, which "
+                     f"{dt.v2_name(dtype)} cannot hold (its largest is {largest:.6g}; it would be infinity); model "
+                     f"{model} takes {dt.v2_name(dtype)}")
+
+
+def _largest_finite(value: Any) -> float:
+    """The largest magnitude among the finite elements of a numeric array or tensor (0 if none):
+    of an array without a copy where none is infinite, of a tensor on its own device."""
+    if _is_tensor(value):
+        torch, value = sys.modules["torch"], value.detach()
+        if value.numel() == 0:
+            return 0.0
+        return float(torch.where(torch.isfinite(value), value.abs(), 0).max())
+    array = value.astype(np.float32) if value.dtype.name == "bfloat16" else value  # widened without loss
+    if array.size == 0:
+        return 0.0
+    high, low = float(np.fmax.reduce(array, axis=None)), float(np.fmin.reduce(array, axis=None))  # NaN skipped
+    if math.isfinite(high) and math.isfinite(low):
+        return max(high, -low)
+    finite = array[np.isfinite(array)]  # an infinity given, or only NaN: the others
+    return float(np.abs(finite).max()) if finite.size else 0.0
+
+
+def _float64(value: Any) -> np.ndarray:
+    """A numeric array or tensor as float64 numpy (every float type of a spec exactly)."""
+    if _is_tensor(value):
+        return value.detach().cpu().double().numpy()
+    return np.asarray(value, dtype=np.float64)
 
 
 def _out_of_range(t: TensorSpec, value: Any) -> str | None:

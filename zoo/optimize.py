@@ -77,6 +77,9 @@ def optimize(model: str | ModelSpec, device: str = "cpu", objective: str = "late
     the written artifact's `path`. Raises a `ZooError` naming every candidate's fate when
     none qualifies; the repository is then left untouched.
     """
+    if isinstance(model, str) and (model == "all" or any(c in model for c in "*?[,")):
+        raise UsageError(f"zoo optimize takes one model, got {model!r}: name one (`zoo list` shows them); "
+                         "`zoo bench` measures several")
     # at the checkpoint's config (`zoo train -c image_size=32`): its batch range, and the
     # config.pbtxt of the result, are that model's
     spec, _ = at_checkpoint_config(registry.get_model(model), checkpoint, random_init)
@@ -213,7 +216,7 @@ def _drop(spec: ModelSpec, row: Mapping[str, Any]) -> float | None:
         return None
     higher = row.get("higher_is_better")
     higher = spec.metric.higher_is_better if higher is None else higher
-    return -delta if higher else delta
+    return (-delta if higher else delta) + 0.0  # + 0.0: no drop is 0.0, not -0.0 (in zoo.json too)
 
 
 def _judge(spec: ModelSpec, rows: list[dict[str, Any]], objective: str, bound: float | None) -> dict[str, Any]:
@@ -330,21 +333,23 @@ def print_optimize(result: Mapping[str, Any], console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from .bench.report import precision_label, signed
+
     key = _RANK[result["objective"]][0]
     table = Table("backend", "precision", "batch", "p50 ms", "samples/s", "max |err|", "metric change",
                   "decision", "reason",
                   title=f"{result['model']} on {result['device']}: {result['objective']} at batch {result['batch']}")
     for r in result["candidates"]:
         delta = r.get("metric_delta")
-        cells = [r["backend"], r.get("precision") or "-", r.get("batch"), _num(r.get("p50_ms"), ".3f"),
-                 _num(r.get("throughput"), ".1f"), _num(r.get("max_abs_error"), ".2g"),
-                 "" if delta is None else f"{delta:+.4f}", r.get("decision"), r.get("reason")]
+        cells = [r["backend"], precision_label(r) or "-", r.get("batch"), _num(r.get("p50_ms"), ".3f"),
+                 _num(r.get("throughput"), ".1f"), _num(r.get("max_abs_error"), ".2g"), signed(delta),
+                 r.get("decision"), r.get("reason")]
         style = "bold green" if r.get("decision") == "chosen" else None
         table.add_row(*("" if v is None else escape(str(v)) for v in cells), style=style)
     console.print(table)
     chosen, figures = result["chosen"], result["figures"]
     bound = result["max_metric_drop"]
-    console.print(f"wrote {escape(result['path'])}: {chosen['backend']} {chosen['precision']}, "
+    console.print(f"wrote {escape(result['path'])}: {chosen['backend']} {precision_label(chosen)}, "
                   f"{key.replace('_', ' ')} {_num(figures.get(key), '.4g')}"
                   + (f", metric bound {bound:g}" if bound is not None else "")
                   + "; re-verified against PyTorch fp32", highlight=False)

@@ -539,10 +539,24 @@ class ModelSpec:
                                    f"{', '.join(self.tolerances)}")
         return self.tolerances[precision]
 
+    @property
+    def has_batch_axis(self) -> bool:
+        """Whether an input has the "batch" axis. A model without one (a fixed-size matrix in;
+        Triton's `max_batch_size: 0`) takes one shape, whatever batch size its sample is asked for."""
+        return any("batch" in t.shape for t in self.inputs)
+
     def batch_sizes(self) -> tuple[int, ...]:
-        """Smallest, typical and largest batch: where parity is checked."""
+        """Smallest, typical and largest batch: where parity is checked. 1 alone for a model
+        without a batch axis: its one shape, run once (at 8 and 32 it was the same run again)."""
+        if not self.has_batch_axis:
+            return (1,)
         r = self.axes["batch"]
         return tuple(sorted({r.min, r.opt, r.max}))
+
+    def batch_notes(self) -> list[str]:
+        """What the reports of the batch sizes run (`zoo check`, parity, test vectors) note:
+        for a model without a batch axis, that there were none."""
+        return [] if self.has_batch_axis else [f"{self.name} has no batch axis: its inputs have one shape, run once"]
 
     def matches(self, pattern: str | None) -> bool:
         return name_matches(self.name, pattern)

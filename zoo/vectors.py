@@ -59,10 +59,12 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
         return [], {"sets": [], "notes": [f"none recorded: tensors {strings} are strings, which safetensors "
                                           "does not store"]}
     sets: list[VectorSet] = []
-    notes: list[str] = []
+    notes: list[str] = spec.batch_notes()
     seen: set[tuple] = set()
     for role in ROLES:
-        axes = {name: getattr(r, role) for name, r in spec.axes.items()}
+        # a model without a batch axis: batch 1 alone (`ModelSpec.batch_sizes`), its other axes at each size
+        axes = {name: 1 if name == "batch" and not spec.has_batch_axis else getattr(r, role)
+                for name, r in spec.axes.items()}
         wanted, least = axes["batch"], spec.axes["batch"].min
         # sized from the signature first, so a large model's reference never runs at a batch
         # whose outputs (a language model's logits) would not be kept anyway
@@ -86,7 +88,11 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
         tensors = {f"input.{k}": v.detach().clone().contiguous() for k, v in inputs.items()}
         tensors |= {f"output.{k}": torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in outputs.items()}
         save_file(tensors, str(root / file), metadata={"axes": json.dumps(sizes), "seed": str(SEED)})
-        sets.append(VectorSet(file, sizes, {k: as_numpy(v) for k, v in inputs.items()}, outputs))
+        # as stored and as `read` gives them back: float16 stays float16 (a runner is given the
+        # declared types, zoo.inputs.as_declared), bfloat16 is float32
+        declared = {t.name: t.dtype for t in spec.inputs}
+        sets.append(VectorSet(file, sizes, {k: _as_declared(as_numpy(v), declared[k]) for k, v in inputs.items()},
+                              outputs))
     entry = {"sets": [{"file": s.file, "axes": s.axes} for s in sets], "seed": SEED, "max_set_bytes": SET_BYTES,
              "notes": notes}
     return sets, entry

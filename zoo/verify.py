@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ShapeError, ToleranceError, VerificationError, ZooError, first_line
 from .spec import ModelSpec, Tolerance
 from .arrays import as_numpy
-from .inputs import TYPED_PRECISIONS, check_output_types, load_split, unnamed_outputs
+from .inputs import TYPED_PRECISIONS, as_declared, check_output_types, load_split, unnamed_outputs
 
 ArrayFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
 
@@ -87,12 +87,14 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
     """Compare `runner` with `reference` on realistic samples; raise if out of tolerance.
 
     Outputs the precision's tolerance does not `compare` are reported (with `"gated":
-    False`) but cannot fail; `max_abs_error` is over the gated outputs."""
+    False`) but cannot fail; `max_abs_error` is over the gated outputs. A model without a
+    batch axis is run once, its rows naming no batch (`"batch": None`)."""
     tol = spec.tolerance(precision)
     rng = np.random.default_rng(seed)
     checks = []
     worst = 0.0
     for batch in batch_sizes or spec.batch_sizes():
+        at, row = (f" at batch {batch}", batch) if spec.has_batch_axis else ("", None)
         inputs = spec.sample(batch, rng)
         want = {k: as_numpy(v) for k, v in reference(inputs).items()}
         try:
@@ -116,7 +118,7 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
         for name, ref in want.items():
             out = got[name]
             if out.shape != ref.shape:
-                raise ShapeError(f"{spec.name}: output {name} at batch {batch} has shape {out.shape}, "
+                raise ShapeError(f"{spec.name}: output {name}{at} has shape {out.shape}, "
                                  f"the reference {ref.shape}")
             scaled = {}  # the output's magnitude, where it is too small for the stated atol
             if np.issubdtype(ref.dtype, np.floating):
@@ -135,38 +137,41 @@ def parity(spec: ModelSpec, reference: ArrayFn, runner: ArrayFn, precision: str,
                 ok = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(out)))
                 zeros = closer_than_zeros(out.astype(np.float64), ref64) if precision == "int8" else None
                 if ok and zeros is not None and tol.compares(name):
-                    raise ToleranceError(f"{spec.name} [{precision}]: output {name} at batch {batch} is no closer to "
-                                         f"PyTorch fp32 than zeros are (|error| / |reference| = {zeros:.3g}, Euclidean)")
+                    raise ToleranceError(f"{spec.name} [{precision}]: output {name}{at} is no closer to PyTorch "
+                                         f"fp32 than zeros are (|error| / |reference| = {zeros:.3g}, Euclidean)")
             else:
                 max_err = float(np.mean(out != ref)) if out.size else 0.0  # fraction that differs
                 ok = max_err == 0.0
             if not tol.compares(name):  # reported only: the task metric holds it at this precision
-                checks.append({"batch": batch, "output": name, "max_abs_error": max_err, "passed": ok,
+                checks.append({"batch": row, "output": name, "max_abs_error": max_err, "passed": ok,
                                "gated": False, **scaled})
                 continue
             worst = max(worst, max_err)
-            checks.append({"batch": batch, "output": name, "max_abs_error": max_err, "passed": ok, **scaled})
+            checks.append({"batch": row, "output": name, "max_abs_error": max_err, "passed": ok, **scaled})
             if not ok and not np.issubdtype(np.asarray(ref).dtype, np.floating):  # not a distance: a count
-                raise _inexact(spec, precision, name, batch, out, ref)
+                raise _inexact(spec, precision, name, at, out, ref)
             if not ok:
                 held = (f"atol={scaled['atol']:.3g} ({1 / RELATIVE_BELOW:g} x the output's magnitude "
                         f"{scaled['magnitude']:.3g}, under {RELATIVE_BELOW:g}x the stated atol={tol.atol:g})"
                         if scaled else f"atol={tol.atol:g}")
                 raise ToleranceError(
-                    f"{spec.name} [{precision}]: output {name} at batch {batch} differs from PyTorch fp32 by "
+                    f"{spec.name} [{precision}]: output {name}{at} differs from PyTorch fp32 by "
                     f"up to {max_err:.3g}, beyond the tolerance {held} rtol={tol.rtol:g}")
-    return {"precision": precision, "tolerance": tol.to_json(),
-            "max_abs_error": worst, "checks": checks, "passed": True}
+    report = {"precision": precision, "tolerance": tol.to_json(), "max_abs_error": worst, "checks": checks,
+              "passed": True}
+    if not spec.has_batch_axis:
+        report["notes"] = spec.batch_notes()
+    return report
 
 
-def _inexact(spec: ModelSpec, precision: str, name: str, batch: int, out: np.ndarray,
+def _inexact(spec: ModelSpec, precision: str, name: str, at: str, out: np.ndarray,
              ref: np.ndarray) -> ToleranceError:
     """An integer, boolean or string output that differs: how many values, and how to leave
     it to the task metric (its "error" was the fraction that differs, read against atol)."""
     kind = {"b": "a boolean", "i": "an integer", "u": "an integer"}.get(np.asarray(ref).dtype.kind, "a string")
     others = [o for o in (t.name for t in spec.outputs) if o != name]
     return ToleranceError(
-        f"{spec.name} [{precision}]: output {name} at batch {batch}: {int(np.sum(out != ref))} of {out.size} values "
+        f"{spec.name} [{precision}]: output {name}{at}: {int(np.sum(out != ref))} of {out.size} values "
         f"differ from PyTorch fp32's; {kind} output must match exactly at any precision"
         + (f" (to leave it to the task metric at {precision}, compare only the others: "
            f"Tolerance(..., compare={tuple(others)!r}))" if others else ""))
@@ -182,6 +187,7 @@ def evaluate(spec: ModelSpec, fn: ArrayFn, split: str = "test", batch_size: int 
     if spec.dataset is None:
         return None
     x, y = load_split(spec, split)
+    x = as_declared(x, spec)  # a split's float64 features for a float32 input: the runner takes float32
     n = len(y)
     step = min(batch_size or spec.axes["batch"].max, spec.axes["batch"].max)
     parts: dict[str, list[np.ndarray]] = {}

@@ -32,7 +32,8 @@ from ..spec import ModelSpec
 from .loadgen_report import print_loadgen, read_detail, result
 from .loadgen_sut import QueueSUT, Target
 
-__all__ = ["SCENARIOS", "early_stopping_queries", "scenario_name", "find_peak_qps", "print_loadgen", "run_scenario"]
+__all__ = ["MAX_SERVER_QUERIES", "SCENARIOS", "check_server_schedule", "early_stopping_queries", "find_peak_qps",
+           "max_server_qps", "print_loadgen", "run_scenario", "scenario_name"]
 
 SCENARIOS = {"singlestream": "SingleStream", "offline": "Offline", "server": "Server"}
 SINGLE_STREAM_PERCENTILE = 0.90  # MLPerf's SingleStream metric
@@ -41,6 +42,11 @@ DEFAULT_LATENCY_BOUND_MS = 100.0  # LoadGen's own default `server_target_latency
 RESIZES = 3  # runs sized again from the last one's rate, at most, when the queries ran out early
 OFFLINE_MARGIN = 1.5  # the expected rate over the one estimated or measured: too many samples runs long, too few is INVALID
 _LOCK = threading.Lock()  # LoadGen is one global test at a time per process
+#: the most queries a Server run may schedule. LoadGen generates the whole schedule before
+#: the test starts (target QPS x duration queries) and holds it in memory, about 300 bytes a
+#: query measured (1e6 queries: 330 MB peak): a rate of 1e9 for 0.5 s grew past 20 GB before
+#: the first query. 2e6 queries is about 0.6 GB, and 200,000 QPS over the default 10 s.
+MAX_SERVER_QUERIES = 2_000_000
 
 
 def early_stopping_queries(percentile: float, confidence: float = 0.99) -> int:
@@ -49,6 +55,26 @@ def early_stopping_queries(percentile: float, confidence: float = 0.99) -> int:
     confidence 0.99, tolerance 0). 459 at the 99th percentile: a Server run with fewer
     queries is INVALID however fast it was, so `min_queries` is raised to this."""
     return math.floor(math.log(1 - confidence) / math.log(percentile)) + 1
+
+
+def max_server_qps(duration_s: float) -> float:
+    """The highest target QPS whose Server schedule over `duration_s` fits `MAX_SERVER_QUERIES`."""
+    return MAX_SERVER_QUERIES / duration_s
+
+
+def check_server_schedule(target_qps: float, duration_s: float, qps_name: str = "the target QPS",
+                          duration_name: str | None = None, duration_option: str = "the duration") -> None:
+    """A `UsageError` when a Server run at `target_qps` for `duration_s` would schedule more
+    than `MAX_SERVER_QUERIES` queries (see there): refused before LoadGen allocates them.
+    The names say how the caller's user gave the two (`--target-qps`, `--min-time`)."""
+    from ..errors import UsageError
+
+    queries = math.ceil(target_qps * duration_s)
+    if queries > MAX_SERVER_QUERIES:
+        raise UsageError(f"{qps_name} {target_qps:g} for {duration_name or f'{duration_s:g} s'}: LoadGen would "
+                         f"schedule {queries:,} queries and hold them all in memory before the first; at most "
+                         f"{MAX_SERVER_QUERIES:,} are allowed: lower {qps_name} to "
+                         f"{math.floor(max_server_qps(duration_s)):,} or less, or {duration_option}")
 
 
 def run_scenario(target: Any, spec: ModelSpec | None, scenario: str, *, output_dir: str | Path,
@@ -70,7 +96,8 @@ def run_scenario(target: Any, spec: ModelSpec | None, scenario: str, *, output_d
     and no sample failed), reasons (why not valid, one sentence each), p50_ms, p90_ms,
     p99_ms, mean_ms, max_ms, early_stopping_p90_ms (SingleStream), samples_per_second
     (SingleStream: queries/s with LoadGen's overhead; Offline: samples/s; Server:
-    completed samples/s), target_qps, scheduled_qps and latency_bound_ms (Server),
+    completed samples/s; None when any sample failed: LoadGen counts those as completed),
+    failed_samples, target_qps, scheduled_qps and latency_bound_ms (Server),
     queries, batch (most rows per execution), concurrency, duration_s, errors (from the
     SUT), summary and detail (log paths), estimated_samples_per_second (the warm-up)}.
     """
@@ -90,9 +117,11 @@ def find_peak_qps(target: Any, spec: ModelSpec | None, latency_bound_ms: float, 
 
     Starts at 80 % of the throughput measured closed-loop (or at `start_qps`), doubles or
     halves until one VALID and one INVALID point bracket the peak, then bisects until
-    they are within `precision` (relative) or `max_runs` runs are spent. Returns
-    {"peak_qps" (None when no point was VALID), "latency_bound_ms", "best" (the run at
-    the peak), "tried" (every run, in order)}; each run's logs go to
+    they are within `precision` (relative) or `max_runs` runs are spent. No point is above
+    `max_server_qps(duration_s)`, the most LoadGen can schedule: VALID there, the search
+    stops, and "at_schedule_limit" is true (the peak is at least that). Returns
+    {"peak_qps" (None when no point was VALID), "latency_bound_ms", "at_schedule_limit",
+    "best" (the run at the peak), "tried" (every run, in order)}; each run's logs go to
     `output_dir/server-peak/qps-<q>/`.
     """
     if not (isinstance(max_runs, int) and max_runs >= 1) or not (_finite(precision) and precision > 0):
@@ -116,11 +145,14 @@ def find_peak_qps(target: Any, spec: ModelSpec | None, latency_bound_ms: float, 
             start_qps = 0.8 * t.estimate(sut, settings["duration_s"])
         finally:
             sut.close()
+    top = max_server_qps(settings["duration_s"])
     lo = hi = None
-    qps = start_qps
+    qps = min(start_qps, top)
     while len(tried) < max_runs and (lo is None or hi is None):
         if valid_at(qps):
-            lo, qps = qps, qps * 2
+            if qps >= top:  # VALID at the highest rate LoadGen can schedule: nothing above it can be tried
+                break
+            lo, qps = qps, min(qps * 2, top)
         else:
             hi, qps = qps, qps / 2
     while len(tried) < max_runs and lo is not None and hi is not None and hi / lo - 1 > precision:
@@ -131,7 +163,8 @@ def find_peak_qps(target: Any, spec: ModelSpec | None, latency_bound_ms: float, 
             hi = qps
     best = max((r for r in tried if r["valid"]), key=lambda r: r["target_qps"], default=None)
     return {"scenario": "server", "peak_qps": best["target_qps"] if best else None,
-            "latency_bound_ms": settings["latency_bound_ms"], "best": best, "tried": tried}
+            "latency_bound_ms": settings["latency_bound_ms"],
+            "at_schedule_limit": bool(best) and best["target_qps"] >= top, "best": best, "tried": tried}
 
 
 # ---------------------------------------------------------------- settings
@@ -176,6 +209,7 @@ def _check(spec: ModelSpec, scenario: str, batch: int, concurrency: int, target_
             raise ZooError("the server scenario needs a target QPS (--target-qps N), or search for it (--find-qps)")
         if not (_finite(target_qps) and target_qps > 0):
             raise ZooError(f"the target QPS must be a positive number, got {target_qps!r}")
+        check_server_schedule(target_qps, duration_s)
         min_queries = max(min_queries, early_stopping_queries(SERVER_PERCENTILE))
     return {"batch": batch, "concurrency": concurrency, "target_qps": target_qps, "latency_bound_ms": float(bound),
             "duration_s": float(duration_s), "min_queries": min_queries}

@@ -37,7 +37,11 @@ def read_detail(path: Path) -> dict[str, Any]:
 def result(scenario: str, s: Mapping[str, Any], d: Mapping[str, Any], errors: Sequence[str], failed: int,
            batch: int, concurrency: int, log_dir: Path) -> dict[str, Any]:
     """One run's result from its settings `s` and detail-log records `d`, with the SUT's
-    failures (`errors`, and how many samples `failed`); fields in `run_scenario`."""
+    failures (`errors`, and how many samples `failed`); fields in `run_scenario`.
+
+    A run in which samples failed gives no samples/s (None) and says how many failed
+    (`failed_samples`): LoadGen counts a sample answered with a failure as completed, so
+    its rate (Server: "Completed samples per second") would count samples never served."""
 
     def ms(key: str) -> float | None:
         value = d.get(key)
@@ -59,7 +63,7 @@ def result(scenario: str, s: Mapping[str, Any], d: Mapping[str, Any], errors: Se
     reasons += [why[u] for u in unmet]
     if d.get("result_validity") not in ("VALID", "INVALID"):
         reasons.append("LoadGen recorded no result (see the detail log)")
-    rate = d.get(rate_key)
+    rate = None if failed or errors else d.get(rate_key)
     server = scenario == "Server"
     return {"valid": d.get("result_validity") == "VALID" and not errors, "reasons": reasons,
             "p50_ms": ms("result_50.00_percentile_latency_ns"), "p90_ms": ms("result_90.00_percentile_latency_ns"),
@@ -70,6 +74,7 @@ def result(scenario: str, s: Mapping[str, Any], d: Mapping[str, Any], errors: Se
             "scheduled_qps": d.get("result_scheduled_samples_per_sec") if server else None,
             "latency_bound_ms": s["latency_bound_ms"] if server else None, "queries": d.get("result_query_count"),
             "batch": batch, "concurrency": concurrency, "duration_s": s["duration_s"], "errors": list(errors),
+            "failed_samples": failed,
             "summary": str(log_dir / "mlperf_log_summary.txt"), "detail": str(log_dir / "mlperf_log_detail.txt"),
             "_unmet": unmet}  # for the caller's retry, removed before the result is returned
 
@@ -132,6 +137,8 @@ def peak_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
                            if v)
             found = ("none of the tried points was VALID" if r.get("peak_qps") is None
                      else f"{r['peak_qps']:.1f}")
+            if r.get("at_schedule_limit"):
+                found += " (the most LoadGen can schedule over the duration: the peak may be higher)"
             lines.append(f"{who + ': ' if who else ''}peak server QPS with p99 <= {r['latency_bound_ms']:g} ms: "
                          f"{found} ({len(r['tried'])} runs)")
     return lines

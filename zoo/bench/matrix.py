@@ -29,6 +29,7 @@ from ..registry import only_here
 from ..spec import ModelSpec
 from .env import environment
 from .measure import artifact_facts, export_job, length_axis, measure_job, outcome_of, run_in_child
+from .options import items
 
 __all__ = ["benchmark", "combinations", "environment"]
 
@@ -239,6 +240,9 @@ def _out_of_range(spec: ModelSpec, batch_sizes, lengths) -> UsageError | None:
     """Batch sizes or lengths outside the ranges the model is exported for; None if all fit.
     A usage error where it is raised (one model: no run can use the value); in a matrix of
     several models it is that model's hole."""
+    if not spec.has_batch_axis and list(batch_sizes) != [1]:  # batch 4 was the one input at 4x the samples/s
+        return UsageError(f"--batch-sizes: {spec.name} has no batch axis (its inputs have one shape): benchmark it "
+                          f"with --batch-sizes 1")
     limit = spec.axes["batch"]
     bad = [b for b in batch_sizes if not limit.min <= b <= limit.max]
     if bad:
@@ -280,9 +284,9 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
     anything is exported; with several models a range is one model's hole in the matrix).
     The CLI calls it before its progress bar; `benchmark` and `loadgen` call it again."""
     specs = _models(model)
-    if not specs or not backends or not batch_sizes or not precisions or not devices:
-        raise ZooError("name at least one model, backend, precision, device and batch size to benchmark")
-    check_names(precisions, devices)
+    if not specs:
+        raise UsageError("name at least one model to benchmark")
+    check_names(precisions, devices, backends)
     if checkpoint is not None and len(specs) > 1:
         raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
     if lengths and not any(length_axis(s) for s in specs):
@@ -295,12 +299,13 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
     return specs
 
 
-def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequence[str] = ("torch", "onnxruntime"),
-              batch_sizes: Sequence[int] = (1, 8, 32), precision: str | Sequence[str] = "fp32",
+def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
+              backends: str | Sequence[str] = ("torch", "onnxruntime"),
+              batch_sizes: int | str | Sequence[int] = (1, 8, 32), precision: str | Sequence[str] = "fp32",
               device: str | Sequence[str] = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
               checkpoint: str | Path | None = None, random_init: bool = False, threads: int | None = None,
               warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
-              lengths: Sequence[int] | None = None, timeout: float | None = 1800.0,
+              lengths: int | str | Sequence[int] | None = None, timeout: float | None = 1800.0,
               on_result: Callable[[dict[str, Any]], Any] | None = None,
               on_combination: Callable[[int, int, str], Any] | None = None,
               ray: str | None = None) -> dict[str, Any]:
@@ -316,9 +321,17 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec], backends: Sequ
     after each combination (the CLI's progress bar). `ray` runs the combinations as Ray
     tasks (`zoo.bench.ray_sweep`): "local" starts a Ray instance on this machine, "auto"
     or an address joins a running cluster; the rows are the same as a local run's.
+
+    `backends`, `precision`, `device`, `batch_sizes` and `lengths` take a list, a
+    comma-separated string as `zoo bench` does ("torch,onnxruntime"), or one name or number;
+    an unknown name, an empty list or item, or an item given twice is the `UsageError`
+    `zoo bench` gives for it (`zoo.bench.options.items`).
     """
-    precisions = [precision] if isinstance(precision, str) else list(precision)
-    devices = [device] if isinstance(device, str) else list(device)
+    backends = items("--backends", backends, "backend")
+    batch_sizes = items("--batch-sizes", batch_sizes, "batch size", int)
+    precisions = items("--precision", precision, "precision")
+    devices = items("--device", device, "device")
+    lengths = None if lengths in (None, [], ()) else items("--lengths", lengths, "length", int)
     specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint)
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}

@@ -3,7 +3,8 @@ in one directory, and the reader that checks a report before anything compares w
 
 Each file is written through a temporary sibling and renamed (zoo.fsutil), so a CI job
 killed mid-write never leaves a half-written baseline. Only the report's own files are
-replaced: the directory may hold other things (`--report-dir .`).
+replaced, or removed (`clear_report`, before a run into a directory that holds an earlier
+report): the directory may hold other things (`--report-dir .`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ CSV_FIELDS = ("model", "backend", "precision", "device", "batch", "lengths", "st
 def precision_label(row: Row) -> str:
     """`int8 (dynamic)`: a row's precision with the int8 method it measured, if any."""
     return str(row.get("precision") or "") + (f" ({row['quantization']})" if row.get("quantization") else "")
+
+
+def signed(value: float | None, decimals: int = 4) -> str:
+    """A change with its sign (`+0.0123`, `-0.0400`), "0" where it rounds to zero ("-0.0000"
+    read as a loss), "" for none."""
+    if value is None:
+        return ""
+    return "0" if round(value, decimals) == 0 else f"{value:+.{decimals}f}"
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
@@ -102,6 +111,36 @@ def _check_row(where: str, row: Any) -> None:
         raise ZooError(f"{where} has error {row['error']!r}; expected a message")
 
 
+#: what `zoo bench --scenario` keeps LoadGen's logs in, inside the report directory
+LOADGEN_DIR = "loadgen"
+
+
+def report_files() -> list[str]:
+    """The names `write_report` may write, in its order (each plot's, whether drawn or not)."""
+    from .plots import PLOTS
+
+    return ["report.json", "results.csv", "report.md", *(name for name, _ in PLOTS.values())]
+
+
+def clear_report(directory: str | Path) -> None:
+    """Remove an earlier report from `directory`: the files `write_report` writes and
+    `loadgen/`, nothing else. A run into a reused directory would otherwise leave the
+    plots (or LoadGen logs) of the earlier run that this one does not make beside its own."""
+    import shutil
+
+    directory = Path(directory)
+    try:
+        for name in report_files():  # files only: a directory of that name is not a report's (writing says so)
+            if (directory / name).is_file() or (directory / name).is_symlink():
+                (directory / name).unlink()
+        if (directory / LOADGEN_DIR).is_symlink():
+            (directory / LOADGEN_DIR).unlink()
+        elif (directory / LOADGEN_DIR).is_dir():
+            shutil.rmtree(directory / LOADGEN_DIR)
+    except OSError as exc:
+        raise ZooError(f"cannot remove the earlier report in {directory}: {exc.strerror or exc}") from None
+
+
 def write_report(report: Mapping[str, Any], directory: str | Path) -> dict[str, Path]:
     """Write report.json, results.csv, report.md and the PNG plots into `directory`;
     return {kind: path} for every file written (a plot with no data is left out)."""
@@ -155,11 +194,12 @@ def to_csv(report: Mapping[str, Any]) -> str:
     """One line per row, every field, in a stable column order; in a LoadGen report
     (`zoo bench --scenario`, whose rows are LoadGen runs), one line per run, each point
     of a `--find-qps` search included (`peak` marks the one found)."""
-    rows = report["results"]
+    flag = {"interrupted": True} if report.get("interrupted") else {}  # on every line: no CSV passes for a whole run
+    rows = [{**r, **flag} for r in report["results"]]
     if not rows and report.get("loadgen"):
         from .loadgen_report import FIELDS, runs
 
-        rows = runs(report["loadgen"])
+        rows = [{**r, **flag} for r in runs(report["loadgen"])]
         columns = [*FIELDS, *sorted({k for r in rows for k in r} - set(FIELDS))]
     else:
         present = {k for r in rows for k in r}
@@ -240,7 +280,7 @@ def _model_section(model: str, rows: list[Row], baseline: str | None) -> list[st
                           "" if ref is None else f"{ref / r['p50_ms']:.2f}x", r.get("peak_host_mb"),
                           *([r.get("peak_cuda_mb")] if show_cuda else []), r.get("export_seconds"),
                           r.get("load_seconds"), size, _err(r.get("max_abs_error")), _num(r.get("metric"), 4),
-                          "" if delta is None else f"{delta:+.4f}"])
+                          signed(delta)])
         lines += _md_table(columns, table) + [""]
     for r in rows:
         if r["status"] != "ok":
@@ -270,8 +310,13 @@ def _loadgen_section(results: list[Row]) -> list[str]:
 
 def markdown(report: Mapping[str, Any]) -> str:
     """The environment, one table per model (speed-ups against the run's first backend at
-    fp32, eager PyTorch by default, in the same run), the rows that were not measured with their reasons, and LoadGen results."""
-    lines = ["# Benchmark report", "", "## Environment", ""]
+    fp32, eager PyTorch by default, in the same run), the rows that were not measured with
+    their reasons, and LoadGen results; first, for an interrupted run, that it was."""
+    lines = ["# Benchmark report", ""]
+    if report.get("interrupted"):
+        lines += ["**Interrupted: this run was stopped (Ctrl-C) before it finished.** Only the combinations that "
+                  "finished before it are here.", ""]
+    lines += ["## Environment", ""]
     for key, value in (report.get("environment") or {}).items():
         text = json.dumps(value) if isinstance(value, (dict, list)) else value
         lines.append(f"- {key}: `{text}`" if key == "command" else f"- {key}: {text}")

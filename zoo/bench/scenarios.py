@@ -1,9 +1,12 @@
 """`zoo bench --scenario`: MLPerf LoadGen scenarios over the matrix, or against a server.
 
 In process, every combination (model, backend, precision, device) is exported in one
-fresh process and driven by LoadGen in another, as the latency matrix is; against a
-running `zoo serve` (`--url`), LoadGen runs here and the server is the system under test.
-Each scenario's LoadGen logs are kept under `output_dir/<combination>/<Scenario>/`.
+fresh process, and each scenario is driven by LoadGen in another, as the latency matrix
+is measured: a scenario that times out or crashes (`timeout` bounds each process) costs
+that scenario alone, the ones before it keep their results. Against a running `zoo serve`
+(`--url`), LoadGen runs here and the server is the system under test. Each scenario's
+LoadGen logs are kept under `output_dir/<combination>/<Scenario>/`; a run cut off (a
+time-out, a crash, Ctrl-C) leaves none, since no result names its half-written files.
 """
 
 from __future__ import annotations
@@ -46,6 +49,21 @@ def loadgen_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     art = Artifact.open(job["path"])
     runner = art.load(threads=job["threads"])
     return _scenarios(runner, art.spec(), job["scenarios"], job["settings"], Path(job["output_dir"]))
+
+
+def _log_dir(name: str, settings: Mapping[str, Any]) -> str:
+    """Where scenario `name`'s logs go in its combination's directory (`_scenarios`)."""
+    return "server-peak" if name == "server" and settings["find_qps"] else scenario_name(name)
+
+
+def _remove_logs(logs: Path, name: str | None, settings: Mapping[str, Any], output_dir: Path) -> None:
+    """A cut-off run's half-written logs (scenario `name`'s; None: the export was cut off),
+    and the directories left empty by their removal."""
+    if name is not None:
+        shutil.rmtree(logs / _log_dir(name, settings), ignore_errors=True)
+    for empty in (logs, output_dir):
+        with contextlib.suppress(OSError):
+            empty.rmdir()
 
 
 def _valid(result: Mapping[str, Any]) -> bool:
@@ -111,16 +129,22 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
         logs = output_dir / f"{spec.name}.{backend}.{prec}.{dev}"
         job = {**job_for(spec, backend, prec, dev, repository, checkpoint, random_init, threads),
                "scenarios": names, "settings": settings, "output_dir": str(logs)}
+        name = None  # the scenario running, whose logs are half-written while it does
         try:
             facts = _in_own_process(export_job, job, timeout)
-            add(_in_own_process(loadgen_job, {**job, "path": facts["path"]}, timeout), label)
-        except _Failed as exc:
+            for scenario in names:
+                name = scenario
+                try:
+                    found = _in_own_process(loadgen_job, {**job, "path": facts["path"], "scenarios": [name]}, timeout)
+                except _Failed as exc:
+                    _remove_logs(logs, name, settings, output_dir)
+                    found = [{"scenario": name, "status": exc.status, "valid": False, "reasons": [exc.error]}]
+                name = None
+                add(found, label)
+        except _Failed as exc:  # the export
             add([{"scenario": n, "status": exc.status, "valid": False, "reasons": [exc.error]} for n in names],
                 label)
         except KeyboardInterrupt:
-            # the interrupted combination's logs are LoadGen's half-written files, and no result names them
-            shutil.rmtree(logs, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                output_dir.rmdir()  # when no combination before it kept logs there
+            _remove_logs(logs, name, settings, output_dir)
             raise Interrupted(report()) from None
     return report()
