@@ -437,9 +437,11 @@ def _trainable_vision() -> list[str]:
             if (spec := zoo.get_model(name)).domain == "vision" and spec.recipe is not None]
 
 
+@pytest.mark.parametrize("layout", ["the recipe's", "row-major"])
 @pytest.mark.parametrize("augmentation", ["its own", "channels-last"])
 @pytest.mark.parametrize("model", _trainable_vision())
-def test_a_run_convolves_in_the_layout_it_chose_whatever_strides_its_batches_come_with(tmp_path, model, augmentation):
+def test_a_run_convolves_in_the_layout_it_chose_whatever_strides_its_batches_come_with(tmp_path, model, augmentation,
+                                                                                       layout):
     """Image batches whose strides read as channels-last (digits' (N, 1, 8, 8) images as
     loaded; an augmentation's output) made every convolution of an fp32 run channels-last
     whatever the recipe chose, and under DDP the 1x1 kernels' gradient strides did not
@@ -458,9 +460,10 @@ def test_a_run_convolves_in_the_layout_it_chose_whatever_strides_its_batches_com
         batch = spec.dataset.augment(batch, gen) if spec.dataset.augment is not None else batch
         return {k: v.contiguous(memory_format=torch.channels_last) if v.dim() == 4 else v for k, v in batch.items()}
 
-    chosen = bool(spec.recipe.channels_last)  # fp32: channels-last only where the recipe says so
+    # fp32: channels-last only where the recipe says so, or --channels-last
+    chosen = bool(spec.recipe.channels_last) and layout == "the recipe's"
     dataset = spec.dataset if augmentation == "its own" else dataclasses.replace(spec.dataset, augment=channels_last)
     run = zoo.train(dataclasses.replace(spec, build=build, dataset=dataset), out=tmp_path / "run", epochs=1,
-                    progress=False, options=TrainOptions(max_steps=1))
+                    progress=False, options=TrainOptions(max_steps=1, channels_last=None if chosen else False))
     assert run.metrics["channels_last"] is chosen
     assert layouts and all(layouts), f"{layouts.count(False)} of {len(layouts)} convolutions not in the chosen layout"

@@ -91,8 +91,9 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
                         partial(load, image_size, train_scenes, test_scenes)),
         loss=partial(loss, num_classes, image_size),
         metric=Metric("map50", map50, higher_is_better=True),
+        # channels-last in fp32 too: 1.08-1.15x the samples/s of row-major on CPU (docs/benchmarks.md)
         recipe=Recipe(epochs=20, batch_size=32, lr=4e-3, weight_decay=1e-4, optimizer="adamw",
-                      schedule="onecycle", seed=0, target=0.9, quality_seeds=1),
+                      schedule="onecycle", seed=0, target=0.9, quality_seeds=1, channels_last=True),
         tolerances=DETECTOR_TOLERANCES,
         quantization="static",  # a CNN: int8 convolutions end to end
         raw_kind="image", raw_binary=True,
