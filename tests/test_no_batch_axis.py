@@ -9,12 +9,15 @@ same single input.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 import zoo
 from zoo import registry
+from zoo.bench.matrix import default_batch_sizes
 from zoo.check import check
 from zoo.verify import verify_artifact
 
@@ -71,3 +74,23 @@ def test_check_and_export_say_so_and_bench_refuses_batch_sizes_it_does_not_have(
         "error: --batch-sizes: matrix.fixed has no batch axis (its inputs have one shape): benchmark it with "
         "--batch-sizes 1")
     assert not (tmp_path / "exports").exists()  # refused before any export
+
+
+def test_bench_without_batch_sizes_measures_its_one_shape(tmp_path):
+    # before: the default 1,8,32 was refused as if the user had given it ("--batch-sizes:
+    # ... benchmark it with --batch-sizes 1")
+    bench = zoo_cli("--plugin", str(PLUGIN), "bench", "matrix.fixed", "--backends", "onnxruntime", "-r", "own",
+                    "--random-init", "--min-time", "0.05", "--json", cwd=tmp_path)
+    assert bench.returncode == 0, bench.stderr
+    rows = json.loads(bench.stdout)["results"]
+    assert [r["batch"] for r in rows] == [1] and rows[0]["status"] == "ok", rows
+
+
+def test_default_batch_sizes_are_those_one_models_range_holds(spec):
+    def ranged(low, high):
+        return dataclasses.replace(zoo.get_model("resnet8.digits"), axes={"batch": zoo.AxisRange(low, low, high)})
+    assert default_batch_sizes(spec) == [1]
+    assert default_batch_sizes(ranged(1, 16)) == [1, 8, 16]  # before: 32, past its range, refused
+    assert default_batch_sizes(ranged(2, 64)) == [2, 8, 32]
+    assert default_batch_sizes(ranged(1, 16), defaults=(8,)) == [8]
+    assert default_batch_sizes(["resnet8.digits", spec]) == [1, 8, 32]  # several: each one's holes in the matrix

@@ -66,9 +66,9 @@ def _row_line(r: dict[str, Any]) -> str:
 # `zoo bench` options whose help runs over a line
 _ARTIFACT = typer.Option([], "--artifact", "-a", help="Measure this artifact as it is (directory, or name in "
                          "the repository; repeatable) instead of exporting MODEL: no plugin needed.")
-_BATCH_SIZES = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32; "
-                            "with --url, rows per request, default 1; with --scenario, one value: the most "
-                            "rows per execution, default 8).")
+_BATCH_SIZES = typer.Option(None, "--batch-sizes", help="Batch sizes (default 1,8,32, or the nearest the "
+                            "model's range holds; with --url, rows per request, default 1; with --scenario, one "
+                            "value: the most rows per execution, default 8).")
 _PRECISION = typer.Option("fp32", help="Precision(s), comma-separated: fp32,int8 measures every "
                           "backend at each (combinations a backend lacks are listed as unsupported).")
 _LENGTHS = typer.Option(None, help="Lengths of the sequence or atom axis to measure at, "
@@ -365,8 +365,9 @@ def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
 
     sizes = o.sizes or [8]
     if o.url is None:  # a bad model name or batch before the progress bar (against a server, the server's)
-        from .bench.matrix import checked_models
+        from .bench.matrix import checked_models, default_batch_sizes
 
+        sizes = o.sizes or default_batch_sizes(o.names, defaults=(8,))
         checked_models(o.names, o.backends, sizes, o.precisions, o.devices, checkpoint=o.checkpoint)
     with _progress() as progress:
         progress.add_task("MLPerf LoadGen", total=None)
@@ -408,10 +409,13 @@ def _artifact_dir(given: str, repository: Path) -> Path:
 
 def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
     """`--artifact`: existing artifacts measured as they are."""
+    from .artifact import Artifact
     from .bench import benchmark_artifacts
+    from .bench.matrix import default_batch_sizes
 
-    return benchmark_artifacts([_artifact_dir(a, o.repository) for a in o.artifact],
-                               o.sizes or [1, 8, 32], lengths=o.length_values, threads=o.threads,
+    paths = [_artifact_dir(a, o.repository) for a in o.artifact]
+    sizes = o.sizes or default_batch_sizes([Artifact.open(p).spec() for p in dict.fromkeys(paths)])
+    return benchmark_artifacts(paths, sizes, lengths=o.length_values, threads=o.threads,
                                min_time=1.0 if o.min_time is None else o.min_time, timeout=o.timeout,
                                on_result=lambda row: err.print(_row_line(row), highlight=False),
                                distinct=o.compare is not None)
@@ -420,9 +424,9 @@ def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
 def _matrix(o: SimpleNamespace) -> dict[str, Any]:
     """The combination matrix: each exported (or reused) and measured in its own processes."""
     from .bench import benchmark
-    from .bench.matrix import checked_models
+    from .bench.matrix import checked_models, default_batch_sizes
 
-    sizes, lengths = o.sizes or [1, 8, 32], o.length_values
+    sizes, lengths = o.sizes or default_batch_sizes(o.names), o.length_values
     # every usage error (a model's range, --lengths without its axis) before the progress bar
     specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint)
     with _progress() as progress:

@@ -277,6 +277,24 @@ def job_for(spec: ModelSpec, backend: str, precision: str, device: str, reposito
             "plugin_files": list(plugin_files), "threads": threads}
 
 
+#: `zoo bench`'s batch sizes where none are given (`default_batch_sizes`)
+DEFAULT_BATCH_SIZES = (1, 8, 32)
+
+
+def default_batch_sizes(model, defaults: Sequence[int] = DEFAULT_BATCH_SIZES) -> list[int]:
+    """The batch sizes of a run of `model` (names, patterns or specs, as `benchmark` takes
+    them) given none: `defaults`, as one model's range holds them (its largest or smallest
+    in place of those past its ends; 1 alone for a model without a batch axis). With
+    several models, `defaults` as they are: a size past one's range is its hole in the matrix."""
+    specs = _models(model)
+    if len(specs) != 1:
+        return list(defaults)
+    if not specs[0].has_batch_axis:
+        return [1]
+    r = specs[0].axes["batch"]
+    return sorted({min(max(b, r.min), r.max) for b in defaults})
+
+
 def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], precisions: Sequence[str],
                    devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None) -> list[ModelSpec]:
     """The specs of a run's models, after every check that needs no process: names, the
