@@ -94,3 +94,23 @@ def test_default_batch_sizes_are_those_one_models_range_holds(spec):
     assert default_batch_sizes(ranged(2, 64)) == [2, 8, 32]
     assert default_batch_sizes(ranged(1, 16), defaults=(8,)) == [8]
     assert default_batch_sizes(["resnet8.digits", spec]) == [1, 8, 32]  # several: each one's holes in the matrix
+
+
+def test_optimize_ranks_it_at_its_one_shape(spec, tmp_path, monkeypatch):
+    # before: --objective throughput measured it at its "typical batch" of 8, the one input
+    # counted 8 times, and --batch 4 was taken
+    import zoo.optimize
+
+    asked = []
+
+    def benchmark(spec, backends, batch_sizes, *args, **kwargs):
+        asked.append(batch_sizes)
+        raise KeyboardInterrupt  # what it was asked is all this test needs
+
+    monkeypatch.setattr(zoo.optimize, "benchmark", benchmark)
+    with pytest.raises(KeyboardInterrupt):
+        zoo.optimize.optimize(spec, objective="throughput", random_init=True, repository=tmp_path)
+    assert asked == [[1]]
+    with pytest.raises(zoo.errors.UsageError, match="matrix.fixed has no batch axis"):
+        zoo.optimize.optimize(spec, objective="throughput", batch=4, random_init=True, repository=tmp_path)
+    assert asked == [[1]] and not any(tmp_path.iterdir())

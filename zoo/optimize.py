@@ -152,6 +152,11 @@ def _check_weights(spec: ModelSpec, checkpoint: str | Path | Checkpoint | None, 
 
 
 def _batch(spec: ModelSpec, objective: str, batch: int | None) -> int:
+    if not spec.has_batch_axis:  # its one shape: at "batch 8" it was that one input, counted 8 times
+        if batch not in (None, 1):
+            raise UsageError(f"batch {batch!r}: {spec.name} has no batch axis (its inputs have one shape); "
+                             f"leave --batch out")
+        return 1
     r = spec.axes["batch"]
     if batch is None:
         return 1 if objective == "latency" else r.opt
