@@ -8,6 +8,7 @@ weight; the rest use registered models at their tiny size.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -62,6 +63,35 @@ def test_ddp_with_two_gloo_processes_agrees_with_one_process(tmp_path):
     assert abs(two.metrics["test_accuracy"] - one.metrics["test_accuracy"]) <= 0.01
     # rank 0 alone wrote: one event file, one checkpoint
     assert len(list((tmp_path / "two" / "tensorboard").iterdir())) == 1
+
+
+def test_sigterm_to_zoo_train_stops_its_torchrun_processes_too(tmp_path):
+    """SIGTERM (a time-out's, a scheduler's) to `zoo train --nproc 2` alone: before, it ended
+    that process at once (status -15) and torchrun's processes trained on, unowned. Now the
+    run stops as on Ctrl-C, torchrun and its processes with it, and says how to resume."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "zoo", "--plugin", str(PLUGIN), "train", MLP.name, "--out",
+                                str(tmp_path / "run"), "--nproc", "2", "--epochs", "1000"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "run" / "last").is_dir():  # an epoch done: the processes are training
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no epoch finished in 240 s"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+        assert "--resume" in stderr
+        time.sleep(1)
+        with pytest.raises(ProcessLookupError):  # nothing of its process group is left
+            os.killpg(process.pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def test_a_global_batch_is_sharded_with_weights_that_keep_its_mean():
