@@ -207,7 +207,8 @@ def test_a_max_over_the_axis_is_found_unsafe_though_its_sample_hides_it(reduce, 
 def test_shifted_probes_leave_masks_and_ids_as_they_are():
     spec = ModelSpec(
         name="masked", domain="drug", task="x",
-        inputs=(TensorSpec("atoms", "float32", ("batch", "atoms", 2)), TensorSpec("mask", "float32", ("batch", "atoms")),
+        inputs=(TensorSpec("atoms", "float32", ("batch", "atoms", 2)),
+                TensorSpec("mask", "float32", ("batch", "atoms")),
                 TensorSpec("ids", "int64", ("batch", "atoms"))),
         outputs=(TensorSpec("y", "float32", ("batch",)),), build=torch.nn.Identity,
         sample=lambda b, rng: {}, axes={"batch": AxisRange(1, 2, 4), "atoms": AxisRange(1, 3, 8)})

@@ -194,8 +194,8 @@ def _size_one(name: str, axis: str, size: int, failed: str) -> str:
     return (f"torch.export could not capture {name} for {axis} = {size}: it takes every size it keeps dynamic "
             f"to be other than 1 (a size of 1 would broadcast), and at {axis} = {size} one the forward derives "
             f"from it is 1 ({failed}; a slice such as x[:, 1:] of length {axis} - 1, say). If the model need not "
-            f"take {axis} = {size}, start the range above it, AxisRange({size + 1}, ...); else export it with the onnxruntime or "
-            f"openvino backend, whose graphs take it")
+            f"take {axis} = {size}, start the range above it, AxisRange({size + 1}, ...); else export it with the "
+            f"onnxruntime or openvino backend, whose graphs take it")
 
 
 def _probe_sizes(spec: ModelSpec, args: tuple) -> list[tuple[str, int, int, tuple]]:
