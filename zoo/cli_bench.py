@@ -409,13 +409,10 @@ def _artifact_dir(given: str, repository: Path) -> Path:
 
 def _artifacts(o: SimpleNamespace) -> dict[str, Any]:
     """`--artifact`: existing artifacts measured as they are."""
-    from .artifact import Artifact
     from .bench import benchmark_artifacts
-    from .bench.matrix import default_batch_sizes
 
-    paths = [_artifact_dir(a, o.repository) for a in o.artifact]
-    sizes = o.sizes or default_batch_sizes([Artifact.open(p).spec() for p in dict.fromkeys(paths)])
-    return benchmark_artifacts(paths, sizes, lengths=o.length_values, threads=o.threads,
+    return benchmark_artifacts([_artifact_dir(a, o.repository) for a in o.artifact],
+                               o.sizes, lengths=o.length_values, threads=o.threads,
                                min_time=1.0 if o.min_time is None else o.min_time, timeout=o.timeout,
                                on_result=lambda row: err.print(_row_line(row), highlight=False),
                                distinct=o.compare is not None)

@@ -406,7 +406,7 @@ def _refuse_alike(arts) -> None:
         seen[key] = art
 
 
-def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] = (1, 8, 32),
+def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] | None = None,
                         lengths: Sequence[int] | None = None, threads: int | None = None, warmup: int = 10,
                         min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
                         timeout: float | None = 1800.0,
@@ -416,17 +416,19 @@ def benchmark_artifacts(paths: Sequence[str | Path], batch_sizes: Sequence[int] 
     since an artifact describes its model itself. Each is opened here first (a missing or
     modified one is an error before anything runs), then measured in its own process, as
     a combination of the matrix is; the report has the same rows, each with the
-    `artifact_path` it measured. `distinct` (for `--compare`, which pairs rows by model,
-    backend, precision and device) refuses two artifacts alike in all four before any is
-    measured, since their rows could not be told apart."""
+    `artifact_path` it measured. `batch_sizes` None: `default_batch_sizes` of their models.
+    `distinct` (for `--compare`, which pairs rows by model, backend, precision and device)
+    refuses two artifacts alike in all four before any is measured, since their rows could
+    not be told apart."""
     from ..artifact import Artifact
 
-    if not paths or not batch_sizes:
+    if not paths or batch_sizes is not None and not batch_sizes:
         raise ZooError("name at least one artifact and one batch size to benchmark")
     unique: dict[Path, Path] = {}  # one artifact named twice (by name and by path) is measured once
     for p in map(Path, paths):
         unique.setdefault(p.resolve(), p)
     arts = [Artifact.open(p) for p in unique.values()]
+    batch_sizes = default_batch_sizes([a.spec() for a in arts]) if batch_sizes is None else batch_sizes
     if lengths and not any(length_axis(a.spec()) for a in arts):
         raise UsageError(f"--lengths {','.join(map(str, lengths))}: no artifact here has a sequence or atom axis "
                          "to measure at; leave it out")
