@@ -114,3 +114,12 @@ def test_optimize_ranks_it_at_its_one_shape(spec, tmp_path, monkeypatch):
     with pytest.raises(zoo.errors.UsageError, match="matrix.fixed has no batch axis"):
         zoo.optimize.optimize(spec, objective="throughput", batch=4, random_init=True, repository=tmp_path)
     assert asked == [[1]] and not any(tmp_path.iterdir())
+
+
+def test_the_python_api_without_batch_sizes_measures_its_one_shape(spec, tmp_path):
+    # before: zoo.benchmark's own default (1, 8, 32) was refused as a usage error, where
+    # `zoo bench` without --batch-sizes measured the one shape
+    report = zoo.benchmark(spec, backends="onnxruntime", repository=tmp_path, random_init=True, min_time=0.05,
+                           min_iters=2)
+    assert [(r["batch"], r["status"]) for r in report["results"]] == [(1, "ok")], report["results"]
+    assert report["options"]["batch_sizes"] == [1]

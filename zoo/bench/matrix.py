@@ -319,7 +319,7 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
 
 def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
               backends: str | Sequence[str] = ("torch", "onnxruntime"),
-              batch_sizes: int | str | Sequence[int] = (1, 8, 32), precision: str | Sequence[str] = "fp32",
+              batch_sizes: int | str | Sequence[int] | None = None, precision: str | Sequence[str] = "fp32",
               device: str | Sequence[str] = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
               checkpoint: str | Path | None = None, random_init: bool = False, threads: int | None = None,
               warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
@@ -340,13 +340,16 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
     tasks (`zoo.bench.ray_sweep`): "local" starts a Ray instance on this machine, "auto"
     or an address joins a running cluster; the rows are the same as a local run's.
 
+    `batch_sizes` None: `default_batch_sizes(model)`, as `zoo bench` without --batch-sizes
+    (1, 8 and 32 where the model's range holds them; 1 alone for a model without a batch axis).
     `backends`, `precision`, `device`, `batch_sizes` and `lengths` take a list, a
     comma-separated string as `zoo bench` does ("torch,onnxruntime"), or one name or number;
     an unknown name, an empty list or item, or an item given twice is the `UsageError`
     `zoo bench` gives for it (`zoo.bench.options.items`).
     """
     backends = items("--backends", backends, "backend")
-    batch_sizes = items("--batch-sizes", batch_sizes, "batch size", int)
+    batch_sizes = (default_batch_sizes(model) if batch_sizes is None
+                   else items("--batch-sizes", batch_sizes, "batch size", int))
     precisions = items("--precision", precision, "precision")
     devices = items("--device", device, "device")
     lengths = None if lengths in (None, [], ()) else items("--lengths", lengths, "length", int)
