@@ -87,6 +87,16 @@ def export(name: str, backend: str, repository: Path) -> zoo.Artifact:
     return zoo.export(zoo.get_model(name).tiny(), backend, repository=repository, random_init=True)
 
 
+def touch(artifact: Path) -> None:
+    """Mark an artifact changed on disk, as an edit would (its manifest's modification time a
+    second later): a model-control load of a served model reloads it only then, as Triton's does."""
+    import os
+
+    manifest = artifact / "zoo.json"
+    st = manifest.stat()
+    os.utime(manifest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
 def copy_as(source: Path, target: Path) -> Path:
     """A copy of an artifact under another name, as an export under that name would write
     it: the manifest's `name` and config.pbtxt's `name` (and its hash) say the new name,
@@ -134,6 +144,7 @@ class ServerProcess:
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"  # tritonclient.grpc takes HOST:PORT
+        self.repository = Path(repository)
         self.log_path = log
         env = {k: v for k, v in os.environ.items() if k not in ("ZOO_PLUGINS", "ZOO_DEBUG")}
         loaded = [arg for plugin in (PLUGIN, *plugins) for arg in ("--plugin", str(plugin))]

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import DIGITS, ONNX, ServerProcess, copy_as, export, plugin_registered  # noqa: E402
+from serve_support import DIGITS, ONNX, ServerProcess, copy_as, export, plugin_registered, touch  # noqa: E402
 
 pytest_plugins = ["serve_support"]
 FAULTY = f"{DIGITS}.faulty.fp32"
@@ -209,6 +209,7 @@ def test_reloading_a_served_model_never_leaves_its_name_unserved(faulty_server, 
     pool = ThreadPoolExecutor(4)
     slow = [pool.submit(infer, faulty_server, plugin.SLOW) for _ in range(3)]
     time.sleep(0.3)  # the old model is running one and holds two
+    touch(faulty_server.repository / FAULTY)  # changed on disk: the load reloads it
     reload = pool.submit(httpx.post, f"{faulty_server.url}/v2/repository/models/{FAULTY}/load", timeout=60)
     during = []
     while not reload.done():
@@ -437,6 +438,7 @@ def test_an_unloaded_model_frees_its_runner_at_once(serve_repo, tmp_path):
     try:
         with TestClient(create_app(Settings(repo, model_control=True))) as client:
             first = runner_of(client)
+            touch(repo / ONNX)
             assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200  # a reload
             assert first() is None, "the replaced model's runner is still held"
             second = runner_of(client)
@@ -473,3 +475,32 @@ def test_serving_freezes_startup_out_of_the_collector_and_unloads_free_cycles_to
         assert client.post(f"/v2/repository/models/{ONNX}/unload").status_code == 200
         assert held() is None, "the unloaded model's runner, in a cycle, is still held"
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+
+
+def test_a_load_of_a_served_unchanged_model_does_nothing_and_a_changed_one_reloads(serve_repo, tmp_path):
+    """As Triton answers it (compared with tritonserver 2.51): a load of a model that is
+    served and unchanged on disk keeps the loaded one and its statistics; once a file of
+    the artifact changed (touched here, as an edit or a re-export would), the load reloads
+    it and the statistics start again. Before, every load reloaded: a client that loads to
+    make sure a model is there paid a reload and lost the statistics."""
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    copy_as(serve_repo / ONNX, repo / ONNX)
+    body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.5] * 64}]}
+
+    def success(client) -> int:
+        stats = client.get(f"/v2/models/{ONNX}/stats").json()["model_stats"][0]
+        return stats["inference_stats"]["success"]["count"]
+
+    with TestClient(create_app(Settings(repo, model_control=True))) as client:
+        assert client.post(f"/v2/models/{ONNX}/infer", json=body).status_code == 200
+        loaded = client.app.state.zoo.models[ONNX]
+        assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200
+        assert client.app.state.zoo.models[ONNX] is loaded and success(client) == 1
+        touch(repo / ONNX)
+        assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200
+        assert client.app.state.zoo.models[ONNX] is not loaded and success(client) == 0
+        assert client.post(f"/v2/models/{ONNX}/infer", json=body).status_code == 200 and success(client) == 1

@@ -111,6 +111,7 @@ def policy_for(spec, options: ServeOptions, config_text: str) -> BatchPolicy:
 
 def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     """Validate and load one artifact: the served model and its first runners."""
+    files = fingerprint(path)  # before it is read: a change while it loads shows at the next load
     if options.require_signature is not None:
         from ..signing import verify_signature
 
@@ -128,7 +129,24 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
 
     runners = load_runners()
     policy = ragged_if_padding_safe(art, spec, policy, runners[0])
-    return ServedModel(art, spec, policy, load_runners), runners
+    model = ServedModel(art, spec, policy, load_runners)
+    model.files = files
+    return model, runners
+
+
+def fingerprint(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """What decides whether a load of a served model reloads it, as Triton decides it: every
+    file and folder of the artifact (symbolic links not followed) with its inode, size and
+    modification time. A re-export (a new directory renamed into place) or an edited or
+    touched file changes it."""
+    entries = []
+    for top, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in ["", *sorted(names), *dirs]:
+            entry = Path(top, name) if name else Path(top)
+            st = entry.lstat()
+            entries.append((entry.relative_to(path).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(entries)
 
 
 def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:

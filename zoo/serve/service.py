@@ -31,7 +31,7 @@ from ..inputs import wire_shape
 from .classify import classify
 from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundError, ProtocolError, reason_for
 from .metrics import Metrics
-from .model import ServedModel
+from .model import READY, ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
 from . import shm
 from .stats import ModelStats
@@ -185,6 +185,13 @@ class Server:
     async def load(self, name: str) -> None:
         path = repository.find_artifact(self.settings.repository, name)
         async with self.control[name]:
+            served = self.models.get(name)
+            if served is not None and served.state == READY and (
+                    await asyncio.to_thread(repository.fingerprint, path)) == served.files:
+                # as Triton answers it: a load of a model served and unchanged on disk does
+                # nothing (its statistics go on); an edited, touched or re-exported one reloads
+                log.info("load of %s: served and unchanged, not reloaded", name)
+                return
             try:
                 model, runners = await asyncio.to_thread(repository.open_model, path, self.settings.options)
             except Exception as exc:
