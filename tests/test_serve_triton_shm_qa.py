@@ -456,11 +456,19 @@ def test_infer_requested_output_region_out_of_bound(server, region, offset, size
 def test_output_region_too_small(server, client, protocol, region):
     # Triton (http_server.cc / infer_handler.cc ResponseAlloc): "shared memory size specified
     # with the request for output 'y' (32 bytes) should be at least 64 bytes to hold the
-    # results", as 500 INTERNAL. Ours: 400 / INVALID_ARGUMENT, the request's own fault.
+    # results", as 500 INTERNAL, after running the model. Ours: 400 / INVALID_ARGUMENT, the
+    # request's own fault, before the model runs where the output's size follows from the
+    # inputs' (y: x's shape), so no execution is spent on it (before: one ran, for nothing).
+    def executions() -> int:
+        stats = httpx.get(f"{server.url}/v2/models/{SCALED}/stats").json()["model_stats"][0]
+        return stats["execution_count"]
+
     handles = configure(client, region)
+    before = executions()
     message = refused(lambda: basic_infer(client, protocol, out_size=32), protocol, 400, "INVALID_ARGUMENT")
     assert message == "output 'y' needs 64 bytes; its shared memory part (shared_memory_byte_size) has 32"
     assert np.all(shm.get_contents_as_numpy(handles["y"], np.float32, [16]) == 0)
+    assert executions() == before
     assert_live(server)
 
 

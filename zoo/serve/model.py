@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -121,6 +122,7 @@ class ServedModel:
         wanted = self._wanted_outputs(request, raw is not None)
         sizes = check_arrays(inputs, self.spec, self.name, self.policy.max_batch_size if self.rows_batched else None)
         rows = sizes.pop("batch", 1) if self.rows_batched else 1
+        self._check_output_regions(request, wanted, {**sizes, "batch": rows} if self.rows_batched else sizes)
         loop = self.batcher.loop
         work = Work(inputs, rows, sizes, loop.create_future(), side=self._side_digest(inputs))
         # a timer on the request's own future, not asyncio.wait_for: wait_for costs a second
@@ -262,6 +264,24 @@ class ServedModel:
         if unknown:
             raise ProtocolError(f"model {self.name} has no output {unknown[0]!r}; its outputs: {names}")
         return list(request.outputs)
+
+    def _check_output_regions(self, request: InferRequest, wanted: list[str], axes: dict[str, int]) -> None:
+        """Refuse an output whose shared-memory part cannot hold it before the model runs, where
+        its size follows from the inputs' axes (Triton runs the model, then fails the request):
+        no execution is spent on a request that cannot be answered. `_deliver` checks the rest."""
+        for name in wanted:
+            asked = (request.outputs or {}).get(name)
+            spec = next((t for t in self.spec.outputs if t.name == name), None)
+            if asked is None or asked.region is None or asked.classification is not None or spec is None:
+                continue
+            size = dt.element_size(dt.v2_name(spec.dtype))
+            dims = [d if isinstance(d, int) else axes.get(d) for d in spec.shape]
+            if size is None or None in dims:
+                continue
+            needed = size * math.prod(dims)
+            if needed > asked.region.byte_size:
+                raise ProtocolError(f"output {name!r} needs {needed} bytes; its shared memory part "
+                                    f"(shared_memory_byte_size) has {asked.region.byte_size}")
 
     def _output(self, name: str, array: np.ndarray) -> Tensor:
         datatype = dt.v2_name(next(t.dtype for t in self.spec.outputs if t.name == name))
