@@ -165,7 +165,7 @@ LABELS = [f"{method.upper()} {path}" for path, item in adapt(PUBLISHED, None)["p
 @pytest.fixture(scope="module")
 def models(server: ServerProcess) -> Models:
     """Every model the repository index lists as READY, with its metadata."""
-    index = httpx.get(f"{server.url}/v2/repository/index", timeout=30).json()
+    index = httpx.post(f"{server.url}/v2/repository/index", timeout=30).json()
     names = [row["name"] for row in index if row["state"] == "READY"]
     assert names, index
     return {name: httpx.get(f"{server.url}/v2/models/{name}", timeout=30).json() for name in names}

@@ -235,6 +235,16 @@ def test_repository_index_deeply_nested_json(server: ServerProcess) -> None:
     assert rows and all(r["state"] == "READY" for r in rows), rows
 
 
+def test_repository_index_is_a_post_and_a_ready_row_has_no_reason(server: ServerProcess) -> None:
+    # As tritonserver 2.51 answers (compared side by side): the index is POST only (GET: 405),
+    # and a READY model's row is name, version and state, without an empty reason.
+    assert httpx.get(f"{server.url}/v2/repository/index").status_code == 405
+    rows = httpx.post(f"{server.url}/v2/repository/index").json()
+    ready = [r for r in rows if r["state"] == "READY"]
+    assert ready and all(sorted(r) == ["name", "state", "version"] for r in ready), rows
+    assert all(r.get("reason") for r in rows if r["state"] != "READY"), rows
+
+
 def test_load_oversized_file_parameter(server: ServerProcess) -> None:
     # Triton: test_load_oversized_file_parameter (Triton: 500 "failed to poll from model repository").
     # Model control is off on the shared server: 403, and the server stays ready.

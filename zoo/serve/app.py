@@ -172,7 +172,8 @@ async def repository_index(request: Request) -> Response:
         if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
             raise ProtocolError("the repository index request body is a JSON object whose `ready` is true or false")
         ready_only = doc.get("ready", False)
-    return JSONResponse(await zoo.index(ready_only))
+    # a ready model's row without an empty reason, as Triton writes it
+    return JSONResponse([{k: v for k, v in row.items() if k != "reason" or v} for row in await zoo.index(ready_only)])
 
 
 async def load_model(request: Request) -> Response:
@@ -278,7 +279,7 @@ ROUTES = [
         Route(base, model_metadata, methods=["GET"]),
         Route(base + "/ready", model_ready, methods=["GET"]),
         Route(base + "/config", model_config, methods=["GET"]))),
-    Route("/v2/repository/index", repository_index, methods=["POST", "GET"]),
+    Route("/v2/repository/index", repository_index, methods=["POST"]),
     Route("/v2/repository/models/{model}/load", load_model, methods=["POST"]),
     Route("/v2/repository/models/{model}/unload", unload_model, methods=["POST"]),
     Route("/metrics", metrics, methods=["GET"]),
