@@ -307,6 +307,29 @@ def test_export_sign_takes_an_encrypted_keys_password_before_the_export(exported
     assert verify_signature(repo / ONNX, public)["key"] in signed.output
 
 
+def test_export_sign_with_a_key_it_cannot_use_is_refused_before_the_export(artifact, keys, tmp_path, monkeypatch):
+    """`zoo export --sign` loads the key (type, curve, password) before it exports. Before,
+    a wrong password or an RSA key failed only after the export: an artifact signed before
+    had been rebuilt in its place, unsigned, and nothing said the signature was gone."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    rsa_key = tmp_path / "rsa.pem"
+    rsa_key.write_bytes(rsa.generate_private_key(65537, 2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    locked, _ = encrypted_keypair(tmp_path, b"secret")
+    monkeypatch.setenv("ZOO_TEST_WRONG_PASSWORD", "wrong")
+    sign(artifact, keys["owner"][0])
+    files = {p.name: p.stat().st_mtime_ns for p in artifact.rglob("*")}
+    base = ("export", "resnet8.digits", "-b", "onnxruntime", "--random-init", "--force", "--repository",
+            str(artifact.parent))
+    for key, extra, says in [(rsa_key, (), "is RSA, not an elliptic-curve key"),
+                             (locked, ("--password-env", "ZOO_TEST_WRONG_PASSWORD"), "not a usable PEM private key")]:
+        result = invoke(*base, "--sign", str(key), *extra)
+        assert result.exit_code == 1 and says in str(result.exception), result.output
+        assert {p.name: p.stat().st_mtime_ns for p in artifact.rglob("*")} == files  # not rebuilt, still signed
+    verify_signature(artifact, keys["owner"][1])
+
+
 def test_cli_sign_prompts_for_an_encrypted_keys_password_at_a_terminal(artifact, tmp_path):
     import pty
     import termios

@@ -290,7 +290,12 @@ def export(model: str, backend: str = typer.Option(..., "--backend", "-b"),
     _check_export_choices(backend, precision, device, quantization, triton)
     parameters = _strings(triton_parameter, "--triton-parameter")
     check_destination(repository, "--repository")  # before the export, not at its final rename
-    password = _key_password(sign_key, password_env) if sign_key is not None else None  # asked before the export
+    password = None
+    if sign_key is not None:  # the key, and its password, before an export that may replace a signed artifact
+        from .signing import usable_private_key
+
+        password = _key_password(sign_key, password_env, "--sign")
+        usable_private_key(sign_key, password)
     from .export import export as run  # imports torch: after the usage errors, which are answered at once
 
     art = run(model, backend, precision, device, repository, checkpoint=checkpoint, random_init=random_init,
@@ -420,7 +425,7 @@ def _one_artifact(artifact: str, repository: Path, verb: str) -> Path:
     return path
 
 
-def _key_password(key: Path, env: Optional[str]) -> str | None:
+def _key_password(key: Path, env: Optional[str], option: str = "--key") -> str | None:
     """An encrypted key's password: from the variable --password-env names, else a hidden prompt at a
     terminal. Never an option's value, which shell history and `ps` would show."""
     from .signing import encrypted
@@ -436,7 +441,7 @@ def _key_password(key: Path, env: Optional[str]) -> str | None:
     if not locked:
         return None
     if not sys.stdin.isatty():
-        raise ZooError(f"--key {key} is encrypted: name the environment variable holding its password with "
+        raise ZooError(f"{option} {key} is encrypted: name the environment variable holding its password with "
                        f"--password-env, or run at a terminal to be prompted for it")
     return typer.prompt(f"password for {key}", hide_input=True)
 

@@ -102,7 +102,7 @@ def _public_of(private_key_pem: bytes, password: str | None, what: str) -> bytes
     try:
         key = serialization.load_pem_private_key(private_key_pem, password.encode() if password else None)
     except (ValueError, TypeError) as exc:
-        raise ZooError(f"not a usable PEM private key: {exc}") from None
+        raise ZooError(f"the {what} is not a usable PEM private key: {exc}") from None
     _check_curve(key, what)
     return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
@@ -120,14 +120,20 @@ def _hashing(hashing, root: Path, *also: Path):
     return config
 
 
+def usable_private_key(private_key: str | Path, password: str | None = None) -> str:
+    """The fingerprint of the key `sign` signs with; a `ZooError` where it cannot sign with it
+    (unreadable, not PEM, a wrong password, a type or curve model-signing does not take).
+    `zoo export --sign` asks before the export, which may replace a signed artifact."""
+    return fingerprint(_public_of(_key_bytes(private_key, "private key"), password, f"private key {private_key}"))
+
+
 def sign(path: str | Path, private_key: str | Path, password: str | None = None) -> dict[str, Any]:
     """Sign the artifact at `path` with an elliptic-curve private key (PEM); replaces an
     earlier signature. Only an artifact whose files match its manifest is signed."""
     from .artifact import Artifact
 
     art = Artifact.open(path)
-    pem = _key_bytes(private_key, "private key")
-    identity = fingerprint(_public_of(pem, password, f"private key {private_key}"))
+    identity = usable_private_key(private_key, password)
     hashing, signing, _ = _model_signing()
     root = art.path.resolve()
     staged = root / f".{SIGNATURE}.tmp"
