@@ -38,6 +38,33 @@ def test_benchmark_reports_percentiles_per_backend_and_batch(repository):
     assert report["models"] == [SPEC.name] and report["options"]["batch_sizes"] == [1, 4]
 
 
+def test_a_benchmark_keeps_the_form_parameters_and_signature_of_the_artifact_it_measures(repository, tmp_path):
+    """A benchmark over a repository being deployed measures its artifacts as they are: before,
+    its export rebuilt a python-form, signed artifact in the native form (which the bundled
+    Triton cannot serve), dropping its config parameters and its signature."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from zoo.signing import sign, verify_signature
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "key.pem", tmp_path / "key.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    art = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True, triton="python",
+                     triton_parameters={"enable_mem_arena": "0"})
+    sign(art.path, private)
+    files = {p.relative_to(art.path): p.stat().st_mtime_ns for p in art.path.rglob("*")}
+    report = zoo.benchmark(SPEC, "onnxruntime", 1, repository=repository, random_init=True, **FAST)
+    assert [r["status"] for r in report["results"]] == ["ok"], report["results"]
+    assert {p.relative_to(art.path): p.stat().st_mtime_ns for p in art.path.rglob("*")} == files
+    triton = zoo.Artifact.open(art.path).manifest["triton"]
+    assert triton["form"] == "python" and triton["parameters"] == {"enable_mem_arena": "0"}
+    verify_signature(art.path, public)
+
+
 def test_sequence_lengths_are_a_dimension_of_the_matrix(repository):
     spec = zoo.get_model("minilm-l6.all-v2").tiny()
     report = zoo.benchmark(spec, ["onnxruntime"], [2], repository=repository, random_init=True, lengths=[8, 24],

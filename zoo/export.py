@@ -124,7 +124,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
            repository: str | Path = DEFAULT_REPOSITORY, checkpoint: str | Path | Checkpoint | None = None,
            random_init: bool = False, force: bool = False, threads: int | None = None,
            quantization: str | None = None, triton: str | None = None, resign: bool = False,
-           triton_parameters: Mapping[str, str] | None = None) -> Artifact:
+           triton_parameters: Mapping[str, str] | None = None, keep_triton: bool = False) -> Artifact:
     """Export `model` through `backend` and write a verified artifact into `repository`.
 
     `model` is a registered name or a `ModelSpec`, registered or not: the artifact describes its
@@ -137,6 +137,8 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     `triton_parameters` become the `parameters` of its `config.pbtxt`, which the backend honours
     where Triton's backend for the engine documents them (`zoo.backend.serving_parameters`): the
     artifact's runner, loaded as a server loads it, must reproduce the test vectors under them.
+    `keep_triton`: in place of `triton` and `triton_parameters`, those of the artifact already
+    there (`zoo bench`: measuring a repository leaves the form it deploys, and so its signature).
     """
     spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
     declared, checkpoint = at_checkpoint_config(spec, checkpoint, random_init)
@@ -154,6 +156,10 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     provenance = _provenance(state, spec, be, precision, device, form, parameters)
     other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
     final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
+    if keep_triton and (kept := _kept_triton(final, be)) is not None:
+        form, parameters = kept
+        provenance = {**{k: v for k, v in provenance.items() if k != "triton_parameters"},
+                      **_provenance_triton(form, parameters)}
     # the manifest's account of the model: compared with an existing artifact's, then written
     described = {"model": {**model_record(declared), "binding": binding(module, spec)}, "signature": signature(spec)}
     reused = None if force else _reusable(final, provenance, described, spec, module_fn(module, spec, device))
@@ -243,7 +249,21 @@ def _provenance(state, spec: ModelSpec, be, precision: str, device: str, form: s
     return {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
             "backend": be.name, "versions": library_versions(be), "precision": precision, "device": device,
             "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
-            "triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
+            **_provenance_triton(form, parameters)}
+
+
+def _provenance_triton(form: str, parameters: Mapping[str, str]) -> dict[str, Any]:
+    return {"triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
+
+
+def _kept_triton(final: Path, be) -> tuple[str, dict[str, str]] | None:
+    """The Triton form and parameters the artifact at `final` records, where they are ones this
+    backend's export can write; None where there is none (or its manifest does not say)."""
+    try:
+        record = json.loads((final / MANIFEST).read_text()).get("triton")
+        return triton_form(be.triton, record["form"]), check_parameters(record.get("parameters"))
+    except (OSError, ValueError, RecursionError, AttributeError, KeyError, TypeError, ZooError):
+        return None
 
 
 def _check_served(be, load_arguments: tuple, parameters: Mapping[str, str], vector_sets) -> None:

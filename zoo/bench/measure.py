@@ -42,7 +42,8 @@ def export_job(job: Mapping[str, Any], spec=None) -> dict[str, Any]:
     _setup(job)
     spec = get_model(job["model"], **job["config"]) if spec is None else spec
     art = export(spec, job["backend"], job["precision"], job["device"], job["repository"],
-                 checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"])
+                 checkpoint=job["checkpoint"], random_init=job["random_init"], quantization=job["quantization"],
+                 keep_triton=True)
     return {"path": str(art.path), **artifact_facts(art, spec)}
 
 
