@@ -16,7 +16,9 @@ A domain-native request is one BYTES input named for the model's raw kind (`text
 `image`, ...), as over HTTP.
 
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
-error as `error_message` on that response, the stream going on). CUDA shared memory is
+error as `error_message` on that response, the stream going on; prefixed `[request id:
+ID] ` where the request has an id, as Triton's core words its errors, since tritonclient
+hands a stream's callback the message and not the response). CUDA shared memory is
 answered as Triton built without GPUs answers it (no region registered, none can be);
 log and trace settings are refused as UNIMPLEMENTED with the reason.
 
@@ -25,14 +27,21 @@ that does not parse is INVALID_ARGUMENT with a plain message, where grpcio would
 UNKNOWN naming the protobuf exception class. A call the client cancels (or whose
 deadline passes) is counted as CANCELLED (DEADLINE_EXCEEDED), and an inference request
 so ended as a failure of reason "cancelled".
+
+At shutdown (`GrpcFront.drain`) every new call is refused with UNAVAILABLE, as Triton
+refuses them while it exits, and the server is stopped only once the calls in flight are
+answered and no call has arrived for a moment (`QUIET`): stopping grpc's server cancels
+the calls it has taken but not yet handed to a method.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
+import time
 from typing import Any, AsyncIterator, Callable
 
 import grpc
@@ -66,6 +75,8 @@ CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 403: grpc.StatusCode.UNIMPLEMENT
 #: error types Triton answers over gRPC with a code of their own, not the one their HTTP status maps to
 OWN_CODES = {RegionExistsError: grpc.StatusCode.ALREADY_EXISTS}
 INTERNAL = "internal server error; the server log has the details"
+#: the answer to a call that arrives once shutdown has begun: UNAVAILABLE, which a client may retry elsewhere
+DRAINING = "the server is shutting down and takes no new calls"
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 #: v2 datatype -> the typed `contents` field that carries it (FP16 and BF16 travel only as raw bytes)
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -93,24 +104,28 @@ def parsed(message_type: type, raw: bytes) -> Any:
 
 def _answers(method: Callable) -> Callable:
     """A unary method, taking its request as bytes, whose exceptions become the mapped
-    status and message."""
+    status and message; once the server drains, UNAVAILABLE without running it."""
     request_type = getattr(pb, SERVICE.methods_by_name[method.__name__].input_type.name)
 
     @functools.wraps(method)
     async def wrapper(self: "Service", raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            response = await method(self, parsed(request_type, raw), context)
-        except asyncio.CancelledError:  # the client cancelled the call, or its deadline passed
-            self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, _ended(context)).inc()
-            raise
-        except Exception as exc:
-            code, message = status_of(exc)
-            if code == grpc.StatusCode.INTERNAL and message == INTERNAL:
-                log.error("internal error on gRPC %s", method.__name__, exc_info=exc)
-            self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, code.name).inc()
-            await context.abort(code, message)
-        self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, "OK").inc()
-        return response
+        with self.calls.held():
+            if self.draining.is_set():
+                self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, "UNAVAILABLE").inc()
+                await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
+            try:
+                response = await method(self, parsed(request_type, raw), context)
+            except asyncio.CancelledError:  # the client cancelled the call, or its deadline passed
+                self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, _ended(context)).inc()
+                raise
+            except Exception as exc:
+                code, message = status_of(exc)
+                if code == grpc.StatusCode.INTERNAL and message == INTERNAL:
+                    log.error("internal error on gRPC %s", method.__name__, exc_info=exc)
+                self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, code.name).inc()
+                await context.abort(code, message)
+            self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, "OK").inc()
+            return response
 
     return wrapper
 
@@ -125,6 +140,34 @@ def _ended(context: grpc.aio.ServicerContext) -> str:
     """Why a call was cancelled, as its status code's name."""
     remaining = context.time_remaining()
     return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= DEADLINE_SLACK else "CANCELLED"
+
+
+#: seconds a draining server goes on taking calls once none is left in flight and none arrives: grpc core
+#: cancels the calls it has taken but not yet handed to a method when the server stops (CANCELLED, and no
+#: handler runs), so these are let in first, to be answered UNAVAILABLE
+QUIET = 0.25
+
+
+class Calls:
+    """The calls being handled, and when one last arrived or ended: what a drain waits on."""
+
+    def __init__(self) -> None:
+        self.count, self.last = 0, time.monotonic()
+
+    @contextlib.contextmanager
+    def held(self):
+        self.count, self.last = self.count + 1, time.monotonic()
+        try:
+            yield
+        finally:
+            self.count, self.last = self.count - 1, time.monotonic()
+
+    async def settled(self, deadline: float) -> None:
+        """Once no call is left and none has come for QUIET seconds (the calls on their way
+        when this is called among them), or at `deadline` (monotonic)."""
+        since = time.monotonic()
+        while time.monotonic() < deadline and (self.count or time.monotonic() - max(self.last, since) < QUIET):
+            await asyncio.sleep(QUIET / 10)
 
 
 # ---------------------------------------------------------------- messages <-> requests
@@ -232,7 +275,8 @@ def encode(model: str, version: str, request_id: str | None, outputs: list[Tenso
 class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, zoo) -> None:
         self.zoo = zoo
-        self.draining = asyncio.Event()  # set at shutdown: streams take no new requests
+        self.draining = asyncio.Event()  # set at shutdown: new calls are refused, streams take no new requests
+        self.calls = Calls()
 
     @_answers
     async def ServerLive(self, request, context):
@@ -309,7 +353,16 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator, context) -> AsyncIterator:
         """Each request of the stream answered as it completes; an error on its own response."""
+        with self.calls.held():
+            if self.draining.is_set():
+                await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
+            async with contextlib.aclosing(self._stream(request_iterator, context)) as responses:
+                async for response in responses:  # closed with this one: its reader stops at once
+                    yield response
+
+    async def _stream(self, request_iterator: AsyncIterator, context) -> AsyncIterator:
         answers: asyncio.Queue = asyncio.Queue()
+        taken = 0  # requests read from the stream
 
         async def answer(raw: bytes) -> None:
             message = pb.ModelInferRequest()
@@ -325,6 +378,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if text == INTERNAL:
                     log.error("internal error on a gRPC stream request", exc_info=exc)
                 self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", code.name).inc()
+                if message.id:  # as Triton's core words it: a stream callback gets the message, not the id
+                    text = f"[request id: {message.id}] {text}"
                 response = pb.ModelStreamInferResponse(error_message=text, infer_response=pb.ModelInferResponse(
                     model_name=message.model_name, model_version=message.model_version, id=message.id))
             # as Triton marks every stream response (stream_infer_handler.cc): each request has one
@@ -332,10 +387,12 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             await answers.put(response)
 
         async def read() -> None:
+            nonlocal taken
             tasks = []
             try:
                 async for message in self._until_draining(request_iterator):
                     tasks.append(asyncio.ensure_future(answer(message)))
+                    taken += 1
                 await asyncio.gather(*tasks)
             finally:
                 for task in tasks:  # the stream ended early: nobody reads their answers
@@ -351,7 +408,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
         if self.draining.is_set():  # what the client sends from now on is not read: say so
             context.set_code(grpc.StatusCode.UNAVAILABLE)
-            context.set_details("the server is shutting down; the stream's requests sent so far were answered")
+            context.set_details(f"the server is shutting down; the {taken} requests read from this stream were "
+                                "answered, any sent after them were not read")
 
     async def _until_draining(self, messages: AsyncIterator) -> AsyncIterator:
         """A stream's messages until the client ends it or the server starts shutting down:
@@ -426,9 +484,10 @@ def _not_offered(what: str) -> FeatureOffError:
 
 
 class GrpcFront:
-    """The running gRPC server. `drain` at SIGTERM: no new calls from then on (grpcio
-    refuses them with UNAVAILABLE), open streams stop reading, and the calls in flight
-    have up to `grace` seconds; `stop` waits for that."""
+    """The running gRPC server. `drain` at SIGTERM: new calls are refused from then on
+    (UNAVAILABLE, DRAINING), open streams stop reading, and the calls in flight have up to
+    `grace` seconds; the server stops once they are done and no call has arrived for QUIET
+    seconds, so that none it has taken is cancelled. `stop` waits for that."""
 
     def __init__(self, server: grpc.aio.Server, service: Service) -> None:
         self.server, self.service = server, service
@@ -437,7 +496,12 @@ class GrpcFront:
     def drain(self, grace: float) -> None:
         if self._stopping is None:
             self.service.draining.set()
-            self._stopping = asyncio.ensure_future(self.server.stop(grace))
+            self._stopping = asyncio.ensure_future(self._drained(grace))
+
+    async def _drained(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        await self.service.calls.settled(deadline)
+        await self.server.stop(max(deadline - time.monotonic(), 0))
 
     async def stop(self, grace: float) -> None:
         self.drain(grace)
