@@ -184,6 +184,33 @@ def test_another_address_than_the_instance_in_use_is_refused_not_swapped(tmp_pat
     assert ray.is_initialized()  # left as it was
 
 
+def test_the_address_of_a_running_gcs_passes_the_probe(local_ray):
+    from zoo.bench.ray_sweep import check_reachable
+
+    check_reachable(ray.get_runtime_context().gcs_address)  # a real head node's GCS answers gRPC's health check
+
+
+@pytest.mark.parametrize("form", ["{}", "ray://{}"])
+def test_an_address_where_something_else_answers_fails_at_once(form, tmp_path, without_ray):
+    # before: a TCP connection was all the probe asked for, and `ray.init` retried an HTTP
+    # server's port for minutes ("Failed to connect to GCS at address ...")
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = form.format(f"127.0.0.1:{server.server_address[1]}")
+    start = time.monotonic()
+    try:
+        with pytest.raises(zoo.ZooError, match=re.escape(f"--ray {address}: what answers at 127.0.0.1:"
+                                                         f"{server.server_address[1]} does not speak gRPC")):
+            zoo.benchmark(MODELS, ["onnxruntime"], repository=tmp_path, random_init=True, ray=address, **FAST)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - start < 10
+
+
 @pytest.mark.parametrize("form", ["{}", "ray://{}"])
 def test_an_address_where_nothing_answers_fails_at_once(form, tmp_path, without_ray):
     # after every test of the file that uses the local instance: it shuts it down, and

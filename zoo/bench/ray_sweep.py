@@ -28,8 +28,9 @@ until such a node joins, and the sweep would wait for it in silence.
 "local" starts a Ray instance on this machine for the run and stops it after; "auto"
 joins the cluster this machine belongs to; "ray://HOST:PORT" connects a Ray client (its
 server listens on 10001 by default) and "HOST:PORT" a head node's GCS (6379 by default).
-Any other form is a usage error, and an address where nothing answers a TCP connection
-within `PROBE_TIMEOUT` seconds an error, before `ray.init` (which would retry for minutes).
+Any other form is a usage error, and an address where nothing answers a TCP connection, or
+gRPC's health check, within `PROBE_TIMEOUT` seconds an error, before `ray.init` (which would
+retry for minutes).
 An instance already started in this process (`ray.init` in a notebook or a test) is used as is
 for "local", "auto" and its own address; another explicit address is a usage error.
 """
@@ -114,6 +115,26 @@ def check_reachable(address: str) -> None:
     except OSError as exc:
         raise ZooError(f"--ray {address}: nothing answers at {where[0]}:{where[1]} "
                        f"({exc.strerror or exc}); is Ray running there?") from None
+    _check_grpc(address, where)
+
+
+def _check_grpc(address: str, where: tuple[str, int]) -> None:
+    """Refuse an address whose server does not answer gRPC, as a head node's GCS and a Ray
+    client server do: `ray.init` would retry an HTTP server's port for minutes. Any answer
+    to gRPC's health check will do (a GCS answers it; another gRPC server may not offer it)."""
+    import grpc
+
+    host = f"[{where[0]}]" if ":" in where[0] else where[0]
+    with grpc.insecure_channel(f"{host}:{where[1]}") as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        try:
+            check(b"", timeout=PROBE_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                detail = ((exc.details() or "").strip().splitlines() or [""])[0][:120]
+                raise ZooError(f"--ray {address}: what answers at {where[0]}:{where[1]} does not speak gRPC "
+                               f"({exc.code().name}: {detail}), as a Ray head node's GCS or a Ray client "
+                               f"server does; is that Ray's port?") from None
 
 
 def _ray():
