@@ -137,8 +137,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     `triton_parameters` become the `parameters` of its `config.pbtxt`, which the backend honours
     where Triton's backend for the engine documents them (`zoo.backend.serving_parameters`): the
     artifact's runner, loaded as a server loads it, must reproduce the test vectors under them.
-    `keep_triton`: in place of `triton` and `triton_parameters`, those of the artifact already
-    there (`zoo bench`: measuring a repository leaves the form it deploys, and so its signature).
+    `keep_triton`: those two of the artifact already there (`zoo bench` leaves what it deploys).
     """
     spec, threads = _checked(model, repository, threads)  # a bad argument is refused before any work
     declared, checkpoint = at_checkpoint_config(spec, checkpoint, random_init)
@@ -153,13 +152,11 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     module, source = reference_module(spec, checkpoint, random_init)
     module = module.to(device)
     state = cpu_state_dict(module)
+    method = spec.quantization if precision == "int8" else None
+    final = Path(repository) / artifact_name(spec.name, be.name, precision,
+                                             method if method != declared.quantization else None)
+    form, parameters = (keep_triton and _kept_triton(final, be)) or (form, parameters)
     provenance = _provenance(state, spec, be, precision, device, form, parameters)
-    other_method = provenance["quantization"] if provenance["quantization"] != declared.quantization else None
-    final = Path(repository) / artifact_name(spec.name, be.name, precision, other_method)
-    if keep_triton and (kept := _kept_triton(final, be)) is not None:
-        form, parameters = kept
-        provenance = {**{k: v for k, v in provenance.items() if k != "triton_parameters"},
-                      **_provenance_triton(form, parameters)}
     # the manifest's account of the model: compared with an existing artifact's, then written
     described = {"model": {**model_record(declared), "binding": binding(module, spec)}, "signature": signature(spec)}
     reused = None if force else _reusable(final, provenance, described, spec, module_fn(module, spec, device))
@@ -249,11 +246,7 @@ def _provenance(state, spec: ModelSpec, be, precision: str, device: str, form: s
     return {"weights_sha256": state_dict_sha256(state), "config": dict(spec.config),
             "backend": be.name, "versions": library_versions(be), "precision": precision, "device": device,
             "quantization": spec.quantization if precision == "int8" else None, **device_facts(device),
-            **_provenance_triton(form, parameters)}
-
-
-def _provenance_triton(form: str, parameters: Mapping[str, str]) -> dict[str, Any]:
-    return {"triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
+            "triton": form, **({"triton_parameters": dict(parameters)} if parameters else {})}
 
 
 def _kept_triton(final: Path, be) -> tuple[str, dict[str, str]] | None:
