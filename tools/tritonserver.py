@@ -179,11 +179,12 @@ def children(pid: int) -> list[int]:
 
 
 def main() -> None:
-    """`python tools/tritonserver.py REPOSITORY`: serve it until Ctrl-C, SIGTERM or SIGHUP, then stop
-    tritonserver and its Python stubs (docs/deploy.md)."""
+    """Serve REPOSITORY with the real NVIDIA Triton server that `make triton` lays out, printing each
+    model's state, until Ctrl-C, SIGTERM or SIGHUP; then stop tritonserver and its Python stubs
+    (docs/deploy.md)."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(main.__doc__.split()))
     parser.add_argument("repository", type=Path)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
@@ -210,8 +211,9 @@ def main() -> None:
             server.wait_live()
         except RuntimeError as exc:
             sys.exit(f"error: {exc}")
+        log = server.log()
         for name, entry in sorted(server.index().items()):
-            print(f"{name}: {entry.get('state')} {entry.get('reason', '')}".rstrip(), flush=True)
+            print(f"{name}: {index_line(entry, log)}", flush=True)
         print(f"Triton serving {ns.repository} on http://{server.http_url} and grpc {server.grpc_url}; Ctrl-C stops",
               flush=True)
         while server.proc.poll() is None:
@@ -223,6 +225,18 @@ def main() -> None:
             signal.signal(sig, signal.SIG_IGN)
         if server is not None:
             server.stop()
+
+
+def index_line(entry: dict, log: str) -> str:
+    """A repository index entry as "STATE REASON". A directory Triton could not read as a model
+    (no configuration it can complete, a configuration naming another model) has no state in the
+    index: its reason is in the log's "Poll failed for model directory" line."""
+    if entry.get("state"):
+        return f"{entry['state']} {entry.get('reason', '')}".rstrip()
+    prefix = f"Poll failed for model directory '{entry['name']}': "
+    reason = next((line.split(prefix, 1)[1].rstrip('"') for line in log.splitlines() if prefix in line),
+                  "see Triton's log (--log)")
+    return f"not a model Triton can load: {reason}"
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -485,10 +485,11 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
                                                    "DIR/NAME.npy instead of printing it."),
             artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
             checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
-            url: Optional[str] = typer.Option(None, help="Send the inputs to a `zoo serve` server at this URL "
-                                              "instead; MODEL is the served model's name. Only zoo serve "
-                                              "advertises domain-native inputs (in its model metadata); Triton "
-                                              "does not, so send it tensors (zoo.client, tritonclient)."),
+            url: Optional[str] = typer.Option(None, help="Send the inputs to a server at this URL instead; MODEL "
+                                              "is the served model's name. --tensor inputs go to `zoo serve` or "
+                                              "Triton alike; --image, --text and --smiles only to zoo serve, which "
+                                              "advertises domain-native inputs in its model metadata (Triton does "
+                                              "not)."),
             device: Optional[str] = DEVICE, as_json: bool = JSON):
     """Run MODEL on domain-native inputs and print domain outputs (labels, embeddings, properties)."""
     from .errors import InputError
@@ -848,14 +849,18 @@ def deploy_kserve(repository: Path = typer.Argument(Path("exports"), help="The m
                   runtime_version: Optional[str] = typer.Option(None, help="The runtime image's tag, e.g. "
                                                                 "24.08-py3."),
                   namespace: Optional[str] = typer.Option(None, help="Kubernetes namespace."),
-                  out_file: Optional[Path] = typer.Option(None, "--out", help="Write the YAML here, not to stdout.")):
+                  out_file: Optional[Path] = typer.Option(None, "--out", help="Write the YAML to this file, outside "
+                                                          "REPOSITORY, not to stdout (`-`: stdout).")):
     """A KServe InferenceService serving REPOSITORY with KServe's Triton runtime (modelFormat triton), built
     and validated with the kserve SDK's model classes. Apply it with `kubectl apply -f FILE`."""
-    from .deploy import kserve_manifest, to_yaml
+    from .deploy import STDOUT, check_out, kserve_manifest, to_yaml
     from .fsutil import atomic_write_text
 
-    if out_file is not None:
-        _writable_file(out_file, "--out")  # before every artifact is hashed
+    if out_file == STDOUT:
+        out_file = None
+    if out_file is not None:  # before every artifact is hashed
+        check_out(out_file, repository)
+        _writable_file(out_file, "--out")
     manifest, warnings = kserve_manifest(repository, storage_uri, name=name, gpus=gpu, protocol=protocol, cpu=cpu,
                                          memory=memory, image=image, runtime=runtime,
                                          runtime_version=runtime_version, namespace=namespace)

@@ -36,19 +36,33 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .artifact import Artifact, list_artifacts, safe_member
-from .errors import ArtifactError, UnsupportedError, ZooError
+from .errors import ArtifactError, UnsupportedError, UsageError, ZooError
 
 PROTOCOLS = ("v2", "grpc-v2")
+#: `--out -`: the manifest goes to stdout, as `-` means for most command-line tools
+STDOUT = Path("-")
+# --- storage URIs: the rules of KServe's storage initializer (`kserve_storage.Storage.download`) ---
 #: storage URI schemes KServe's storage initializer (and modelcar for oci://) understands
 STORAGE_SCHEMES = ("gs://", "s3://", "pvc://", "hdfs://", "webhdfs://", "https://", "http://", "oci://", "hf://")
 #: https:// URIs the storage initializer reads as a directory: Azure Blob and File storage
-#: (its ClusterStorageContainer's `https://(.+?).blob.core.windows.net/(.+)` and `.file.`)
-AZURE = re.compile(r"https://[^/]+\.(blob|file)\.core\.windows\.net/.+")
-#: any other http(s) URI is one file, downloaded and unpacked only when it is an archive
-#: (`Storage._download_from_uri`: the type guessed from the path's extension, or the query's)
-ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")
+#: (`_AZURE_BLOB_RE`/`_AZURE_FILE_RE`: `https://(.+?).blob.core.windows.net/(.+)`, `.z12.blob.storage.azure.net`
+#: and `.file.` alike), whose path `_parse_azure_uri` splits into CONTAINER/PREFIX: a container
+#: alone fails that split, `CONTAINER/` is the whole container
+AZURE = re.compile(r"https://[^/?#]+?\.(?:z[0-9]{1,2}\.(?:blob|file)\.storage\.azure\.net"
+                   r"|(?:blob|file)\.core\.windows\.net)/(?P<path>.*)")
+#: any other http(s) URI must match `_URI_RE` (`https?://(.+)/(.+)`) and name a file (`_download_from_uri`
+#: refuses an empty `os.path.basename(path)`); it is one file, unpacked when `mimetypes.guess_type`
+#: reads application/x-tar or application/zip from the path's extension (from the query's only
+#: when the path's says nothing) and tarfile then opens it: gzip is decompressed while downloading,
+#: bzip2 and xz by tarfile's "r" mode, compress (.Z) and brotli (.br) not at all. The extensions
+#: are taken in lower case only (mimetypes reads `.TAR.GZ` as no tar archive), and the query only
+#: when the file has no extension (which the image's /etc/mime.types could give a type)
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".taz", ".tz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
+#: an hf:// URI: `_download_hf` splits it at '/' into exactly ORG and MODEL[:REVISION], MODEL not empty
+HF = re.compile(r"hf://[^/]+/[^/:][^/]*")
 #: Triton's gRPC port in KServe's `kserve-tritonserver` runtime; the port named h2c is
 #: the one KServe's ingress routes gRPC (HTTP/2 cleartext) to
 GRPC_PORT = 9000
@@ -64,6 +78,11 @@ RUNTIME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-
 RUNTIME_MAX = 253
 #: the least CPU Kubernetes takes (1m: finer precision is refused)
 CPU_MIN = 1e-3
+#: the most CPU and memory accepted: past any machine a node runs on (the largest cloud instances,
+#: such as AWS's u7in-32tb with 896 vCPUs and 32 TiB, fit under both), so a value beyond is a typo
+#: or a unit meant for the other quantity, which the API server would accept and no node schedule
+CPU_MAX = 1024
+MEMORY_MAX = "64Ti"
 #: Kubernetes resource quantities ("1", "500m", "2Gi", "1.5", "1e3"): its grammar is
 #: <signedNumber><suffix>, the suffix a binary SI one, a decimal SI one, or a decimal exponent
 #: (e or E and a signed integer: "E" alone is exa, "1E3" a thousand)
@@ -133,9 +152,12 @@ class RepositoryFacts:
     artifacts: tuple[str, ...]
     cuda: tuple[str, ...]  # artifacts exported for a CUDA device
     python_form: tuple[str, ...]  # artifacts Triton serves through zoo's runner
-    other_dirs: tuple[str, ...]  # directories Triton would try to load that are not artifacts
-    #: (artifact, its stub family in STUB_MIB or None for a native form, its files' bytes)
+    other_dirs: tuple[str, ...]  # directories Triton would try to load and fail: neither artifacts nor models
+    #: (artifact or Triton model, its stub family in STUB_MIB or None for a native form, its files' bytes)
     memory: tuple[tuple[str, str | None, int], ...] = ()
+    #: Triton models zoo did not export (a config.pbtxt, no zoo.json): (name, the backend or platform
+    #: its config names, as "platform onnxruntime_onnx"); Triton serves them, zoo checks nothing of them
+    triton_models: tuple[tuple[str, str], ...] = ()
 
 
 def read_repository(repository: Path) -> RepositoryFacts:
@@ -160,10 +182,43 @@ def read_repository(repository: Path) -> RepositoryFacts:
             family = stub_family(art.backend, art.device)
         size = sum(safe_member(path, rel, art.name).stat().st_size for rel in art.manifest["files"])
         memory.append((art.name, family, size))
-    # hidden ones too: Triton polls every directory (a `.name.old-…` left by an interrupted
-    # replacement failed its start under --exit-on-error, its default)
-    others = sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in names)
-    return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others), tuple(memory))
+    # hidden ones too: tritonserver 2.51 polls every directory, `.name` included (a `.name.old-…`
+    # left by an interrupted replacement fails its start under --exit-on-error, its default)
+    others, models = [], []
+    for path in sorted(p for p in repository.iterdir() if p.is_dir() and p.name not in names):
+        runtime = triton_model(path)
+        if runtime is None:
+            others.append(path.name)
+            continue
+        # served by Triton as zoo serve never serves it (it skips directories without zoo.json): a
+        # Python-backend model counted as an unmeasured stub (the torch family's), any other as a native form
+        models.append((path.name, runtime))
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        memory.append((path.name, "torch" if runtime == "backend python" else None, size))
+    return RepositoryFacts(tuple(names), tuple(cuda), tuple(python_form), tuple(others), tuple(memory),
+                           tuple(models))
+
+
+#: a config.pbtxt's top-level `backend:` or `platform:` field, either quote
+_RUNTIME_FIELD = re.compile(r"""^(backend|platform)\s*:\s*(?:"([^"\n]*)"|'([^'\n]*)')""", re.M)
+
+
+def triton_model(path: Path) -> str | None:
+    """What Triton loads `path` with when it is a model Triton can poll although not a zoo artifact:
+    a config.pbtxt naming no other model, a numeric version directory. "backend NAME" or "platform
+    NAME" as the config names it ("backend or platform unnamed" when it names neither), else None."""
+    from .triton import CONFIG, config_names
+
+    try:
+        text = (path / CONFIG).read_text(errors="replace")
+    except OSError:
+        return None
+    if any(name != path.name for name in config_names(text)):
+        return None
+    if not any(p.is_dir() and p.name.isdigit() for p in path.iterdir()):
+        return None
+    m = _RUNTIME_FIELD.search(text)
+    return f"{m[1]} {m[2] or m[3]}" if m else "backend or platform unnamed"
 
 
 def stub_family(backend: str, device: str) -> str:
@@ -232,72 +287,118 @@ def _check(name: str, storage_uri: str, protocol: str, gpus: int, cpu: str, memo
     """Refuse values the API server or KServe's webhook or controller would reject, one line each
     (fullmatch: `$` would let a trailing newline through into the YAML)."""
     if namespace is not None and (not NAMESPACE.fullmatch(namespace) or len(namespace) > LABEL_MAX):
-        raise UnsupportedError(f"--namespace {namespace!r} is not a valid namespace (a DNS-1123 label): lower-case "
-                               f"letters, digits and '-', starting and ending with a letter or digit, at most "
-                               f"{LABEL_MAX} characters")
+        raise UsageError(f"--namespace {namespace!r} is not a valid namespace (a DNS-1123 label): lower-case "
+                         f"letters, digits and '-', starting and ending with a letter or digit, at most "
+                         f"{LABEL_MAX} characters")
+    if namespace is not None and name_max(namespace) < 1:
+        raise UsageError(f"--namespace {namespace!r} is {len(namespace)} characters, over "
+                         f"{LABEL_MAX - len(PREDICTOR) - 2}: KServe serves an InferenceService as "
+                         f"NAME{PREDICTOR}-{namespace}.DOMAIN, whose first label may have at most {LABEL_MAX} "
+                         f"characters, so the namespace leaves no room for a name")
     if not NAME.fullmatch(name):
-        raise UnsupportedError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
-                               f"and '-', starting with a letter and ending with a letter or digit, at most "
-                               f"{name_max(namespace)} characters")
+        raise UsageError(f"--name {name!r} is not a valid InferenceService name: lower-case letters, digits "
+                         f"and '-', starting with a letter and ending with a letter or digit, at most "
+                         f"{name_max(namespace)} characters")
     if len(name) > name_max(namespace):
-        raise UnsupportedError(f"--name {name!r} is {len(name)} characters, over {name_max(namespace)}: KServe "
-                               f"serves it as {name}{PREDICTOR}-{namespace or 'NAMESPACE'}.DOMAIN, whose first "
-                               f"label may have at most {LABEL_MAX} characters")
+        raise UsageError(f"--name {name!r} is {len(name)} characters, over {name_max(namespace)}: KServe "
+                         f"serves it as {name}{PREDICTOR}-{namespace or 'NAMESPACE'}.DOMAIN, whose first "
+                         f"label may have at most {LABEL_MAX} characters")
     _check_storage_uri(storage_uri)
     if runtime is not None and (not RUNTIME.fullmatch(runtime) or len(runtime) > RUNTIME_MAX):
-        raise UnsupportedError(f"--runtime {runtime!r} is not a ServingRuntime name (a Kubernetes object name: "
-                               f"lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)")
+        raise UsageError(f"--runtime {runtime!r} is not a ServingRuntime name (a Kubernetes object name: "
+                         f"lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)")
     if image is not None and (not IMAGE.fullmatch(image) or len(image) > IMAGE_MAX):
-        raise UnsupportedError(f"--image {image!r} is not a valid image reference: "
-                               f"[REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], e.g. registry.example/zoo-triton:0.1")
+        raise UsageError(f"--image {image!r} is not a valid image reference: "
+                         f"[REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], e.g. registry.example/zoo-triton:0.1")
     if runtime_version is not None and not TAG.fullmatch(runtime_version):
-        raise UnsupportedError(f"--runtime-version {runtime_version!r} is not a valid image tag (e.g. 24.08-py3)")
+        raise UsageError(f"--runtime-version {runtime_version!r} is not a valid image tag (e.g. 24.08-py3)")
     if image is not None and runtime_version is not None:
         # KServe's UpdateImageTag rewrites the container's image, --image included: its last
         # `:[\w.-]*` (a tag, or a digest's hex) replaced by ":VERSION", or ":VERSION" appended
         retagged = re.sub(r":[\w.-]*$", "", image) + f":{runtime_version}"
-        raise UnsupportedError(f"--runtime-version {runtime_version} with --image {image}: KServe replaces the "
-                               f"image's tag with the runtime version, so the pod would run {retagged}; give the "
-                               f"tag in --image and leave --runtime-version out")
+        raise UsageError(f"--runtime-version {runtime_version} with --image {image}: KServe replaces the "
+                         f"image's tag with the runtime version, so the pod would run {retagged}; give the "
+                         f"tag in --image and leave --runtime-version out")
     if protocol not in PROTOCOLS:
-        raise UnsupportedError(f"--protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
+        raise UsageError(f"--protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
     if gpus < 0:
-        raise UnsupportedError(f"--gpu {gpus}: give 0 or more GPUs")
+        raise UsageError(f"--gpu {gpus}: give 0 or more GPUs")
     for option, value in (("--cpu", cpu), ("--memory", memory)):
         if value is not None and not QUANTITY.fullmatch(value):
-            raise UnsupportedError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
+            raise UsageError(f"{option} {value!r} is not a Kubernetes quantity (e.g. 1, 500m, 2Gi)")
+        if value is not None and not math.isfinite(quantity_bytes(value)):
+            raise UsageError(f"{option} {value} is not a finite amount: give e.g. "
+                             f"{'2' if option == '--cpu' else '2Gi'}")
+    suffix = QUANTITY.fullmatch(cpu)[2] or ""
+    if suffix.endswith("i"):  # Kubernetes takes "1Gi" CPUs (2^30 of them): a memory amount given as --cpu
+        raise UsageError(f"--cpu {cpu}: {suffix} is a suffix for bytes; give CPUs as a number or in thousandths, "
+                         f"e.g. 2 or 500m")
     if quantity_bytes(cpu) < CPU_MIN:
-        raise UnsupportedError(f"--cpu {cpu}: give at least 1m (a thousandth of a CPU), the least Kubernetes takes; "
-                               f"0 gives Triton no CPU time")
-    if memory is not None and quantity_bytes(memory) < SERVER_MIB * 2 ** 20:
-        raise UnsupportedError(f"--memory {memory} is {quantity_bytes(memory):g} bytes, less than the {SERVER_MIB}Mi "
-                               f"tritonserver holds before any model loads: give a unit, e.g. 2Gi, or leave "
-                               f"--memory out to write the repository's estimate")
+        raise UsageError(f"--cpu {cpu}: give at least 1m (a thousandth of a CPU), the least Kubernetes takes; "
+                         f"0 gives Triton no CPU time")
+    if quantity_bytes(cpu) > CPU_MAX:
+        raise UsageError(f"--cpu {cpu} is {quantity_bytes(cpu):.15g} CPUs, over {CPU_MAX}: more than any machine "
+                         f"offers (is the unit a typo?); give e.g. 2 or 500m")
+    if memory is None:
+        return
+    if quantity_bytes(memory) < SERVER_MIB * 2 ** 20:
+        raise UsageError(f"--memory {memory} is {quantity_bytes(memory):.15g} bytes, less than the {SERVER_MIB}Mi "
+                         f"tritonserver holds before any model loads: give a unit, e.g. 2Gi, or leave "
+                         f"--memory out to write the repository's estimate")
+    if quantity_bytes(memory) > quantity_bytes(MEMORY_MAX):
+        raise UsageError(f"--memory {memory} is over {MEMORY_MAX}: more than any machine "
+                         f"offers (is the unit a typo?); give e.g. 2Gi, or leave --memory out to write the "
+                         f"repository's estimate")
 
 
 def _check_storage_uri(uri: str) -> None:
-    """A URI the storage initializer reads as the repository: a directory, or an archive of one."""
+    """A URI the storage initializer reads as the repository: a directory, or an archive of one
+    (its rules: `STORAGE_SCHEMES` to `HF` above)."""
     if not uri.startswith(STORAGE_SCHEMES):
-        raise UnsupportedError(f"--storage-uri {uri!r}: KServe's storage initializer reads "
-                               f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
-                               f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
+        raise UsageError(f"--storage-uri {uri!r}: KServe's storage initializer reads "
+                         f"{', '.join(STORAGE_SCHEMES)} URIs; copy the repository to one of those "
+                         f"(e.g. `gsutil cp -r exports gs://BUCKET/zoo`) and give its URI")
     if any(c.isspace() or not c.isprintable() for c in uri):
-        raise UnsupportedError(f"--storage-uri {uri!r} holds spaces or control characters")
+        raise UsageError(f"--storage-uri {uri!r} holds spaces or control characters")
     scheme, rest = uri.split("://", 1)
     if not rest.split("/", 1)[0]:
-        raise UnsupportedError(f"--storage-uri {uri!r} names no bucket, claim or host after {scheme}://, "
-                               f"e.g. {scheme}://BUCKET/zoo")
-    web = scheme in ("http", "https") and not AZURE.fullmatch(uri)
+        raise UsageError(f"--storage-uri {uri!r} names no bucket, claim or host after {scheme}://, "
+                         f"e.g. {scheme}://BUCKET/zoo")
+    azure = AZURE.fullmatch(uri)
+    web = scheme in ("http", "https") and not azure
     if "#" in uri or ("?" in uri and not web):
-        raise UnsupportedError(f"--storage-uri {uri!r} holds {'#' if '#' in uri else '?'}: the storage initializer "
-                               f"would read it as part of the {'URL' if web else 'object path'}; leave the "
-                               f"{'fragment' if '#' in uri else 'query'} out")
-    path, _, query = rest.partition("?")
-    if web and not any(part.lower().endswith(ARCHIVES) for part in (path, query)):
-        raise UnsupportedError(f"--storage-uri {uri!r}: KServe downloads an http(s) URI as one file (Azure Blob and "
-                               f"File URIs apart), which Triton cannot load as a model repository; give an archive "
-                               f"of the repository ({', '.join(ARCHIVES)}, its artifacts at the top), which the "
-                               f"storage initializer unpacks, or a gs://, s3:// or pvc:// directory")
+        raise UsageError(f"--storage-uri {uri!r} holds {'#' if '#' in uri else '?'}: the storage initializer "
+                         f"would read it as part of the {'URL' if web else 'object path'}; leave the "
+                         f"{'fragment' if '#' in uri else 'query'} out")
+    if azure and "/" not in azure["path"]:
+        raise UsageError(f"--storage-uri {uri!r} names no container and path: Azure URIs are "
+                         f"https://ACCOUNT.blob.core.windows.net/CONTAINER/PATH (CONTAINER/ for a whole container), "
+                         f"which the storage initializer splits in two")
+    if scheme == "hf" and not HF.fullmatch(uri):
+        raise UsageError(f"--storage-uri {uri!r}: hf:// URIs name ORG/MODEL[:REVISION], one Hugging Face "
+                         f"repository, e.g. hf://ORG/zoo-models")
+    if web:
+        _check_archive_uri(uri)
+
+
+def _check_archive_uri(uri: str) -> None:
+    """An http(s) URI (not Azure's) that the storage initializer downloads as a file and unpacks."""
+    url = urlsplit(uri)
+    file = url.path.rsplit("/", 1)[-1]
+    if not file:
+        raise UsageError(f"--storage-uri {uri!r} names no file to download: the storage initializer downloads an "
+                         f"http(s) URI as the file its path ends in, e.g. https://HOST/zoo.tar.gz")
+    if file.endswith(ARCHIVES) or ("." not in file and url.query.endswith(ARCHIVES)):
+        return
+    if file.lower().endswith(ARCHIVES) or ("." not in file and url.query.lower().endswith(ARCHIVES)):
+        raise UsageError(f"--storage-uri {uri!r}: give the archive's extension in lower case: the storage "
+                         f"initializer reads the file's type with Python's mimetypes, which reads .TAR.GZ as no "
+                         f"tar archive, so it would not be unpacked")
+    raise UsageError(f"--storage-uri {uri!r}: KServe downloads an http(s) URI as one file (Azure Blob and File URIs "
+                     f"apart), which Triton cannot load as a model repository; give an archive of the repository "
+                     f"({', '.join(ARCHIVES)}, its artifacts at the top; named by the path, or by the query when "
+                     f"the path's file has no extension), which the storage initializer unpacks, or a gs://, s3:// "
+                     f"or pvc:// directory")
 
 
 def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = None, gpus: int | None = None,
@@ -310,8 +411,8 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
     artifacts is refused. `image`: a Triton image with zoo installed, required when the
     repository holds python-form artifacts. `runtime`/`runtime_version`: a KServe
     ServingRuntime and its image tag, else KServe picks the runtime for `triton`. `memory`: None
-    gives `default_memory` (the repository's estimate); a value below `memory_estimate` is kept,
-    with a warning naming the estimate."""
+    gives `default_memory` (the repository's estimate, or the native forms' floor); a value below it
+    is kept, with a warning naming it."""
     name = name if name is not None else default_name(repository, namespace)
     _check(name, storage_uri, protocol, gpus or 0, cpu, memory, namespace, image, runtime_version, runtime)
     facts = read_repository(repository)
@@ -332,20 +433,42 @@ def kserve_manifest(repository: Path, storage_uri: str, *, name: str | None = No
         raise UnsupportedError(f"{which} served by Triton's Python backend "
                                f"through zoo's runner, which the stock Triton image lacks: build an image with zoo "
                                f"and its backend plugins installed (docs/deploy.md) and give it with --image")
+    default = default_memory(facts)
     if memory is None:
-        memory = default_memory(facts)
-    elif quantity_bytes(memory) < memory_estimate(facts) * 2 ** 20:
+        memory = default
+    elif quantity_bytes(memory) < quantity_bytes(default) and default != mib_quantity(memory_estimate(facts)):
+        # the floor, not the estimate: a native form's memory is not measured
+        warnings.append(f"--memory {memory} is below the {default} written for a repository with native-form "
+                        f"artifacts, whose memory under Triton's native backends is not measured (docs/deploy.md, "
+                        f"\"Memory\"): the pod may be OOM-killed; leave --memory out to write {default}")
+    elif quantity_bytes(memory) < quantity_bytes(default):
         stubs = len(facts.python_form)
-        warnings.append(f"--memory {memory} is below the {mib_quantity(memory_estimate(facts))} estimated for this "
+        warnings.append(f"--memory {memory} is below the {default} estimated for this "
                         f"repository (Triton, {stubs} Python stub process{'' if stubs == 1 else 'es'}, one per "
                         f"python-form artifact, and the models' files: docs/deploy.md, \"Memory\"): the pod may "
                         f"be OOM-killed; leave --memory out to write the estimate")
+    for model, runtime in facts.triton_models:
+        counted = "an unmeasured Python stub's" if runtime == "backend python" else "a native form's"
+        warnings.append(f"{model} holds a config.pbtxt and no zoo.json: Triton serves it as its config.pbtxt says "
+                        f"({runtime}), unchecked by zoo (a zoo artifact whose copy was cut short lacks zoo.json too: "
+                        f"copy it again); its memory is counted as {counted}")
     if facts.other_dirs:
         one = len(facts.other_dirs) == 1
         warnings.append(f"Triton loads every directory of the repository, and {', '.join(facts.other_dirs)} "
                         f"{'is not a zoo artifact' if one else 'are not zoo artifacts'}: remove "
                         f"{'it' if one else 'them'} before copying the repository to {storage_uri}")
     return _build(name, storage_uri, protocol, gpus, cpu, memory, image, runtime, runtime_version, namespace), warnings
+
+
+def check_out(out: Path, repository: Path) -> None:
+    """Refuse an `--out` inside `repository` (both resolved, links followed), which is copied whole to
+    the storage Triton reads: a file written into an artifact fails its check (a file its manifest
+    does not list), one in a new directory is a directory Triton fails to load. `STDOUT` passes."""
+    out = Path(out)
+    if out != STDOUT and out.resolve().is_relative_to(Path(repository).resolve()):
+        raise UsageError(f"cannot write --out {out}: it is inside the repository {repository}, which is copied "
+                         f"whole to the storage Triton reads (a file in an artifact fails its check, a new directory "
+                         f"is a model Triton fails to load); write it outside")
 
 
 def _sdk():
