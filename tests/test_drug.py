@@ -119,6 +119,11 @@ def test_renumbering_really_changes_the_inputs():
     ([b"c1ccccc1 CCCCCCCC"], "SMILES 'c1ccccc1 CCCCCCCC' (item 1) contains whitespace"),
     ([b"CCO", b"CC\tO"], "SMILES 'CC\\tO' (item 2) contains whitespace"),
     ([b"CC\nCCO"], "(item 1) contains whitespace"),
+    # RDKit stops reading at a character SMILES has not and gives the molecule before it:
+    # 'C\u00e9' was predicted as methane, 'CCO\u200b' and 'CCO\x00' as ethanol, silently
+    (["C\u00e9".encode()], "SMILES 'C\u00e9' (item 1) holds '\u00e9' (U+00E9) at position 2: SMILES is printable ASCII"),
+    (["CCO\u200b".encode()], "holds '\\u200b' (U+200B) at position 4"),
+    ([b"CCO", b"CCO\x00"], "SMILES 'CCO\\x00' (item 2) holds '\\x00' (U+0000) at position 4"),
 ])
 def test_bad_smiles_are_input_errors_naming_the_item(spec, module, items, message):
     with pytest.raises(InputError) as info:

@@ -117,6 +117,10 @@ def parse(smiles: str, where: str = "") -> Chem.Mol:
     if len(smiles.split()) > 1:  # RDKit reads the text after whitespace as the molecule's name, silently
         raise InputError(f"SMILES {quoted(smiles)}{where} contains whitespace: give one molecule, "
                          f"with no spaces, tabs or line breaks inside it")
+    odd = next(((k, c) for k, c in enumerate(smiles, start=1) if not "!" <= c <= "~"), None)
+    if odd is not None:  # RDKit stops reading there, silently: 'C\u00e9' was methane, 'CCO\x00' ethanol
+        raise InputError(f"SMILES {quoted(smiles)}{where} holds {odd[1]!r} (U+{ord(odd[1]):04X}) at position "
+                         f"{odd[0]}: SMILES is printable ASCII, and RDKit would read only the molecule before it")
     with rdBase.BlockLogs():  # RDKit prints parse errors to stderr; the message says it instead
         mol = Chem.MolFromSmiles(smiles)
         if mol is not None:
