@@ -45,6 +45,29 @@ def test_a_tiny_temperature_samples_greedily_without_warnings(gpt):
         assert zoo.generate(spec, fn, "abc", 3, temperature=1e-310) == zoo.generate(spec, fn, "abc", 3)
 
 
+def test_generation_stops_at_a_stop_token_which_is_not_in_the_text(gpt):
+    # before: a model's end-of-sequence token was generated past, and the text after it joined on
+    import dataclasses
+
+    spec, fn, _ = gpt
+    contexts = []
+
+    def spy(inputs):
+        contexts.append(list(inputs["tokens"][0]))
+        return fn(inputs)
+
+    zoo.generate(spec, spy, "abc", 8)
+    generated = contexts[-1][len(contexts[0]):]  # the last call's context: the prompt and 7 new tokens
+    stop = generated[3]
+    first = generated.index(stop)
+    stopping = dataclasses.replace(spec, stop_tokens=(stop,))
+    contexts.clear()
+    assert zoo.generate(stopping, spy, "abc", 8) == spec.detokenize(generated[:first])
+    assert len(contexts) == first + 1  # no token generated after it
+    with pytest.raises(zoo.ZooError, match="stop_tokens must be token ids"):
+        dataclasses.replace(spec, stop_tokens=(-1,))
+
+
 def test_the_cli_says_what_was_wrong_in_one_line(gpt, tmp_path):
     spec, _, path = gpt
     env = {**os.environ, "ZOO_DEBUG": ""}

@@ -117,7 +117,8 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes |
 def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 100, temperature: float = 0.0,
              seed: int = 0) -> str:
     """Greedy (temperature 0) or sampled continuation of `prompt` by a causal language model
-    whose spec takes token ids and returns next-token logits at every position."""
+    whose spec takes token ids and returns next-token logits at every position: at most
+    `max_new_tokens`, ending before the first of the spec's `stop_tokens`."""
     if spec.detokenize is None or spec.preprocess is None:
         if spec.task == "text-generation":
             raise ZooError(f"model {spec.name} generates tokens but has no tokenizer, so it takes no text prompt; "
@@ -147,9 +148,12 @@ def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 10
         context = np.asarray([ids[-window:]], dtype=np.dtype(spec.inputs[0].dtype))
         logits = np.asarray(fn({name: context})[logits_name], dtype=np.float64)[0, -1]
         if temperature == 0:
-            ids.append(int(logits.argmax()))
+            token = int(logits.argmax())
         else:
             with np.errstate(over="ignore"):  # a tiny temperature: -inf, whose exp is 0, is meant
                 p = np.exp((logits - logits.max()) / temperature)
-            ids.append(int(rng.choice(len(p), p=p / p.sum())))
+            token = int(rng.choice(len(p), p=p / p.sum()))
+        if token in spec.stop_tokens:  # the end of the sequence: not text
+            break
+        ids.append(token)
     return spec.detokenize(ids[start:])

@@ -389,6 +389,9 @@ class ModelSpec:
     postprocess: Callable[[Mapping[str, np.ndarray]], list[Any]] | None = None
     #: language models: token ids -> text, for `zoo generate` (ids come from `preprocess`).
     detokenize: Callable[[Sequence[int]], str] | None = None
+    #: language models: token ids that end a generation (an end-of-sequence token); `zoo
+    #: generate` stops at the first it generates, which is not part of the text
+    stop_tokens: tuple[int, ...] = ()
     plugin: str = ""  # filled in by the registry: the plugin that registered it
 
     def __post_init__(self) -> None:
@@ -491,6 +494,12 @@ class ModelSpec:
         if not callable(self.build):
             raise ZooError(f"model {self.name}: `build` must be the module's class or a function returning a new "
                            f"module, got {type(self.build).__name__}: {str(self.build)[:100]}")
+        stops = self.stop_tokens
+        if not isinstance(stops, (tuple, list)) or not all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in stops):
+            raise ZooError(f"model {self.name}: stop_tokens must be token ids (integers >= 0), as (50256,), got "
+                           f"{str(stops)[:200]}")
+        object.__setattr__(self, "stop_tokens", tuple(int(t) for t in stops))
         if not isinstance(self.axes, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, AxisRange) for k, v in self.axes.items()):
             raise ZooError(f"model {self.name}: `axes` must map each axis name to a zoo.AxisRange, as "
