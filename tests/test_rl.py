@@ -125,6 +125,7 @@ def test_continuous_domain_check_holds_actions_to_the_stated_tolerance():
 
 @pytest.mark.parametrize("item, message", [
     (b"[0.1, 0.2, 0.3]", "has 3 numbers; CartPole-v1 observations are arrays of 4 numbers"),
+    (b"[[0.1, 0.2, 0.3, 0.4]]", "is a nested JSON array; CartPole-v1 observations are flat arrays of 4 numbers"),
     (b'{"x": 1}', "has a JSON dict"),
     (b"[0.1, 0.2, 0.3, NaN]", "not a JSON array of 4 finite numbers"),
     (b"[0.1, 0.2, 0.3, 1e999]", "entry 3 is Infinity, not a finite float32 number"),

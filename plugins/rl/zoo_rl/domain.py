@@ -99,6 +99,9 @@ def _observation(env: Environment, item: bytes, n: int) -> np.ndarray:
         raise InputError(f"{where} is not UTF-8 text") from None
     except ValueError as exc:  # JSONDecodeError, or NaN/Infinity
         raise InputError(f"{where} is not a JSON array of {env.obs_dim} finite numbers: {exc}") from None
+    if isinstance(values, list) and any(isinstance(v, list) for v in values):  # "has 1 numbers", it said
+        raise InputError(f"{where} is a nested JSON array; {env.id} observations are flat arrays of "
+                         f"{env.obs_dim} numbers, one observation per item")
     if not isinstance(values, list) or len(values) != env.obs_dim:
         got = f"{len(values)} numbers" if isinstance(values, list) else f"a JSON {type(values).__name__}"
         raise InputError(f"{where} has {got}; {env.id} observations are arrays of {env.obs_dim} numbers")
