@@ -117,6 +117,20 @@ def test_the_api_takes_a_string_as_one_name_or_a_comma_list_and_a_number_as_one_
                                                                    ("onnxruntime", "not run: [1, 4]")]
 
 
+def test_the_api_takes_a_checkpoint_object_as_its_directory(tmp_path, monkeypatch):
+    # before: the object's repr went to the workers as a path ("no checkpoint at Checkpoint(model=...")
+    asked = []
+    monkeypatch.setattr(matrix, "combination", lambda job, timeout: asked.append(job["checkpoint"]) or ("failed", ""))
+    spec = zoo.get_model(SPEC.name)
+    saved = zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict())
+    saved.save(tmp_path / "ckpt")
+    zoo.benchmark(spec, backends="onnxruntime", batch_sizes=1, repository=tmp_path, checkpoint=saved)
+    assert asked == [str(tmp_path / "ckpt")]
+    unsaved = zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict())
+    with pytest.raises(zoo.ZooError, match=r"checkpoint: a Checkpoint that was never saved; save it "):
+        zoo.benchmark(spec, backends="onnxruntime", batch_sizes=1, repository=tmp_path, checkpoint=unsaved)
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(backends=["nope"]), "--backends: unknown 'nope'; choose from "),  # was a failed row
     (dict(backends="onnxruntime,onnxruntime"), "--backends names onnxruntime twice"),

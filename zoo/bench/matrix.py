@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UnknownModelError, UnsupportedError, UsageError, ZooError, signal_name
 from ..artifact import DEFAULT_REPOSITORY
@@ -30,6 +30,9 @@ from ..spec import ModelSpec
 from .env import environment
 from .measure import artifact_facts, export_job, length_axis, measure_job, outcome_of, run_in_child
 from .options import items
+
+if TYPE_CHECKING:  # imports torch
+    from ..checkpoint import Checkpoint
 
 __all__ = ["benchmark", "combinations", "environment"]
 
@@ -295,6 +298,19 @@ def default_batch_sizes(model, defaults: Sequence[int] = DEFAULT_BATCH_SIZES) ->
     return sorted({min(max(b, r.min), r.max) for b in defaults})
 
 
+def checkpoint_path(checkpoint):
+    """A checkpoint as the worker processes take it: a directory (a `Checkpoint` object's own)."""
+    from ..checkpoint import Checkpoint
+
+    if not isinstance(checkpoint, Checkpoint):
+        return checkpoint
+    if checkpoint.path is None:
+        raise ZooError(f"checkpoint: a Checkpoint that was never saved; save it (checkpoint.save(DIR)) and pass it, "
+                       f"or DIR: the combinations run in processes of their own, which read it from disk "
+                       f"({checkpoint.model})")
+    return checkpoint.path
+
+
 def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], precisions: Sequence[str],
                    devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None) -> list[ModelSpec]:
     """The specs of a run's models, after every check that needs no process: names, the
@@ -321,8 +337,8 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
               backends: str | Sequence[str] = ("torch", "onnxruntime"),
               batch_sizes: int | str | Sequence[int] | None = None, precision: str | Sequence[str] = "fp32",
               device: str | Sequence[str] = "cpu", repository: str | Path = DEFAULT_REPOSITORY,
-              checkpoint: str | Path | None = None, random_init: bool = False, threads: int | None = None,
-              warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
+              checkpoint: str | Path | Checkpoint | None = None, random_init: bool = False,
+              threads: int | None = None, warmup: int = 10, min_time: float = 1.0, min_iters: int = 20, max_iters: int = 100_000,
               lengths: int | str | Sequence[int] | None = None, timeout: float | None = 1800.0,
               on_result: Callable[[dict[str, Any]], Any] | None = None,
               on_combination: Callable[[int, int, str], Any] | None = None,
@@ -353,6 +369,7 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
     precisions = items("--precision", precision, "precision")
     devices = items("--device", device, "device")
     lengths = None if lengths in (None, [], ()) else items("--lengths", lengths, "length", int)
+    checkpoint = checkpoint_path(checkpoint)
     specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint)
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
