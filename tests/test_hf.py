@@ -1,10 +1,11 @@
 """The hf plugin: transformers models from local files, never the network.
 
 all-MiniLM-L6-v2 through transformers against the package's own sentence-transformers
-model, in PyTorch and through an ONNX Runtime artifact; the sources (directory, cache,
-missing, pickles only); inputs bound by name; every task from a directory with a real
-tokenizer. Tiny models, so the file runs in about a minute on two CPU cores; the heavier
-checks (OpenVINO, int8, every backend) are in tools/hf_models.py.
+model, in PyTorch and through an ONNX Runtime artifact, and its int8 gate on short texts;
+the sources (directory, cache, missing, pickles only); inputs bound by name; every task
+from a directory with a real tokenizer. Tiny models otherwise, so the file runs in about
+a minute and a half on two CPU cores; the heavier checks (OpenVINO, int8 that passes,
+every backend) are in tools/hf_models.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 import zoo
 import zoo_hf
-from zoo.errors import CheckpointError, InputError, UnsupportedError, ZooError
+from zoo.errors import CheckpointError, InputError, ToleranceError, UnsupportedError, ZooError
 from zoo.tensors import call_module, to_torch
 from zoo.train import module_fn
 
@@ -104,6 +105,19 @@ def test_minilm_matches_sentence_transformers_in_pytorch_and_onnxruntime(referen
     assert a @ b > a @ c + 0.3
 
 
+def test_minilm_int8_is_held_to_its_cosine_on_short_texts_too(tmp_path):
+    """The int8 gate compared 12 sentences of 3 to 70 tokens and passed ONNX Runtime's dynamic
+    int8 (0.991), whose embeddings of single words, a typical search query, point elsewhere
+    ("thanks" 0.96, "OK" 0.96, "" 0.98): the checked texts include them, in the batch and
+    alone, and that artifact is refused, naming the text."""
+    assert {"", "OK", "thanks"} <= set(zoo_hf.text.EXAMPLES)
+    with pytest.raises(ToleranceError, match=r"^hf-minilm-l6.all-v2 \[int8\]: the embedding of '.*' \((alone|in a "
+                                             r"batch of \d+)\) through the artifact has cosine 0\.9[0-8]\d* with "
+                                             r"PyTorch's, below 0.99"):
+        zoo.export(MINILM, backend="onnxruntime", precision="int8", repository=tmp_path)
+    assert not (tmp_path / f"{MINILM}.onnxruntime.int8").exists()
+
+
 def test_text_is_tokenized_by_the_folder_s_tokenizer():
     spec = zoo.get_model(MINILM)
     out = spec.preprocess([b"Hello, world!", b"Hello"])
@@ -126,6 +140,8 @@ def test_text_is_tokenized_by_the_folder_s_tokenizer():
 # -- where files come from --------------------------------------------------------------------
 
 def test_a_missing_model_names_every_place_looked(tmp_path, monkeypatch):
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
     cache = tmp_path / "hf-cache"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     with pytest.raises(zoo_hf.ModelNotFoundError) as info:
@@ -133,12 +149,19 @@ def test_a_missing_model_names_every_place_looked(tmp_path, monkeypatch):
     message = str(info.value)
     assert "acme/encoder" in message and str(cache / "models--acme--encoder") in message
     assert "directory" in message and "never downloads" in message
+    # every variable the cache is found by, in huggingface_hub's order (XDG_CACHE_HOME was left out)
+    assert ("the cache is HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else "
+            "$XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub") in message
     assert isinstance(info.value, ZooError)
 
     monkeypatch.delenv("HF_HUB_CACHE")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    with pytest.raises(zoo_hf.ModelNotFoundError, match=str(tmp_path / "home" / "hub" / "models--acme--encoder")):
-        zoo_hf.hf_model("mine.v1", "acme/encoder")
+    for variable, cache in (("XDG_CACHE_HOME", tmp_path / "xdg" / "huggingface" / "hub"),
+                            ("HF_HOME", tmp_path / "home" / "hub"), ("HUGGINGFACE_HUB_CACHE", tmp_path / "legacy")):
+        monkeypatch.setenv(variable, str(cache.parent.parent if variable == "XDG_CACHE_HOME" else
+                                          cache.parent if variable == "HF_HOME" else cache))
+        assert zoo_hf.hub_cache() == cache
+        with pytest.raises(zoo_hf.ModelNotFoundError, match=str(cache / "models--acme--encoder")):
+            zoo_hf.hf_model("mine.v1", "acme/encoder")
     with pytest.raises(zoo_hf.ModelNotFoundError, match=f"directory {tmp_path / 'nowhere'}"):
         zoo_hf.hf_model("mine.v1", tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
@@ -186,7 +209,12 @@ def test_a_sentence_transformers_folder_is_exported_as_it_pools_or_refused(tmp_p
     spec = zoo_hf.hf_model("st.cls", folder)
     assert "cls pooling, L2-normalized" in spec.description and spec.axes["seq"].max == 256
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
-    with pytest.raises(UnsupportedError, match="pooling 'max_tokens' is not one zoo_hf builds"):
+    # it said "pooling 'max_tokens' is not one zoo_hf builds" (sentence-transformers' key), and not what to do
+    with pytest.raises(UnsupportedError, match=r"^model st.max: its sentence-transformers folder pools by max "
+                                               r"\(1_Pooling/config.json: pooling_mode_max_tokens\), which zoo_hf does "
+                                               r"not build, so its embeddings would not be the folder's; pass pooling= "
+                                               r"\(mean or cls\) and normalize= to export the transformer's own pooled "
+                                               r"output$"):
         zoo_hf.hf_model("st.max", folder)
     assert zoo_hf.hf_model("st.max", folder, pooling="mean").pretrained is not None  # the caller decides
     (folder / "modules.json").write_text(json.dumps(modules + [{"idx": 3, "name": "3", "path": "3_Dense",

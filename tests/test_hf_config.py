@@ -133,6 +133,8 @@ def test_a_saved_model_directory_is_described_as_transformers_describes_it(model
     extra = {}
     if task == "text-classification":
         extra = {"id2label": {0: "negative", 1: "neutral", 2: "positive"}, "problem_type": "multi_label_classification"}
+        if model_type in zoo_hf.tasks.PAD_TO_CLASSIFY:  # a decoder's classifier needs one (test_hf_classifiers.py)
+            extra["pad_token_id"] = 0
     elif task == "token-classification":
         extra = {"num_labels": 4}
     elif task == "text-generation" and FAMILIES[model_type].masked_lm:

@@ -139,3 +139,17 @@ def test_the_command_line_prints_the_plugins_warnings_as_warnings(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["warning: model my.long: max_length 1024 is more than the 512 positions the "
                                         "model has; its sequences go up to 512 tokens"], done.stderr
+
+
+def test_an_unknown_model_type_is_one_short_line():
+    """It pasted transformers' list of every model type it knows: 12,000 characters in one line."""
+    import transformers
+
+    with pytest.raises(ZooError) as refused:
+        zoo_hf.hf_model("my.new", {"model_type": "foobar", "vocab_size": 10})
+    assert str(refused.value) == (f"the config is not a config this transformers can build without running the "
+                                  f"model's own code: its model type 'foobar' is not one transformers "
+                                  f"{transformers.__version__} knows (a newer one may)")
+    with pytest.raises(ZooError, match=r"the config has no model_type, which names the model's family \(bert, gpt2, "
+                                       r"\.\.\.\), as config.json's does$"):
+        zoo_hf.hf_model("my.new", {"vocab_size": 10})

@@ -26,8 +26,8 @@ __all__ = ["ModelNotFoundError", "UnsafeWeightsError", "hf_model", "hub_cache"]
 
 @zoo.hookimpl
 def zoo_register_models(register):
-    # lazily: reading a config through transformers costs a process about a second, which
-    # one that never uses these models (exporting a vision model, say) should not pay
+    # lazily: making a spec reads its files (MiniLM's config and tokenizer: ~0.1 s), which a
+    # process that never uses these models (exporting a vision model, say) should not pay
     from .models import LAZY
 
     for name, make in LAZY.items():

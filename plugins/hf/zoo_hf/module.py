@@ -67,8 +67,8 @@ def pretrained_state(directory: str, config: Any, task: str) -> dict[str, torch.
     if mismatched:
         raise CheckpointError(f"{directory} has weights of another shape than its config.json implies for "
                               f"{_tensors(len(mismatched))} of {type(model).__name__}, e.g. "
-                              f"{', '.join(mismatched[:4])}: the {task} model would be partly random. Make the config match the weights (its "
-                              f"labels, vocab_size, sizes)")
+                              f"{', '.join(mismatched[:4])}: the {task} model would be partly random. Make the "
+                              f"config match the weights (its labels, vocab_size, sizes)")
     if info["missing_keys"]:
         missing = sorted(info["missing_keys"])
         raise CheckpointError(f"{directory} has no weights for {_tensors(len(missing))} of {type(model).__name__}, "

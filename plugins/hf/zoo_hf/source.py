@@ -3,9 +3,8 @@
 A source is a directory (`save_pretrained` output, a sentence-transformers folder, a
 `git clone` of a hub repository) or a hub id ("org/name") already in the cache that
 `hf download` (`huggingface-cli download` before huggingface_hub 1.0) and `from_pretrained` fill. The cache is found as
-`huggingface_hub` finds it: `HF_HUB_CACHE`, else `HF_HOME`/hub, else
-`XDG_CACHE_HOME`/huggingface/hub, else ~/.cache/huggingface/hub, read when asked (not at
-import), so a changed environment is seen.
+`huggingface_hub` finds it (`CACHE_ORDER`), read when asked (not at import), so a changed
+environment is seen.
 
 Weights are read from safetensors only. `pytorch_model.bin` and friends are pickles:
 loading one runs whatever code it was made to run, so a directory with nothing else is
@@ -28,6 +27,9 @@ OTHER_FORMATS = ("tf_model.h5", "flax_model.msgpack", "model.onnx")
 #: what a hub id looks like: "name" or "org/name" (letters, digits, -, _, .)
 _HUB_ID = re.compile(r"[\w.\-]+(/[\w.\-]+)?")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+#: where the hub cache is, the first that is set: huggingface_hub's order (its constants.py)
+CACHE_ORDER = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "$HF_HOME/hub", "$XDG_CACHE_HOME/huggingface/hub",
+               "~/.cache/huggingface/hub")
 
 
 class ModelNotFoundError(CheckpointError):
@@ -40,12 +42,18 @@ class UnsafeWeightsError(CheckpointError):
 
 def hub_cache() -> Path:
     """The local Hugging Face hub cache directory, resolved from the environment now."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # the second: the older name, still read
+        if os.environ.get(name):
+            return _expanded(os.environ[name])
     if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+        return _expanded(os.environ["HF_HOME"]) / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return _expanded(xdg) / "huggingface" / "hub"
+
+
+def _expanded(path: str) -> Path:
+    """`path` with ~ and $VARIABLES expanded, as huggingface_hub expands the cache's."""
+    return Path(os.path.expandvars(path)).expanduser()
 
 
 def resolve(source: str | os.PathLike[str], revision: str = "main") -> Path:
@@ -59,15 +67,15 @@ def resolve(source: str | os.PathLike[str], revision: str = "main") -> Path:
         return _checked(path)
     if isinstance(source, str) and _HUB_ID.fullmatch(source):
         repo = hub_cache() / f"models--{source.replace('/', '--')}"
-        looked.append(f"the Hugging Face cache {repo} (revision {revision!r}; "
-                      f"cache from HF_HUB_CACHE, HF_HOME or ~/.cache/huggingface)")
+        looked.append(f"the Hugging Face cache {repo} (revision {revision!r}; the cache is "
+                      f"{', else '.join(CACHE_ORDER)})")
         snapshot = _snapshot(repo, revision)
         if snapshot is not None:
             return _checked(snapshot)
     raise ModelNotFoundError(
         f"no Hugging Face model {str(source)!r}: looked in {' and in '.join(looked)}. zoo never downloads; put "
         f"config.json, model.safetensors and the tokenizer files in a directory, or fetch the model into the "
-        f"cache first (`hf download ORG/NAME`) where HF_HUB_CACHE or HF_HOME points")
+        f"cache first (`hf download ORG/NAME`, under the same environment)")
 
 
 def _snapshot(repo: Path, revision: str) -> Path | None:

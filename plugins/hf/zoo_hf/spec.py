@@ -48,12 +48,15 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "in
 #: pad_token_id + 1 of max_position_embeddings are never a token's position.
 PADDING_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
                             "data2vec-text", "mpnet", "longformer", "ibert", "xmod", "luke", "esm")
-#: fp32: ONNX Runtime and OpenVINO agree with PyTorch to 2e-7 on the models registered here
-#: (tools/hf_models.py), at seq 1 and the longest too; 1e-4 leaves room for other CPUs'
-#: kernels and for larger logits. bf16 (torch, CPU) measured up to 4e-3. fp16 (GPU only)
-#: is zoo_nlp's MiniLM bound, not measured here.
+#: fp32: ONNX Runtime, OpenVINO, torch-compile and torch-aoti differ from PyTorch by at most
+#: 2.1e-7 on the models registered here (OpenVINO on MiniLM; tools/hf_models.py), at seq 1 and
+#: the longest too; 1e-4 leaves room for other CPUs' kernels and for larger logits. bf16
+#: (torch, CPU) measured up to 4e-3. fp16 (GPU only) is zoo_nlp's MiniLM bound, not measured here.
 TOLERANCES = {"fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(5e-3, 2e-2), "bf16": Tolerance(2e-2, 5e-2)}
-#: the least cosine an embedding through an artifact may have with PyTorch fp32's.
+#: the least cosine an embedding through an artifact may have with PyTorch fp32's, for every
+#: text of `text.EXAMPLES` in one batch and each short query alone (`embedding_check`).
+#: all-MiniLM-L6-v2 measured: bf16 0.9998, int8 0.996 through OpenVINO (int8 weights), 0.956
+#: through ONNX Runtime (int8 activations: one-word texts; sentences keep 0.99), which is refused.
 MIN_COSINE = {"fp32": 0.999, "fp16": 0.999, "bf16": 0.999, "int8": 0.99}
 
 
@@ -104,6 +107,14 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
                        f"'int8': zoo.Tolerance(atol, rtol)}} with the bound you measured")
     directory, base = _load_config(source, revision)
     tasks.check_task(base, task)
+    if tasks.missing_pad_token(base, task):
+        eos = getattr(base, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+        raise ZooError(f"model {name}: a {base.model_type} sequence classifier scores each item's last token that is "
+                       f"not padding, so transformers classifies a batch of more than one item only with a "
+                       f"pad_token_id in the config, and this config has none: set pad_token_id in its config "
+                       f"(config.json or the config object)" + (f", e.g. to its eos_token_id {eos}"
+                                                                if isinstance(eos, int) else ""))
     saved = tasks.saved_head(base)
     if directory is not None and saved is not None and saved[1] != task and (name, "task") not in _WARNED:
         _WARNED.add((name, "task"))  # once, not per variant of the spec
@@ -117,6 +128,11 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
             raise UnsupportedError(f"model {name}: its sentence-transformers modules include "
                                    f"{', '.join(folder['other_modules'])}, which zoo_hf does not export, so its "
                                    f"embeddings would not be the folder's; pass pooling= (and normalize=) to export "
+                                   f"the transformer's own pooled output")
+        if pooling is None and folder.get("pooling", "mean") not in tasks.POOLINGS:
+            raise UnsupportedError(f"model {name}: its sentence-transformers folder pools by {folder['pooling']} "
+                                   f"({folder['pooling_source']}), which zoo_hf does not build, so its embeddings "
+                                   f"would not be the folder's; pass pooling= (mean or cls) and normalize= to export "
                                    f"the transformer's own pooled output")
         pooling = pooling or folder.get("pooling", "mean")
         normalize = folder.get("normalize", False) if normalize is None else normalize
@@ -182,7 +198,7 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         tolerances=dict(tolerances or TOLERANCES),
         quantization=quantization,
         pretrained=partial(_pretrained_state, str(directory), hf_config, task) if real else None,
-        domain_check=partial(embedding_check, codec.examples if codec else partial(_seeded, sample, 16))
+        domain_check=partial(embedding_check, name, codec.examples if codec else partial(_seeded_examples, sample))
         if embedding else None,
         raw_kind="text" if codec else None,
         preprocess=codec.preprocess if codec else None,
@@ -211,8 +227,9 @@ def _variant(name: str, source: Any, options: Mapping[str, Any], **config: int) 
     return hf_model(name, source, config=config, **options)
 
 
-def _seeded(sample: Callable[..., dict[str, np.ndarray]], batch: int) -> dict[str, np.ndarray]:
-    return sample(batch, np.random.default_rng(0))
+def _seeded_examples(sample: Callable[..., dict[str, np.ndarray]]) -> list[tuple[None, dict[str, np.ndarray]]]:
+    """The embedding check's examples without a tokenizer: one seeded batch of 16."""
+    return [(None, sample(16, np.random.default_rng(0)))]
 
 
 def _load_config(source: Any, revision: str) -> tuple[Path | None, Any]:
@@ -223,9 +240,13 @@ def _load_config(source: Any, revision: str) -> tuple[Path | None, Any]:
         described = plain(source)
         if described is not None:
             return None, described
+        model_type = source.get("model_type")
+        if not isinstance(model_type, str):
+            raise ZooError("the config has no model_type, which names the model's family (bert, gpt2, ...), as "
+                           "config.json's does")
         fields = {k: v for k, v in source.items() if k != "model_type"}
-        return None, _transformers_config(lambda auto: auto.for_model(source.get("model_type"), **fields),
-                                          "the config")
+        return None, _transformers_config(lambda auto: auto.for_model(model_type, **fields), "the config",
+                                          model_type)
     if not isinstance(source, (str, os.PathLike)):
         from transformers import PretrainedConfig
 
@@ -242,14 +263,18 @@ def _load_config(source: Any, revision: str) -> tuple[Path | None, Any]:
         f"{directory}/config.json")
 
 
-def _transformers_config(load: Callable[[Any], Any], what: str) -> Any:
-    from transformers import AutoConfig
+def _transformers_config(load: Callable[[Any], Any], what: str, model_type: str | None = None) -> Any:
+    import transformers
 
     try:
-        return load(AutoConfig)
+        return load(transformers.AutoConfig)
     except (ValueError, KeyError, OSError) as exc:  # an unknown model_type, custom code, a broken file
+        # transformers' own words for an unknown type list every type it knows, in one line
+        reason = (f"its model type {model_type!r} is not one transformers {transformers.__version__} knows (a newer "
+                  f"one may)" if model_type is not None and model_type not in transformers.CONFIG_MAPPING
+                  else str(exc).splitlines()[0])
         raise UnsupportedError(f"{what} is not a config this transformers can build without running the model's "
-                               f"own code: {str(exc).splitlines()[0]}") from None
+                               f"own code: {reason}") from None
 
 
 def _configured(base: Any, overrides: Mapping[str, int]) -> Any:
@@ -312,27 +337,40 @@ def _outputs(task: str, pooling: str | None, config: Any) -> tuple[TensorSpec, C
             return TensorSpec("last_hidden_state", "float32", ("batch", "seq", config.hidden_size)), text.hidden_states
         return TensorSpec("sentence_embedding", "float32", ("batch", config.hidden_size)), text.embeddings
     if task == "text-classification":
-        multi = config.problem_type == "multi_label_classification"
+        function = text.score_function(config.problem_type, config.num_labels)
         return (TensorSpec("logits", "float32", ("batch", config.num_labels), labels=tuple(labels)),
-                partial(text.classifications, labels=labels, multi_label=multi))
+                partial(text.classifications, labels=labels, function=function))
     if task == "token-classification":
         return (TensorSpec("logits", "float32", ("batch", "seq", config.num_labels)),
                 partial(text.token_labels, labels=labels))
     return TensorSpec("logits", "float32", ("batch", "seq", config.vocab_size)), None  # fill-mask, text-generation
 
 
+#: sentence-transformers' pooling modes (1_Pooling/config.json's keys), as `_sentence_transformers`
+#: names them: "mean" and "cls" are `tasks.POOLINGS`, the rest are refused by name
+POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
+                 "pooling_mode_max_tokens": "max",
+                 "pooling_mode_mean_sqrt_len_tokens": "the mean scaled by the square root of the length",
+                 "pooling_mode_weightedmean_tokens": "a position-weighted mean",
+                 "pooling_mode_lasttoken": "the last token"}
+
+
 def _sentence_transformers(directory: Path) -> dict[str, Any]:
     """What a sentence-transformers folder says: its pooling ("mean", "cls", or the modes
-    it names that zoo_hf does not build), normalization, length, and any module after the
-    transformer that zoo_hf would leave out (a Dense projection)."""
+    it names that zoo_hf does not build, in words: `POOLING_MODES`) and the file and keys
+    that say so, normalization, length, and any module after the transformer that zoo_hf
+    would leave out (a Dense projection)."""
     found: dict[str, Any] = {}
     modules = _json(directory / "modules.json") or []
     for m in modules:
         kind = m.get("type", "").rsplit(".", 1)[-1]
         if kind == "Pooling":
-            config = _json(directory / m.get("path", "") / "config.json") or {}
-            modes = [k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v]
-            found["pooling"] = "+".join({"mean_tokens": "mean", "cls_token": "cls"}.get(x, x) for x in modes)
+            path = Path(m.get("path", "")) / "config.json"
+            config = _json(directory / path) or {}
+            keys = [k for k, v in config.items() if k.startswith("pooling_mode_") and v]
+            modes = [POOLING_MODES.get(k, k.removeprefix("pooling_mode_")) for k in keys]
+            found["pooling"] = " and ".join(modes) or "no mode"
+            found["pooling_source"] = f"{path.as_posix()}: {', '.join(keys) or 'no pooling_mode_ set'}"
         elif kind not in ("Transformer", "Normalize"):
             found.setdefault("other_modules", []).append(kind)
     if modules:
@@ -356,17 +394,27 @@ def _describe(config: Any, task: str, pooling: str | None, normalize: bool | Non
     return f"transformers {arch}, {what}; {weights}"
 
 
-def embedding_check(examples: Callable[[], Mapping[str, np.ndarray]], reference, runner,
-                    precision: str = "fp32") -> dict[str, Any]:
+def embedding_check(name: str, examples: Callable[[], list[tuple[tuple[str, ...] | None, Mapping[str, np.ndarray]]]],
+                    reference, runner, precision: str = "fp32") -> dict[str, Any]:
     """Embeddings must point where PyTorch's do: every example's cosine with the
-    reference reaches `MIN_COSINE` at the artifact's precision (what retrieval needs)."""
+    reference reaches `MIN_COSINE` at the artifact's precision (what retrieval needs).
+
+    `examples`: batches of inputs, each with the texts it holds (`TextCodec.examples`), or
+    None for token ids; the worst embedding is named in the refusal."""
     min_cosine = MIN_COSINE.get(precision, MIN_COSINE["fp32"])
-    inputs = examples()
-    want = np.asarray(reference(inputs)["sentence_embedding"], dtype=np.float64)
-    got = np.asarray(runner(inputs)["sentence_embedding"], dtype=np.float64)
-    cosine = np.sum(want * got, axis=1) / (np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1))
-    worst = float(cosine.min())
+    worst, where, count = np.inf, "", 0
+    for texts, inputs in examples():
+        want = np.asarray(reference(inputs)["sentence_embedding"], dtype=np.float64)
+        got = np.asarray(runner(inputs)["sentence_embedding"], dtype=np.float64)
+        cosine = np.sum(want * got, axis=1) / (np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1))
+        cosine = np.where(np.isnan(cosine), -np.inf, cosine)  # a NaN embedding is the worst there is
+        count += len(cosine)
+        i = int(cosine.argmin())
+        if cosine[i] < worst:
+            worst = float(cosine[i])
+            where = (f"example {i + 1} of {len(cosine)}" if texts is None else
+                     f"{texts[i]!r} ({'alone' if len(texts) == 1 else f'in a batch of {len(texts)}'})")
     if not worst >= min_cosine:
-        raise ToleranceError(f"an embedding through the artifact has cosine {worst:.6f} with PyTorch's, "
-                             f"below {min_cosine} for {precision}")
-    return {"examples": len(cosine), "min_cosine": worst, "threshold": min_cosine}
+        raise ToleranceError(f"{name} [{precision}]: the embedding of {where} through the artifact has cosine "
+                             f"{worst:.6f} with PyTorch's, below {min_cosine}")
+    return {"examples": count, "min_cosine": worst, "threshold": min_cosine, "worst": where}

@@ -35,6 +35,20 @@ ENCODER_ONLY = ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel")
 DECODER_BY_CONFIG = ("bert-generation",)
 
 
+#: model types whose sequence classifier scores each item's last token that is not padding
+#: (found by comparing input_ids with pad_token_id), so that transformers refuses a batch of
+#: more than one without a pad_token_id (transformers 5.x; tests/test_hf_classifiers.py
+#: checks the installed one)
+PAD_TO_CLASSIFY = ("arcee", "axk1", "axk2", "biogpt", "bloom", "cohere_compass_text", "ctrl", "deepseek_v2",
+                   "deepseek_v3", "diffllama", "doge", "exaone4", "falcon", "gemma", "gemma2", "gemma3",
+                   "gemma3_text", "glm", "glm4", "gpt-sw3", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_oss",
+                   "gptj", "helium", "hunyuan_v1_dense", "hunyuan_v1_moe", "jamba", "jetmoe", "llama", "minicpm3",
+                   "minimax", "ministral", "ministral3", "mistral", "mistral4", "mixtral", "modernbert-decoder",
+                   "mpt", "nemotron", "olmo", "olmo2", "olmo3", "openai-gpt", "opt", "persimmon", "phi", "phi3",
+                   "phimoe", "qwen2", "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_moe", "qwen3_next",
+                   "seed_oss", "smollm3", "stablelm", "starcoder2", "t5gemma", "zamba", "zamba2")
+
+
 #: the heads whose trained weights mean one task (labels): a checkpoint saved with one and
 #: registered for another task is warned about. A masked or causal LM checkpoint is not:
 #: embeddings from one (feature-extraction) are an ordinary use.
@@ -117,3 +131,12 @@ def _check_causal(config: Any) -> None:
         raise UnsupportedError(f"text-generation needs a causal model, and a {config.model_type!r} model is a "
                                f"bidirectional encoder unless its config says is_decoder=True: set is_decoder=True "
                                f"(config.json or the config object) for a {config.model_type} decoder")
+
+
+def missing_pad_token(config: Any, task: str) -> bool:
+    """Whether `task` is a sequence classifier of a `PAD_TO_CLASSIFY` type whose config has
+    no pad_token_id (where transformers looks for it: the text config of a multimodal one)."""
+    if task != "text-classification" or config.model_type not in PAD_TO_CLASSIFY:
+        return False
+    text_config = config.get_text_config() if hasattr(type(config), "get_text_config") else config
+    return getattr(text_config, "pad_token_id", None) is None

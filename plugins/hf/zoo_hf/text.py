@@ -36,6 +36,12 @@ SENTENCES = (
     "budget, which allocates more money to schools, public transport and the maintenance of bridges.",
     "Please turn off the lights when you leave the room.",
 )
+#: short texts, as search queries and chat turns often are: single words and the empty
+#: string embed least faithfully at int8 (ONNX Runtime's dynamic int8 all-MiniLM-L6-v2:
+#: "OK" and "thanks" 0.96, where every sentence above keeps 0.99)
+QUERIES = ("", "OK", "yes", "no", "thanks", "hello", "why?", "Paris", "reset password", "cheap flights to Rome")
+#: what the embedding check compares (`TextCodec.examples`)
+EXAMPLES = SENTENCES + QUERIES
 
 
 def decode_items(items: Sequence[bytes]) -> list[str]:
@@ -134,9 +140,12 @@ class TextCodec:
         """Real sentences, drawn with replacement, tokenized as `preprocess` does."""
         return self.encode([SENTENCES[i] for i in rng.integers(0, len(SENTENCES), size=batch)])
 
-    def examples(self) -> dict[str, np.ndarray]:
-        """Every sentence of `SENTENCES` once: what the embedding check compares."""
-        return self.encode(SENTENCES)
+    def examples(self) -> list[tuple[tuple[str, ...], dict[str, np.ndarray]]]:
+        """What the embedding check compares: (texts, inputs) for every text of `EXAMPLES`
+        in one batch, padded to the longest, and for each short query alone, as a search
+        box sends one. Dynamic int8 scales a tensor's activations by its range over the
+        batch, so a text's embedding depends on the texts it is batched with."""
+        return [(EXAMPLES, self.encode(EXAMPLES))] + [((t,), self.encode([t])) for t in QUERIES]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
@@ -174,18 +183,34 @@ def hidden_states(outputs: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
     return [{"last_hidden_state": row.tolist()} for row in np.asarray(outputs["last_hidden_state"], dtype=np.float64)]
 
 
+def score_function(problem_type: str | None, num_labels: int) -> str:
+    """What transformers' text-classification pipeline applies to the logits by default
+    (`function_to_apply`): nothing to a regression's values, independent sigmoids to a
+    multi-label classifier's and to a single logit's (a cross-encoder's relevance, a
+    binary classifier), a softmax over several labels."""
+    if problem_type == "regression":
+        return "none"
+    if problem_type == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    if problem_type == "single_label_classification" or num_labels > 1:
+        return "softmax"
+    return "none"  # no labels at all: the pipeline applies none either
+
+
 def classifications(outputs: Mapping[str, np.ndarray], labels: Sequence[str],
-                    multi_label: bool = False) -> list[dict[str, Any]]:
-    """The most likely label, its probability and every label's: softmax over the logits,
-    or independent sigmoids for a multi-label classifier (config.problem_type)."""
+                    function: str = "softmax") -> list[dict[str, Any]]:
+    """The label of the highest score, that score and every label's, the scores being the
+    logits through `function` (`score_function`: probabilities, or a regression's values)."""
     logits = np.asarray(outputs["logits"], dtype=np.float64)
-    if multi_label:
-        probs = 1 / (1 + np.exp(-logits))
+    if function == "sigmoid":
+        scores = 1 / (1 + np.exp(-logits))
+    elif function == "softmax":
+        scores = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
     else:
-        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        probs /= probs.sum(axis=-1, keepdims=True)
+        scores = logits
     return [{"label": labels[int(p.argmax())], "score": float(p.max()),
-             "scores": {label: float(v) for label, v in zip(labels, p)}} for p in probs]
+             "scores": {label: float(v) for label, v in zip(labels, p)}} for p in scores]
 
 
 def token_labels(outputs: Mapping[str, np.ndarray], labels: Sequence[str]) -> list[dict[str, Any]]:
