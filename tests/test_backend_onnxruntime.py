@@ -219,17 +219,45 @@ class ClipsOutliers(torch.nn.Module):
         return self.fc(x)
 
 
-def test_a_branch_on_tensor_values_is_refused_not_traced_one_way(tmp_path):
+class ClipsByCount(ClipsOutliers):
+    """The same branch on a Python number made of tensor values: found by a user, exported
+    by the tracer as the example's branch (17.3 off PyTorch on an input holding 100)."""
+
+    def forward(self, x):
+        if int((x.abs() > 10).sum()) > 0:
+            x = x.clamp(-10, 10)
+        return self.fc(x)
+
+
+class ClipsByItem(ClipsOutliers):
+    def forward(self, x):
+        if x.abs().max().item() > 10:
+            x = x.clamp(-10, 10)
+        return self.fc(x)
+
+
+class ClipsByList(ClipsOutliers):
+    def forward(self, x):
+        if max(x.abs().amax(1).tolist()) > 10:
+            x = x.clamp(-10, 10)
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("module", [ClipsOutliers, ClipsByCount, ClipsByItem, ClipsByList],
+                         ids=["bool", "int", "item", "tolist"])
+def test_a_branch_on_tensor_values_is_refused_not_traced_one_way(tmp_path, module):
     """The dynamo exporter cannot capture the branch, and the TorchScript tracer would
     keep the branch the example took for every input (parity on ordinary samples passes,
-    an outlier gets a wrong answer): refused, naming the line."""
+    an outlier gets a wrong answer): refused, naming the line. Whether the condition is a
+    tensor (`if tensor:`) or a Python number made of one (`int()`, `.item()`, `.tolist()`)."""
     spec = zoo.ModelSpec(name="clips.outliers", domain="tabular", task="regression",
                          inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),),
-                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=ClipsOutliers,
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),), build=module,
                          sample=lambda b, rng: {"x": rng.standard_normal((b, 4)).astype(np.float32)},
                          axes={"batch": zoo.AxisRange(1, 4, 8)})
-    with pytest.raises(ZooError, match=r"branches on tensor values in Python \(test_backend_onnxruntime.py:\d+\)"):
-        export_onnx(ClipsOutliers().eval(), spec, {"x": torch.zeros(4, 4)}, tmp_path / "model.onnx")
+    with pytest.raises(ZooError, match=r"(branches on|turns) tensor values (in|into) Python.* "
+                                       r"\(test_backend_onnxruntime.py:\d+\)"):
+        export_onnx(module().eval(), spec, {"x": torch.zeros(4, 4)}, tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
 
 

@@ -185,14 +185,21 @@ def _check(spec: ModelSpec, path: Path) -> None:
                           f"({lines[0].rstrip('.') if lines else type(exc).__name__}), so it is not kept") from None
 
 
+#: what the tracer says it converted a tensor to ("Converting a tensor to a Python integer ..."),
+#: each kept in the graph as the example's value
+BAKED = ("boolean", "integer", "number", "float", "list")
+
+
 def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc: BaseException) -> None:
     """The TorchScript tracer runs the forward once and records the operations it saw: a
     Python `if` on a tensor's values is traced as the branch the example took, and the
     graph then computes that branch for every input. Parity cannot see it when the other
-    branch is rare (a clamp of outliers). The tracer warns at each such condition; the
-    export is refused there, naming the line. (Other tracer warnings are shown as is.)"""
+    branch is rare (a clamp of outliers). So for a Python number or list made of tensor
+    values (`int(t)`, `t.item()`, `t.tolist()`), which the graph keeps as the example's
+    constant. The tracer warns at each such conversion; the export is refused there,
+    naming the line. (Other tracer warnings, a size made a Python index, are shown as is.)"""
     branches = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)
-                and "Python boolean" in str(w.message)]
+                and any(f"to a Python {kind}" in str(w.message) for kind in BAKED)]
     for w in seen:
         if w not in branches:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -201,9 +208,10 @@ def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc:
     _remove(path)
     where = ", ".join(sorted({f"{Path(w.filename).name}:{w.lineno}" for w in branches}))
     raise ExportError(f"could not export {spec.name} to ONNX: its forward branches on tensor values in Python "
-                      f"({where}). The dynamo exporter cannot capture that ({_summary(dynamo_exc)}), and the "
-                      "TorchScript tracer would keep only the branch its example took, for every input. Write "
-                      "the condition as tensor operations (torch.where, torch.clamp) or with torch.cond")
+                      f"or turns them into Python numbers ({where}). The dynamo exporter cannot capture that "
+                      f"({_summary(dynamo_exc)}), and the TorchScript tracer would keep the branch or the number "
+                      "its example gave, for every input. Write it as tensor operations (torch.where, "
+                      "torch.clamp) or with torch.cond")
 
 
 def _refuse_narrowed_axes(spec: ModelSpec, program: torch.export.ExportedProgram | None, args: tuple) -> None:
