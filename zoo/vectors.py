@@ -9,7 +9,9 @@ that defined the model, and a model known only by its artifact samples inputs fr
 
 Sets are taken at the smallest, typical and largest batch, every other dynamic axis at
 its own smallest, typical and largest size along with it (`at_length`: sampled content
-cut or repeated), from the spec's `sample` with a fixed seed. A set stays under
+cut or repeated), from the spec's `sample` with a fixed seed; a model with two or more
+dynamic input axes besides the batch gets a fourth, those axes at different ends
+(`mixed_sizes`). A set stays under
 SET_BYTES: one that would exceed it is recorded at a smaller batch, and the manifest's
 `test_data.notes` say so.
 """
@@ -35,6 +37,7 @@ TEST_DATA = "test_data"
 SET_BYTES = 2 << 20
 SEED = 0
 ROLES = ("min", "opt", "max")
+MIXED = "mixed"  # a fourth set, dynamic axes at different ends (`mixed_sizes`)
 
 ArrayFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -61,10 +64,12 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
     sets: list[VectorSet] = []
     notes: list[str] = spec.batch_notes()
     seen: set[tuple] = set()
-    for role in ROLES:
+    for role in (*ROLES, MIXED):
+        if role == MIXED and (axes := mixed_sizes(spec)) is None:
+            continue
         # a model without a batch axis: batch 1 alone (`ModelSpec.batch_sizes`), its other axes at each size
-        axes = {name: 1 if name == "batch" and not spec.has_batch_axis else getattr(r, role)
-                for name, r in spec.axes.items()}
+        axes = axes if role == MIXED else {name: 1 if name == "batch" and not spec.has_batch_axis
+                                           else getattr(r, role) for name, r in spec.axes.items()}
         wanted, least = axes["batch"], spec.axes["batch"].min
         # sized from the signature first, so a large model's reference never runs at a batch
         # whose outputs (a language model's logits) would not be kept anyway
@@ -96,6 +101,24 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
     entry = {"sets": [{"file": s.file, "axes": s.axes} for s in sets], "seed": SEED, "max_set_bytes": SET_BYTES,
              "notes": notes}
     return sets, entry
+
+
+def mixed_sizes(spec: ModelSpec) -> dict[str, int] | None:
+    """The sizes of the set `record` adds for a model with two or more dynamic input axes
+    besides the batch: the first (by name) at its smallest, the last at its largest, those
+    between spread evenly, the batch at its typical size; None for other models. The other
+    sets move every axis together (h = w at each), so a forward that relates two axes (`if
+    h != w`, a transpose that needs a square) matched PyTorch on all of them, and an export
+    that took h for w passed parity; this set tells them apart."""
+    ranges = {t.dynamic_axes[d]: spec.axes[t.dynamic_axes[d]] for t in spec.inputs for d in t.dynamic_axes}
+    names = sorted(a for a, r in ranges.items() if a != "batch" and r.min < r.max)
+    if len(names) < 2:
+        return None
+    spread = {a: spec.axes[a].min + round((spec.axes[a].max - spec.axes[a].min) * k / (len(names) - 1))
+              for k, a in enumerate(names)}
+    if len(set(spread.values())) < 2:
+        return None
+    return {name: 1 if name == "batch" and not spec.has_batch_axis else r.opt for name, r in spec.axes.items()} | spread
 
 
 def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
@@ -130,10 +153,11 @@ def check_ends(spec: ModelSpec, reference: ArrayFn) -> list[str]:
     largest size of every axis but the batch (at its smallest: `check` runs the batch
     sizes), one problem line per failing set of sizes."""
     problems = []
-    for role in ROLES:
+    mixed = mixed_sizes(spec)
+    for axes in [{name: r.min if name == "batch" else getattr(r, role) for name, r in spec.axes.items()}
+                 for role in ROLES] + ([{**mixed, "batch": spec.axes["batch"].min}] if mixed else []):
         try:
-            _draw(spec, reference, {name: r.min if name == "batch" else getattr(r, role)
-                                    for name, r in spec.axes.items()})
+            _draw(spec, reference, axes)
         except SpecError as exc:
             problems.append(str(exc))
     return problems
@@ -203,7 +227,8 @@ def check(spec: ModelSpec, runner: ArrayFn, sets: Sequence[VectorSet], precision
             report = parity(stored, lambda inputs, vs=vs: vs.outputs, runner, precision,
                             batch_sizes=(vs.axes["batch"],))
         except VerificationError as exc:
-            raise type(exc)(f"test vectors {vs.file}: {exc}") from None
+            sizes = ", ".join(f"{a}={n}" for a, n in vs.axes.items() if a != "batch")
+            raise type(exc)(f"test vectors {vs.file}{f' ({sizes})' if sizes else ''}: {exc}") from None
         worst = max(worst, report["max_abs_error"])
         checks += [{**c, "set": vs.file, "axes": vs.axes} for c in report["checks"]]
     return {"precision": precision, "tolerance": spec.tolerance(precision).to_json(), "max_abs_error": worst,
