@@ -497,3 +497,35 @@ def test_a_run_convolves_in_the_layout_it_chose_whatever_strides_its_batches_com
                     progress=False, options=TrainOptions(max_steps=1, channels_last=None if chosen else False))
     assert run.metrics["channels_last"] is chosen
     assert layouts and all(layouts), f"{layouts.count(False)} of {len(layouts)} convolutions not in the chosen layout"
+
+
+class _NoGrad(torch.nn.Module):
+    """An MLP whose forward runs without autograd, as inference code is written."""
+
+    def __init__(self, mode) -> None:
+        super().__init__()
+        self.mlp, self.mode = _plugin().MLP(), mode
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        with self.mode():
+            return self.mlp(image)
+
+
+def test_a_loss_that_is_not_a_scalar_is_refused_naming_its_shape(tmp_path):
+    """It said torch's "grad can be implicitly created only for scalar outputs"."""
+    def per_example(outputs, target):
+        return torch.nn.functional.cross_entropy(outputs["logits"], target, reduction="none")
+
+    spec = dataclasses.replace(MLP, loss=per_example)
+    with pytest.raises(zoo.errors.SpecError, match=rf"^{MLP.name}: its loss returned a tensor of shape \[64\]; it must "
+                                                   r"be a scalar, one number per batch"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_a_loss_without_a_gradient_is_refused_naming_the_likely_cause(tmp_path, mode):
+    """It said torch's "element 0 of tensors does not require grad and does not have a grad_fn"."""
+    spec = dataclasses.replace(MLP, build=lambda: _NoGrad(mode))
+    with pytest.raises(zoo.errors.SpecError, match=rf"^{MLP.name}: its loss does not depend on any trainable parameter "
+                                                   r"through autograd: a forward run under torch.no_grad"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)

@@ -18,6 +18,11 @@ spec, one line each naming the model, the field and what was expected:
   fixed sizes exact, each symbolic size equal to that axis's size in the inputs, and
   every floating value finite.
 
+Every run gets its own copy of the inputs; at the typical batch a forward that modifies an
+input in place (`x -= self.mean`) fails the check naming it (the reference runs on the
+caller's arrays: parity's samples, the server's request buffers), and a second run that
+answers otherwise fails it as nondeterministic (dropout left on, sampling) unless the
+forward changed the module's state, which the state check names.
 After the last batch, the module's parameters and buffers must be as they were before
 the first (a forward that updates them in place answers differently on every call, which no
 export can capture; they are put back). On the CPU, an integer input without `value_range`
@@ -27,7 +32,9 @@ an engine error, a row of zeros or the last row, and only the declared range has
 runner and the server refuse it by name. An integer input with `value_range` is run at both
 ends of it (every such input at its low end, then at its high end, at the smallest batch):
 a forward that raises there (ids up to 100 into a table of 100 rows) fails the check,
-naming the input, the value and the error, since the server takes every value in range.
+naming the input, the value and the error, since the server takes every value in range;
+one that runs there is held to the outputs' spec as a sample's run is (`k` at 10 had
+`torch.topk` answer 10 columns where the spec declares at most 5).
 Likewise each dynamic axis but the batch is run one and three past its sampled size (the
 sample repeated along it): a forward that takes only some sizes of its range (a U-Net's
 skip connections, a reshape into pairs) fails the check there. A module with attention is
@@ -155,8 +162,10 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             outputs.skipped = f"the forward at batch {batch} failed"
             continue
         _check_outputs(spec, result, batch, sizes, outputs.problems)
+        if batch == typical:
+            forward.problems += _writes_inputs(spec, module, inputs, batch, device)
         if batch == typical and not outputs.problems:
-            outputs.problems += _nondeterministic(spec, module, inputs, result, batch, device)
+            outputs.problems += _nondeterministic(spec, module, inputs, result, batch, device, state)
         if batch == typical and not outputs.problems:
             outputs.problems += _fast_path(spec, module, inputs, result, batch, device)
         if batch == typical and not outputs.problems:
@@ -223,8 +232,30 @@ def check_dataset(spec: ModelSpec) -> list[Check]:
 
 
 def _run(module: torch.nn.Module, spec: ModelSpec, inputs: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """One forward on its own copy of `inputs` (`to_torch` shares a numpy array's memory): a
+    forward that writes into its inputs changes neither the sample nor the next run's."""
     with torch.inference_mode(), ieee_fp32(device):
-        return call_module(module, spec, to_torch(inputs, spec, device))
+        return call_module(module, spec, {n: t.clone() for n, t in to_torch(inputs, spec, device).items()})
+
+
+def _writes_inputs(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, Any], batch: int,
+                   device: str) -> list[str]:
+    """Inputs the forward modifies in place (`x -= self.mean`), compared after a run with a
+    copy taken before. The reference runs on the caller's arrays (`zoo.train.module_fn`, the
+    server's request buffers): such a forward changed parity's sample under every runner it
+    was compared with, and had `check` blame dropout for a second run that read changed inputs."""
+    with torch.inference_mode(), ieee_fp32(device):
+        given = {n: t.clone() for n, t in to_torch(inputs, spec, device).items()}  # the sample stays as drawn
+        before = {n: t.clone() for n, t in given.items()}
+        try:
+            call_module(module, spec, given)
+        except Exception:  # noqa: BLE001 - the forward ran on this sample: the run that checked it says
+            return []
+    return [f"{spec.name}: at batch {batch}: the forward modifies its input {name!r} in place ({name} -= ..., "
+            f"{name}.mul_(...)): the arrays it is given are the caller's (the server's request buffers, parity's "
+            f"samples, which every runner is then compared on changed), so write {name} = {name} - ... (a new "
+            f"tensor), or start the forward with {name} = {name}.clone()"
+            for name, t in given.items() if not _same(t.detach().cpu(), before[name].cpu())]
 
 
 def _scripted(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
@@ -279,20 +310,27 @@ def _state(module: torch.nn.Module) -> dict[str, tuple[Any, Any]]:
             for name, v in found.items()}
 
 
+def _place(module: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The submodule holding the state `name` names, and its attribute there."""
+    prefix, _, leaf = name.rpartition(".")
+    return module.get_submodule(prefix), leaf
+
+
+def _changed(module: torch.nn.Module, before: Mapping[str, tuple[Any, Any]]) -> list[str]:
+    """The names of the state `_state` took that has changed since."""
+    return [name for name, (kept, saved) in before.items() if _moved(getattr(*_place(module, name), None), kept, saved)]
+
+
 def _state_changed(spec: ModelSpec, module: torch.nn.Module, before: Mapping[str, tuple[Any, Any]]) -> list[str]:
     """A forward that updates its own state (a call counter, a running mean kept in eval, a
     cache tensor) answers differently on every call, and an export captures one call of it:
     the torch artifact then drifts call by call and the others bake in one state, so parity
     cannot say what is wrong. Each changed value is put back as it was."""
-    def place(name: str) -> tuple[torch.nn.Module, str]:
-        prefix, _, leaf = name.rpartition(".")
-        return module.get_submodule(prefix), leaf
-
-    changed = [name for name, (kept, saved) in before.items() if _moved(getattr(*place(name), None), kept, saved)]
+    changed = _changed(module, before)
     with torch.no_grad():
         for name in changed:
             kept, saved = before[name]
-            setattr(*place(name), kept if isinstance(saved, torch.Tensor) else saved)
+            setattr(*_place(module, name), kept if isinstance(saved, torch.Tensor) else saved)
             if isinstance(saved, torch.Tensor) and kept.shape == saved.shape:
                 kept.copy_(saved)
     if not changed:
@@ -386,15 +424,19 @@ def _not_a_table(exc: BaseException, tables: list[int]) -> int | None:
     return int(found[1]) if found and int(found[1]) not in tables else None
 
 
-def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
-    """What the forward raises on the sample at the smallest batch with each input named in
-    `values` filled with its value (None: it ran)."""
+def _filled(spec: ModelSpec, seed: int, values: Mapping[str, int]) -> dict[str, Any]:
+    """The sample at the smallest batch with each input named in `values` filled with its value."""
     inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
     dtypes = {t.name: t.dtype for t in spec.inputs}
     for name, value in values.items():
         inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
+    return inputs
+
+
+def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
+    """What the forward raises on `_filled`'s sample (None: it ran)."""
     try:
-        _run(module, spec, inputs, "cpu")
+        _run(module, spec, _filled(spec, seed, values), "cpu")
     except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
         return exc
     return None
@@ -410,21 +452,38 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
     100 into a table of 100 rows): the server and every runner take such a value, and
     PyTorch raises for it where ONNX Runtime and OpenVINO answer an engine error, zeros or
     the last row. Two forwards at the smallest batch, every such input at its low end, then
-    at its high end; where several fail together, each is tried alone to name it."""
+    at its high end; where several fail together, each is tried alone to name it. What a
+    forward that runs there returns is held to the spec as the samples' outputs are: k = 10,
+    the end of its range, had `torch.topk` answer 10 columns where the spec declares at most 5."""
     tables = _tables(module)
     for which, ends in (("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
                         ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})):
-        exc = _raises(spec, module, seed, ends)
-        if exc is None:
-            continue
-        alone = [(t, e) for t in bounded
-                 if (e := _raises(spec, module, seed, {t.name: ends[t.name]}) if len(bounded) > 1 else exc)]
-        named = alone or [(t, exc) for t in bounded]
-        return [f"{spec.name}: input {t.name!r} at {ends[t.name]}, the {which} end of its value_range "
-                f"({_number(t.value_range[0])}, {_number(t.value_range[1])}): the forward raises "
-                f"{type(e).__name__} ({first_line(e)}); declare the range the forward takes{_rows(e, tables)}, so "
-                f"that every runner and the server refuse values it cannot take" for t, e in named]
+        inputs = _filled(spec, seed, ends)
+        try:
+            result = _run(module, spec, inputs, "cpu")
+        except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
+            alone = [(t, e) for t in bounded
+                     if (e := _raises(spec, module, seed, {t.name: ends[t.name]}) if len(bounded) > 1 else exc)]
+            named = alone or [(t, exc) for t in bounded]
+            return [f"{spec.name}: input {t.name!r} at {ends[t.name]}, the {which} end of its value_range "
+                    f"({_number(t.value_range[0])}, {_number(t.value_range[1])}): the forward raises "
+                    f"{type(e).__name__} ({first_line(e)}); declare the range the forward takes{_rows(e, tables)}, "
+                    f"so that every runner and the server refuse values it cannot take" for t, e in named]
+        problems = _outputs_at(spec, inputs, result, f"the {which} end of", ends)
+        if problems:
+            return problems
     return []
+
+
+def _outputs_at(spec: ModelSpec, inputs: Mapping[str, Any], result: Mapping[str, Any], which: str,
+                values: Mapping[str, int]) -> list[str]:
+    """`_check_outputs` on a run of `_filled`'s sample, each line naming the values it had."""
+    batch, problems = spec.axes["batch"].min, []
+    where = (f"{spec.name}: {f'at batch {batch} ' if spec.has_batch_axis else ''}with "
+             + ", ".join(f"{name} = {value}" for name, value in values.items())
+             + f" ({which} {'its' if len(values) == 1 else 'their'} value_range)")
+    _check_outputs(spec, result, batch, _check_sample(spec, inputs, batch, []) or {}, problems, where)
+    return problems
 
 
 def _rows(exc: BaseException, tables: list[int]) -> str:
@@ -496,8 +555,10 @@ def _dtype_matches(got: np.dtype, declared: str) -> bool:
 
 
 def _check_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, sizes: Mapping[str, int],
-                   problems: list[str]) -> None:
-    where = f"{spec.name}: at batch {batch}"
+                   problems: list[str], where: str | None = None) -> None:
+    """`result`'s departures from the spec's outputs, onto `problems`, each line starting
+    with `where` (by default the model and the batch)."""
+    where = where or f"{spec.name}: at batch {batch}"
     for t in spec.outputs:
         value = result[t.name]
         if not isinstance(value, torch.Tensor):
@@ -529,12 +590,15 @@ def _check_outputs(spec: ModelSpec, result: Mapping[str, Any], batch: int, sizes
 
 
 def _nondeterministic(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[str, Any],
-                      result: Mapping[str, Any], batch: int, device: str) -> list[str]:
+                      result: Mapping[str, Any], batch: int, device: str,
+                      state: Mapping[str, tuple[Any, Any]]) -> list[str]:
     """The outputs a second run of the same inputs changes beyond the fp32 tolerance (dropout
     left on, sampling in the forward): parity compares an artifact's run with another run of
-    the reference, so such a model fails every backend's parity, each blamed on the backend."""
+    the reference, so such a model fails every backend's parity, each blamed on the backend.
+    Nothing where the forward has changed the module's `state` since the first batch (an EMA
+    buffer): the state check names that cause, and it is not dropout."""
     differs = _differs(spec, result, _run(module, spec, inputs, device))
-    if differs is None:
+    if differs is None or _changed(module, state):
         return []
     name, worst, atol = differs
     return [f"{spec.name}: at batch {batch}: output {name!r} differs by up to {worst:.3g} between two runs of the "

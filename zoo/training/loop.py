@@ -245,6 +245,7 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
     try:
         with opts.autocast(device):
             loss = spec.loss(call_module(model, spec, batch), target.to(device))
+        _check_loss(spec.name, loss)
         scaler.scale(loss * scale).backward()
     except (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
         if isinstance(exc, torch.OutOfMemoryError):
@@ -263,6 +264,19 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
                           "; lower the learning rate, or clip gradients with --clip-grad-norm")
                        + " (the run stops before writing anything of this epoch)")
     return value
+
+
+def _check_loss(name: str, loss: Any) -> None:
+    """A loss backward can start from: torch's own words for the two usual slips name
+    neither the loss nor the model ("grad can be implicitly created only for scalar
+    outputs", "element 0 of tensors does not require grad")."""
+    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+        raise SpecError(f"{name}: its loss returned a tensor of shape {list(loss.shape)}; it must be a scalar, one "
+                        f"number per batch (reduce it: reduction='mean', or .mean() over the examples)")
+    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+        raise SpecError(f"{name}: its loss does not depend on any trainable parameter through autograd: a forward "
+                        f"run under torch.no_grad or torch.inference_mode, outputs detached (.detach(), .item(), "
+                        f"numpy), or every parameter frozen (requires_grad=False); training needs the gradient")
 
 
 def _optimizer_step(name: str, module, optimizer, scheduler, scaler, clip_grad_norm: float | None,
