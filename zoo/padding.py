@@ -14,6 +14,12 @@ requests of different lengths only for a model that passes, at the artifact's ow
 tolerance. A sample of values on both sides of zero hides a max or min over the axis (a
 zero below every real maximum changes nothing), so the probe is repeated with the
 sample's real-valued inputs shifted all below zero and all above it.
+
+Dynamic batching itself, of requests of one shape, is right only where a model's rows do
+not see each other: a model normalizing each row by the batch's mean, or taking a softmax
+or a max over the batch axis, answers a request merged with others differently than alone.
+`rows_independent` runs a sample's rows together and apart, and the server merges requests
+only for a model that passes, at the same tolerance.
 """
 
 from __future__ import annotations
@@ -91,7 +97,6 @@ def padding_safe(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, An
 
 def _unchanged(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]], inputs: Mapping[str, Any],
                axes: list[str], precision: str, outputs: Mapping[str, Any]) -> tuple[bool, str]:
-    tol = spec.tolerance(precision)
     want = {k: as_numpy(v) for k, v in outputs.items()}
     for axis in axes:
         size = next(np.shape(inputs[t.name])[d] for t in spec.inputs for d, a in t.dynamic_axes.items()
@@ -114,11 +119,55 @@ def _unchanged(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]
                 if not np.array_equal(out, ref):
                     return False, f"zero-padding {axis} by {extra} changes output {t.name}"
                 continue
-            ref64, err = ref.astype(np.float64), np.abs(out.astype(np.float64) - ref)
-            finite = np.abs(ref64[np.isfinite(ref64)])
-            magnitude = float(finite.max()) if finite.size else 0.0
-            atol = tol.atol if precision == "int8" else effective_atol(tol.atol, magnitude)
-            if not np.all(err <= atol + tol.rtol * np.abs(ref64)):
-                return False, (f"zero-padding {axis} by {extra} changes output {t.name} by up to "
-                               f"{float(np.nanmax(err)):.3g} (its {precision} tolerance: atol={atol:.3g})")
+            beyond = _beyond_tolerance(ref, out, spec, precision)
+            if beyond:
+                return False, (f"zero-padding {axis} by {extra} changes output {t.name} by up to {beyond[0]:.3g} "
+                               f"(its {precision} tolerance: atol={beyond[1]:.3g})")
     return True, ""
+
+
+def rows_independent(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]], inputs: Mapping[str, Any],
+                     precision: str = "fp32") -> tuple[bool, str]:
+    """(True, "") where `fn`'s outputs for `inputs`' rows run together are, within
+    `precision`'s tolerance, what its first row gets alone and what the other rows get
+    without it; else (False, why). Three runs: a row alone is where a statistic over the
+    batch moves most, and a split into halves would miss it where a sample's rows repeat
+    (rows drawn from a stored set smaller than the batch: a, b, a, b has the mean of a, b).
+    Inputs without the batch axis (side inputs) go whole to each run, as the batcher
+    passes them; a model with fewer than two rows, or with an output without the batch
+    axis, is not batched and passes."""
+    batched = {t.name for t in spec.inputs if t.shape[:1] == ("batch",)}
+    rows = min((np.shape(inputs[name])[0] for name in batched), default=0)
+    if rows < 2 or not all(t.shape[:1] == ("batch",) for t in spec.outputs):
+        return True, ""
+    whole = {k: as_numpy(v) for k, v in fn(dict(inputs)).items()}
+    for part in (slice(0, 1), slice(1, rows)):
+        alone = fn({k: v[part] if k in batched else v for k, v in inputs.items()})
+        for t in spec.outputs:
+            ref, out = as_numpy(alone[t.name]), whole[t.name][part]
+            if out.shape != ref.shape:
+                return False, (f"a row's output {t.name} has shape {list(out.shape[1:])} batched with "
+                               f"others, {list(ref.shape[1:])} alone")
+            if not np.issubdtype(ref.dtype, np.floating):
+                if not np.array_equal(out, ref):
+                    return False, f"a row's output {t.name} changes when batched with others"
+                continue
+            beyond = _beyond_tolerance(ref, out, spec, precision)
+            if beyond:
+                return False, (f"a row's output {t.name} changes by up to {beyond[0]:.3g} when batched with "
+                               f"others, beyond its {precision} tolerance: atol={beyond[1]:.3g}")
+    return True, ""
+
+
+def _beyond_tolerance(ref: np.ndarray, out: np.ndarray, spec: ModelSpec, precision: str) -> tuple[float, float] | None:
+    """How far floating-point `out` is from `ref` at most, and the atol it exceeds; None where
+    it is within `precision`'s tolerance (the atol relative to `ref`'s magnitude, as `verify`
+    holds outputs)."""
+    tol = spec.tolerance(precision)
+    ref64, err = ref.astype(np.float64), np.abs(out.astype(np.float64) - ref)
+    finite = np.abs(ref64[np.isfinite(ref64)])
+    magnitude = float(finite.max()) if finite.size else 0.0
+    atol = tol.atol if precision == "int8" else effective_atol(tol.atol, magnitude)
+    if np.all(err <= atol + tol.rtol * np.abs(ref64)):
+        return None
+    return float(np.nanmax(err)), atol

@@ -20,7 +20,7 @@ import numpy as np
 from ..artifact import MANIFEST, Artifact, list_artifacts
 from ..backend import for_serving
 from ..errors import ArtifactError, ZooError, first_line
-from ..padding import padding_safe, ragged_axes
+from ..padding import padding_safe, ragged_axes, rows_independent
 from ..triton import rows_batched
 from ..vectors import sampler
 from .batcher import BatchPolicy
@@ -128,6 +128,7 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
             return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
 
     runners = load_runners()
+    policy = merged_if_rows_independent(art, spec, policy, runners[0])  # first: unmerged, padding is never tried
     policy = ragged_if_padding_safe(art, spec, policy, runners[0])
     model = ServedModel(art, spec, policy, load_runners)
     model.files = files
@@ -159,10 +160,7 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> 
     if not (policy.batching and policy.ragged and ragged_axes(spec)):
         return policy
     try:
-        rows, rng = min(2, spec.axes["batch"].max), np.random.default_rng(0)
-        sets = art.test_vectors()
-        sample = sampler(lambda: sets, spec.inputs, spec.axes)(rows, rng) if sets else spec.sample(rows, rng)
-        safe, why = padding_safe(spec, runner, sample, art.precision)
+        safe, why = padding_safe(spec, runner, probe_sample(art, spec, 2), art.precision)
     except Exception as exc:  # noqa: BLE001 - the engine refused padded shapes: not safe, and say why
         safe, why = False, f"the padded sample failed: {type(exc).__name__}: {first_line(exc)}"
     if safe:
@@ -170,6 +168,35 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> 
     log.warning("%s: requests of different lengths are batched only with requests of the same length: %s",
                 art.name, why)
     return replace(policy, ragged=False)
+
+
+def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:
+    """`policy`, with requests merged into one execution only where this artifact's rows are
+    independent (`zoo.padding.rows_independent`): a model normalizing each row by the batch's
+    mean answers a request merged with others otherwise than alone. Tried once here as
+    `ragged_if_padding_safe` tries padding (three runs of up to 4 rows); where it fails, each
+    request runs as its own batch, as with `--no-batching`."""
+    if not policy.batching:
+        return policy
+    try:
+        independent, why = rows_independent(spec, runner, probe_sample(art, spec, 4), art.precision)
+    except Exception as exc:  # noqa: BLE001 - the sample fails as a request would: not a batching matter
+        log.warning("%s: whether its rows are independent could not be tried (%s: %s): requests are merged",
+                    art.name, type(exc).__name__, first_line(exc))
+        return policy
+    if independent:
+        return policy
+    log.warning("%s: rows are not independent (%s): requests are not merged, each runs as its own batch",
+                art.name, why)
+    return replace(policy, batching=False)
+
+
+def probe_sample(art: Artifact, spec, rows: int) -> dict[str, np.ndarray]:
+    """Up to `rows` rows of the artifact's own test vectors at the typical sizes (the model's
+    sample where it stores none: drawing one may load a plugin's dataset and its libraries)."""
+    rows, rng = min(rows, spec.axes["batch"].max), np.random.default_rng(0)
+    sets = art.test_vectors()
+    return sampler(lambda: sets, spec.inputs, spec.axes)(rows, rng) if sets else spec.sample(rows, rng)
 
 
 def scan(root: Path, options: ServeOptions) -> tuple[list[tuple[ServedModel, list]], list[Skipped]]:
