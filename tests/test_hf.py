@@ -354,6 +354,38 @@ def test_a_pair_of_texts_is_classified_as_transformers_classifies_it(tmp_path, m
         spec.preprocess([b'{"text": "a", "text_pair": 3}'])
 
 
+def test_generation_stops_at_the_models_end_of_sequence_tokens(tmp_path, minilm_dir):
+    """`zoo generate` stops where transformers' `generate` stops: at the config's
+    eos_token_id or its generation_config.json's. Before, it generated past them, and the
+    text after an end of sequence was joined on."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    gpt = GPT2LMHeadModel(GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                     bos_token_id=101, eos_token_id=0))
+    folder = _save(tmp_path, minilm_dir, gpt, "writer")
+    spec = zoo_hf.hf_model("writer.eos", folder, task="text-generation")
+    assert spec.stop_tokens == (0,)
+    module = spec.build()
+    module.load_state_dict(spec.pretrained(), strict=True)
+    fn = module_fn(module.eval(), spec)
+    contexts = []
+
+    def spy(inputs):
+        contexts.append([int(i) for i in inputs["input_ids"][0]])
+        return fn(inputs)
+
+    zoo.generate(spec, spy, "once upon a time", max_new_tokens=6)
+    generated = contexts[-1][len(contexts[0]):]
+    stop = generated[2]
+    assert 0 not in generated[:3]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [stop, 0]}))
+    stopping = zoo_hf.hf_model("writer.eos2", folder, task="text-generation")
+    assert stopping.stop_tokens == tuple(sorted({stop, 0}))
+    assert zoo.generate(stopping, fn, "once upon a time", max_new_tokens=6) == \
+        spec.detokenize(generated[:generated.index(stop)])
+
+
 def test_token_classification_fill_mask_and_generation(tmp_path, minilm_dir, bert_config):
     from transformers import (BertConfig, BertForMaskedLM, BertForTokenClassification, GPT2Config,
                               GPT2LMHeadModel)

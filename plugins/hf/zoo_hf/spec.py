@@ -204,7 +204,22 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
         preprocess=codec.preprocess if codec else None,
         postprocess=postprocess if codec else None,
         detokenize=codec.detokenize if codec and task == "text-generation" else None,
+        stop_tokens=_stop_tokens(hf_config, directory) if task == "text-generation" else (),
     )
+
+
+def _stop_tokens(config: Any, directory: Path | None) -> tuple[int, ...]:
+    """The ids that end a generation, as transformers' `generate` takes them: the config's
+    `eos_token_id` and its generation_config.json's (an id or a list of ids)."""
+    found = [getattr(config, "eos_token_id", None)]
+    generation = None if directory is None else Path(directory) / "generation_config.json"
+    if generation is not None and generation.is_file():
+        try:
+            found.append(json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id"))
+        except (OSError, ValueError, AttributeError):  # unreadable: the config's alone, as transformers falls back
+            pass
+    ids = [i for v in found for i in (v if isinstance(v, (list, tuple)) else [v])]
+    return tuple(sorted({i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0}))
 
 
 def _warn_larger_tokenizer(name: str, codec: text.TextCodec, vocab_size: int) -> None:
