@@ -424,7 +424,7 @@ def test_lone_surrogate_in_json(server):
     ([b"CCO", b"C C"], ("'C C' (item 2) contains whitespace",)),
     ([b""], ("empty SMILES (item 1)",)),
     ([b"CCO", b"  \t"], ("empty SMILES (item 2)",)),
-    ([b"C\x00C"], ("invalid SMILES", "(item 1)")),
+    ([b"C\x00C"], ("SMILES 'C\\x00C' (item 1) holds '\\x00' (U+0000) at position 2",)),
     ([b"C" * 65], ("(item 1) has 65 heavy atoms", "at most 64")),
 ])
 def test_smiles_rdkit_cannot_parse(server, items, words):
