@@ -72,3 +72,12 @@ def test_a_forward_relating_two_axes_is_refused_not_exported_as_if_they_were_equ
         got = zoo.load(art.path)({"image": image.numpy()})["mask"]
         print("max error on 16x40:", float(np.abs(got - module(image).detach().numpy()).max()))
     assert not (tmp_path / "letterbox.mixed.onnxruntime.fp32").exists()
+
+
+def test_bench_lengths_on_a_model_with_two_axes_is_refused(tmp_path):
+    # before: --lengths 16,48 set h alone, w staying at its typical 32, and said nothing
+    with pytest.raises(zoo.errors.UsageError, match=r"--lengths sets one dynamic axis besides the batch, and "
+                                                   r"fcn.lengths has 2 \(h, w\)"):
+        zoo.benchmark(spec_of("fcn.lengths", FullyConvolutional), "onnxruntime", 1, lengths=[16, 48],
+                      repository=tmp_path, random_init=True)
+    assert not any(tmp_path.iterdir())

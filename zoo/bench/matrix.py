@@ -326,6 +326,11 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
     if lengths and not any(length_axis(s) for s in specs):
         raise UsageError(f"--lengths {','.join(map(str, lengths))}: {', '.join(s.name for s in specs)} "
                          f"{'has' if len(specs) == 1 else 'have'} no sequence or atom axis to measure at; leave it out")
+    for spec in specs if lengths else ():
+        axes = sorted({a for t in spec.inputs for a in t.dynamic_axes.values() if a != "batch"})
+        if len(axes) > 1:  # it set the first alone (h=16 with w at its typical 32), a run no one asked for
+            raise UsageError(f"--lengths sets one dynamic axis besides the batch, and {spec.name} has "
+                             f"{len(axes)} ({', '.join(axes)}); leave --lengths out to measure it at its typical sizes")
     if len(specs) == 1:  # one model: its range is a usage error, not a hole in a matrix
         error = _out_of_range(specs[0], batch_sizes, lengths)
         if error is not None:
