@@ -7,6 +7,7 @@ marked `needs_cuda` and skip cleanly where torch sees no CUDA device.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -259,6 +260,41 @@ def test_a_branch_on_tensor_values_is_refused_not_traced_one_way(tmp_path, modul
                                        r"\(test_backend_onnxruntime.py:\d+\)"):
         export_onnx(module().eval(), spec, {"x": torch.zeros(4, 4)}, tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
+
+
+class ScaledAttention(torch.nn.Module):
+    """A size made a Python number (attention's usual scale), which the tracer warns of as
+    it warns of a tensor's values: exported, not refused (a review found it refused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        q = self.fc(x)
+        return torch.softmax(q @ q.transpose(-2, -1) / math.sqrt(q.size(-1)), -1) @ x
+
+
+def test_a_size_made_a_python_number_is_traced_not_refused(tmp_path, monkeypatch):
+    real_export = torch.onnx.export
+
+    def dynamo_fails(*args, dynamo=True, **kwargs):
+        if dynamo:
+            raise RuntimeError("cannot capture this module")
+        return real_export(*args, dynamo=False, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", dynamo_fails)
+    spec = zoo.ModelSpec(name="attn.scaled", domain="tabular", task="regression",
+                         inputs=(zoo.TensorSpec("x", "float32", ("batch", "seq", 8)),),
+                         outputs=(zoo.TensorSpec("y", "float32", ("batch", "seq", 8)),), build=ScaledAttention,
+                         sample=lambda b, rng: {"x": rng.standard_normal((b, 6, 8)).astype(np.float32)},
+                         axes={"batch": zoo.AxisRange(1, 2, 4), "seq": zoo.AxisRange(2, 6, 12)})
+    module = ScaledAttention().eval()
+    info = export_onnx(module, spec, {"x": torch.zeros(2, 6, 8)}, tmp_path / "model.onnx")
+    assert info["exporter"] == "torchscript"
+    runner = OnnxRuntimeBackend().load(tmp_path / "model.onnx", spec, "fp32", "cpu")
+    x = np.random.default_rng(1).standard_normal((3, 11, 8)).astype(np.float32)
+    np.testing.assert_allclose(runner({"x": x})["y"], module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
 
 
 def test_bfloat16_tensors_are_refused_before_any_export(tmp_path):

@@ -185,9 +185,26 @@ def _check(spec: ModelSpec, path: Path) -> None:
                           f"({lines[0].rstrip('.') if lines else type(exc).__name__}), so it is not kept") from None
 
 
-#: what the tracer says it converted a tensor to ("Converting a tensor to a Python integer ..."),
-#: each kept in the graph as the example's value
-BAKED = ("boolean", "integer", "number", "float", "list")
+#: what the tracer says it converted a tensor to ("Converting a tensor to a Python boolean ..."),
+#: kept in the graph as the example's value: always a tensor's values
+BAKED = ("boolean", "number", "list")
+#: conversions the tracer also warns of for a size (`int(x.shape[1])`, `math.sqrt(q.size(-1))`),
+#: refused only where the line reads no size: a size is checked by parity at every set's sizes
+SIZE_OR_VALUE = ("integer", "float")
+SIZE_WORDS = (".shape", ".size(", ".dim(", ".ndim", "len(", ".numel(")
+
+
+def _baked_value(w) -> bool:
+    """Whether a tracer warning is a tensor's values made a Python condition or number."""
+    import linecache
+
+    message = str(w.message)
+    if any(f"to a Python {kind}" in message for kind in BAKED):
+        return True
+    if not any(f"to a Python {kind}" in message for kind in SIZE_OR_VALUE):
+        return False
+    line = linecache.getline(w.filename, w.lineno)
+    return not any(word in line for word in SIZE_WORDS)
 
 
 def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc: BaseException) -> None:
@@ -197,9 +214,8 @@ def _refuse_traced_branches(spec: ModelSpec, path: Path, seen: list, dynamo_exc:
     branch is rare (a clamp of outliers). So for a Python number or list made of tensor
     values (`int(t)`, `t.item()`, `t.tolist()`), which the graph keeps as the example's
     constant. The tracer warns at each such conversion; the export is refused there,
-    naming the line. (Other tracer warnings, a size made a Python index, are shown as is.)"""
-    branches = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)
-                and any(f"to a Python {kind}" in str(w.message) for kind in BAKED)]
+    naming the line. (Other tracer warnings, a size made a Python number, are shown as is.)"""
+    branches = [w for w in seen if issubclass(w.category, torch.jit.TracerWarning) and _baked_value(w)]
     for w in seen:
         if w not in branches:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
