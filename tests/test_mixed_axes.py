@@ -61,6 +61,15 @@ def test_the_fourth_set_puts_the_axes_at_different_ends(tmp_path):
                                         "axes": {**AXES, "w": zoo.AxisRange(32, 32, 32)}})) is None
 
 
+def test_the_fourth_set_breaks_the_proportion_the_other_sets_keep():
+    # a review found it: h in [8, 16] and w in [4, 8] spread to (8, 8), equal, and no set was
+    # added, while every set kept h = 2w
+    spec = spec_of("fcn.ratio", FullyConvolutional)
+    ratio = zoo.ModelSpec(**{**{k: getattr(spec, k) for k in spec.__dataclass_fields__ if k != "plugin"},
+                             "axes": {**AXES, "h": zoo.AxisRange(8, 12, 16), "w": zoo.AxisRange(4, 6, 8)}})
+    assert mixed_sizes(ratio) == {"batch": 2, "h": 16, "w": 4}
+
+
 def test_a_forward_relating_two_axes_is_refused_not_exported_as_if_they_were_equal(tmp_path):
     spec = spec_of("letterbox.mixed", Letterbox)
     module = spec.build().eval()

@@ -108,3 +108,38 @@ def test_a_stream_error_names_its_request_as_triton_does(live_server):
     assert named["[request id: r2"].startswith("[request id: r2] unknown model 'no-such-model'"), errors
     # the request with no id gets the same error as r1, unnamed
     assert named["[request id: r1"].removeprefix("[request id: r1] ") in errors, errors
+
+
+def test_a_client_polling_through_the_drain_does_not_hold_the_server_to_its_grace(drain_repo):
+    # a review found it: each refused call restarted the quiet wait, so a client asking
+    # is_server_live every 50 ms kept the server up for the whole --shutdown-timeout (here
+    # 20 s; 30 by default, Kubernetes' grace before its SIGKILL)
+    import threading
+    import time
+
+    import tritonclient.grpc as triton_grpc
+
+    server = ServerProcess(drain_repo, "--shutdown-timeout", "20", log=drain_repo.parent / "poll.log").wait_ready()
+    stop = threading.Event()
+
+    def poll() -> None:
+        with triton_grpc.InferenceServerClient(server.grpc_url) as client:
+            while not stop.is_set():
+                try:
+                    client.is_server_live(client_timeout=1)
+                except InferenceServerException:
+                    pass
+                time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    try:
+        poller.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) in (0, -signal.SIGTERM), server.log()[-2000:]
+        assert time.monotonic() - start < 10, "the polling client held the drain open"
+    finally:
+        stop.set()
+        poller.join(10)
+        server.kill()

@@ -504,3 +504,32 @@ def test_a_load_of_a_served_unchanged_model_does_nothing_and_a_changed_one_reloa
         assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200
         assert client.app.state.zoo.models[ONNX] is not loaded and success(client) == 0
         assert client.post(f"/v2/models/{ONNX}/infer", json=body).status_code == 200 and success(client) == 1
+
+
+def test_an_artifact_replaced_while_its_files_are_read_is_reloaded_not_an_internal_error(serve_repo, tmp_path,
+                                                                                        monkeypatch):
+    """A re-export renames the old directory away and the new one in: a load that reads the
+    files between the two found one gone and answered 500 "internal error" (a review's race).
+    The fingerprint is then unknown, and the load reloads, as it does for a changed artifact."""
+    from starlette.testclient import TestClient
+
+    from zoo.serve import repository
+    from zoo.serve.app import Settings, create_app
+
+    repo = tmp_path / "exports"
+    copy_as(serve_repo / ONNX, repo / ONNX)
+    with TestClient(create_app(Settings(repo, model_control=True))) as client:
+        loaded = client.app.state.zoo.models[ONNX]
+        real_lstat = repository.Path.lstat
+
+        def gone(self):
+            if self.name == "zoo.json":
+                raise FileNotFoundError(2, "No such file or directory", str(self))
+            return real_lstat(self)
+
+        monkeypatch.setattr(repository.Path, "lstat", gone)
+        assert repository.fingerprint(repo / ONNX) is None
+        monkeypatch.setattr(repository.Path, "lstat", real_lstat)
+        monkeypatch.setattr(repository, "fingerprint", lambda path: None)
+        assert client.post(f"/v2/repository/models/{ONNX}/load").status_code == 200
+        assert client.app.state.zoo.models[ONNX] is not loaded

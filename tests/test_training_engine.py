@@ -522,6 +522,16 @@ def test_a_loss_that_is_not_a_scalar_is_refused_naming_its_shape(tmp_path):
         zoo.train(spec, out=tmp_path, epochs=1, progress=False)
 
 
+def test_a_loss_that_is_a_python_number_is_refused_naming_it(tmp_path):
+    # a review found it: `.item()` on the loss gave "'float' object has no attribute 'backward'"
+    def as_number(outputs, target):
+        return torch.nn.functional.cross_entropy(outputs["logits"], target).item()
+
+    spec = dataclasses.replace(MLP, loss=as_number)
+    with pytest.raises(zoo.errors.SpecError, match=rf"^{MLP.name}: its loss returned a float, not a tensor"):
+        zoo.train(spec, out=tmp_path, epochs=1, progress=False)
+
+
 @pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
 def test_a_loss_without_a_gradient_is_refused_naming_the_likely_cause(tmp_path, mode):
     """It said torch's "element 0 of tensors does not require grad and does not have a grad_fn"."""

@@ -114,11 +114,20 @@ def mixed_sizes(spec: ModelSpec) -> dict[str, int] | None:
     names = sorted(a for a, r in ranges.items() if a != "batch" and r.min < r.max)
     if len(names) < 2:
         return None
-    spread = {a: spec.axes[a].min + round((spec.axes[a].max - spec.axes[a].min) * k / (len(names) - 1))
-              for k, a in enumerate(names)}
-    if len(set(spread.values())) < 2:
-        return None
-    return {name: 1 if name == "batch" and not spec.has_batch_axis else r.opt for name, r in spec.axes.items()} | spread
+    together = [tuple(getattr(spec.axes[a], role) for a in names) for role in ROLES]
+    for order in (names, names[::-1]):  # h in [8, 16], w in [4, 8]: (8, 8) is no test; (16, 4) is
+        spread = {a: spec.axes[a].min + round((spec.axes[a].max - spec.axes[a].min) * k / (len(names) - 1))
+                  for k, a in enumerate(order)}
+        sizes = tuple(spread[a] for a in names)
+        # axes of distinct sizes, in proportions the other sets do not have (h = 2w in each, say)
+        if len(set(sizes)) == len(sizes) and not any(_proportional(sizes, other) for other in together):
+            return {name: 1 if name == "batch" and not spec.has_batch_axis else r.opt
+                    for name, r in spec.axes.items()} | spread
+    return None
+
+
+def _proportional(a: Sequence[int], b: Sequence[int]) -> bool:
+    return all(x * b[0] == y * a[0] for x, y in zip(a, b))
 
 
 def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):

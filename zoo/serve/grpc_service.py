@@ -146,6 +146,7 @@ def _ended(context: grpc.aio.ServicerContext) -> str:
 #: cancels the calls it has taken but not yet handed to a method when the server stops (CANCELLED, and no
 #: handler runs), so these are let in first, to be answered UNAVAILABLE
 QUIET = 0.25
+QUIET_MAX = 2.0
 
 
 class Calls:
@@ -164,9 +165,12 @@ class Calls:
 
     async def settled(self, deadline: float) -> None:
         """Once no call is left and none has come for QUIET seconds (the calls on their way
-        when this is called among them), or at `deadline` (monotonic)."""
+        when this is called among them), or at `deadline` (monotonic). New calls keep it
+        waiting for at most QUIET_MAX seconds: a client that polls (is_server_live every 50 ms)
+        held the server to the whole grace, as long as Kubernetes' before its SIGKILL."""
         since = time.monotonic()
-        while time.monotonic() < deadline and (self.count or time.monotonic() - max(self.last, since) < QUIET):
+        while time.monotonic() < deadline and (self.count or (
+                time.monotonic() - max(self.last, since) < QUIET and time.monotonic() - since < QUIET_MAX)):
             await asyncio.sleep(QUIET / 10)
 
 

@@ -45,7 +45,7 @@ class ServedModel:
         self.artifact, self.spec, self.policy = artifact, spec, policy
         self.name, self.version = artifact.name, VERSION_DIR
         self.load_runners = load_runners
-        self.files: tuple = ()  # `repository.fingerprint` of the artifact as loaded
+        self.files: tuple | None = None  # `repository.fingerprint` of the artifact as loaded
         self.batched = batched(spec)  # Triton's notion: every tensor leads with the batch axis
         self.side_inputs = tuple(t.name for t in spec.inputs if t.shape[:1] != ("batch",))
         self.rows_batched = rows_batched(spec)  # the server's notion: side inputs allowed

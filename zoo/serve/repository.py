@@ -135,19 +135,23 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
     return model, runners
 
 
-def fingerprint(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+def fingerprint(path: Path) -> tuple[tuple[str, int, int, int], ...] | None:
     """What decides whether a load of a served model reloads it, as Triton decides it: every
     file and folder of the artifact (symbolic links not followed) with its inode, size and
     modification time. A re-export (a new directory renamed into place) or an edited or
-    touched file changes it."""
+    touched file changes it. None where a file went while it was read (a re-export's
+    renames): a load then reloads, and says what it finds."""
     entries = []
-    for top, dirs, names in os.walk(path):
-        dirs.sort()
-        for name in ["", *sorted(names), *dirs]:
-            entry = Path(top, name) if name else Path(top)
-            st = entry.lstat()
-            entries.append((entry.relative_to(path).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(entries)
+    try:
+        for top, dirs, names in os.walk(path):
+            dirs.sort()
+            for name in ["", *sorted(names), *dirs]:
+                entry = Path(top, name) if name else Path(top)
+                st = entry.lstat()
+                entries.append((entry.relative_to(path).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    except OSError:
+        return None
+    return tuple(entries) or None
 
 
 def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:

@@ -186,7 +186,7 @@ class Server:
         path = repository.find_artifact(self.settings.repository, name)
         async with self.control[name]:
             served = self.models.get(name)
-            if served is not None and served.state == READY and (
+            if served is not None and served.state == READY and served.files is not None and (
                     await asyncio.to_thread(repository.fingerprint, path)) == served.files:
                 # as Triton answers it: a load of a model served and unchanged on disk does
                 # nothing (its statistics go on); an edited, touched or re-exported one reloads

@@ -270,10 +270,13 @@ def _check_loss(name: str, loss: Any) -> None:
     """A loss backward can start from: torch's own words for the two usual slips name
     neither the loss nor the model ("grad can be implicitly created only for scalar
     outputs", "element 0 of tensors does not require grad")."""
-    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+    if not isinstance(loss, torch.Tensor):  # `.item()`, a numpy value: no graph to differentiate
+        raise SpecError(f"{name}: its loss returned a {type(loss).__name__}, not a tensor: it must be a torch scalar "
+                        f"that depends on the parameters (leave out .item(), float(), numpy)")
+    if loss.numel() != 1:
         raise SpecError(f"{name}: its loss returned a tensor of shape {list(loss.shape)}; it must be a scalar, one "
                         f"number per batch (reduce it: reduction='mean', or .mean() over the examples)")
-    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+    if not loss.requires_grad:
         raise SpecError(f"{name}: its loss does not depend on any trainable parameter through autograd: a forward "
                         f"run under torch.no_grad or torch.inference_mode, outputs detached (.detach(), .item(), "
                         f"numpy), or every parameter frozen (requires_grad=False); training needs the gradient")
