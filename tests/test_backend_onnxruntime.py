@@ -188,8 +188,8 @@ def test_a_later_export_reuses_the_exporters_op_list_and_writes_the_same_graph(e
     np.testing.assert_allclose(runner(inputs)["logits"], _reference(module, inputs), atol=1e-4, rtol=1e-4)
 
 
-def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZOO_ONNX_CACHE", "0")  # else an earlier export of the module is a hit
+def torchscript_only(monkeypatch) -> None:
+    """torch.onnx.export with the dynamo exporter failing, as on a module it cannot capture."""
     real_export = torch.onnx.export
 
     def dynamo_fails(*args, dynamo=True, **kwargs):
@@ -198,6 +198,11 @@ def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
         return real_export(*args, dynamo=False, **kwargs)
 
     monkeypatch.setattr(torch.onnx, "export", dynamo_fails)
+
+
+def test_falls_back_to_torchscript_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_ONNX_CACHE", "0")  # else an earlier export of the module is a hit
+    torchscript_only(monkeypatch)
     module = _build().eval()
     example = {"image": torch.zeros(4, 1, 8, 8)}
     info = export_onnx(module, SPEC, example, tmp_path / "model.onnx")
@@ -276,14 +281,7 @@ class ScaledAttention(torch.nn.Module):
 
 
 def test_a_size_made_a_python_number_is_traced_not_refused(tmp_path, monkeypatch):
-    real_export = torch.onnx.export
-
-    def dynamo_fails(*args, dynamo=True, **kwargs):
-        if dynamo:
-            raise RuntimeError("cannot capture this module")
-        return real_export(*args, dynamo=False, **kwargs)
-
-    monkeypatch.setattr(torch.onnx, "export", dynamo_fails)
+    torchscript_only(monkeypatch)
     spec = zoo.ModelSpec(name="attn.scaled", domain="tabular", task="regression",
                          inputs=(zoo.TensorSpec("x", "float32", ("batch", "seq", 8)),),
                          outputs=(zoo.TensorSpec("y", "float32", ("batch", "seq", 8)),), build=ScaledAttention,

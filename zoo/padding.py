@@ -115,14 +115,9 @@ def _unchanged(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str, Any]
             ref, out = want[t.name], got[t.name][cut]
             if out.shape != ref.shape:
                 return False, f"output {t.name} has shape {list(out.shape)} padded, {list(ref.shape)} not"
-            if not np.issubdtype(ref.dtype, np.floating):
-                if not np.array_equal(out, ref):
-                    return False, f"zero-padding {axis} by {extra} changes output {t.name}"
-                continue
-            beyond = _beyond_tolerance(ref, out, spec, precision)
-            if beyond:
-                return False, (f"zero-padding {axis} by {extra} changes output {t.name} by up to {beyond[0]:.3g} "
-                               f"(its {precision} tolerance: atol={beyond[1]:.3g})")
+            change = _change(ref, out, spec, precision)
+            if change is not None:
+                return False, f"zero-padding {axis} by {extra} changes output {t.name}{change}"
     return True, ""
 
 
@@ -148,15 +143,20 @@ def rows_independent(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str
             if out.shape != ref.shape:
                 return False, (f"a row's output {t.name} has shape {list(out.shape[1:])} batched with "
                                f"others, {list(ref.shape[1:])} alone")
-            if not np.issubdtype(ref.dtype, np.floating):
-                if not np.array_equal(out, ref):
-                    return False, f"a row's output {t.name} changes when batched with others"
-                continue
-            beyond = _beyond_tolerance(ref, out, spec, precision)
-            if beyond:
-                return False, (f"a row's output {t.name} changes by up to {beyond[0]:.3g} when batched with "
-                               f"others, beyond its {precision} tolerance: atol={beyond[1]:.3g}")
+            change = _change(ref, out, spec, precision)
+            if change is not None:
+                return False, f"a row's output {t.name} changes when batched with others{change}"
     return True, ""
+
+
+def _change(ref: np.ndarray, out: np.ndarray, spec: ModelSpec, precision: str) -> str | None:
+    """None where `out` is `ref` (exactly, for integers; within `precision`'s tolerance for
+    floats), else what a message adds: "" for integers, " by up to X (...)" for floats."""
+    if not np.issubdtype(ref.dtype, np.floating):
+        return None if np.array_equal(out, ref) else ""
+    beyond = _beyond_tolerance(ref, out, spec, precision)
+    return None if beyond is None else (f" by up to {beyond[0]:.3g} (its {precision} tolerance: "
+                                        f"atol={beyond[1]:.3g})")
 
 
 def _beyond_tolerance(ref: np.ndarray, out: np.ndarray, spec: ModelSpec, precision: str) -> tuple[float, float] | None:
