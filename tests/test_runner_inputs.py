@@ -249,6 +249,7 @@ def test_the_server_checks_a_request_once(artifacts, monkeypatch):
     monkeypatch.setattr(zoo.inputs, "check_arrays", counted)  # what the checked runners call
     monkeypatch.setattr("zoo.serve.model.check_arrays", counted)
     model, runners = open_model(artifacts(FEATURES, "torch"), ServeOptions())
+    calls.clear()  # the load's own probes (rows independent, padding) ran the runner on stored rows
 
     async def serve_one():
         model.start(runners)
