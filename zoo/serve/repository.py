@@ -9,11 +9,13 @@ from the artifact's `config.pbtxt` (`max_batch_size`, `dynamic_batching`,
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -128,8 +130,9 @@ def open_model(path: Path, options: ServeOptions) -> tuple[ServedModel, list]:
             return [art.load(threads=threads, device=options.device) for _ in range(policy.instances)]
 
     runners = load_runners()
-    policy = merged_if_rows_independent(art, spec, policy, runners[0])  # first: unmerged, padding is never tried
-    policy = ragged_if_padding_safe(art, spec, policy, runners[0])
+    vectors = functools.cache(art.test_vectors)  # read once, for both probes
+    policy = merged_if_rows_independent(art, spec, policy, runners[0], vectors)  # first: unmerged, no padding tried
+    policy = ragged_if_padding_safe(art, spec, policy, runners[0], vectors)
     model = ServedModel(art, spec, policy, load_runners)
     model.files = files
     return model, runners
@@ -154,7 +157,8 @@ def fingerprint(path: Path) -> tuple[tuple[str, int, int, int], ...] | None:
     return tuple(entries) or None
 
 
-def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:
+def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner,
+                           vectors: Callable[[], list] | None = None) -> BatchPolicy:
     """`policy`, with ragged batching only where zero-padding leaves this artifact's
     outputs unchanged (`zoo.padding`): tried once here, with the runner the server will
     call, on rows of the artifact's own test vectors at the typical sizes (the model's
@@ -164,7 +168,7 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> 
     if not (policy.batching and policy.ragged and ragged_axes(spec)):
         return policy
     try:
-        safe, why = padding_safe(spec, runner, probe_sample(art, spec, 2), art.precision)
+        safe, why = padding_safe(spec, runner, probe_sample(art, spec, 2, vectors), art.precision)
     except Exception as exc:  # noqa: BLE001 - the engine refused padded shapes: not safe, and say why
         safe, why = False, f"the padded sample failed: {type(exc).__name__}: {first_line(exc)}"
     if safe:
@@ -174,7 +178,8 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner) -> 
     return replace(policy, ragged=False)
 
 
-def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner) -> BatchPolicy:
+def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner,
+                               vectors: Callable[[], list] | None = None) -> BatchPolicy:
     """`policy`, with requests merged into one execution only where this artifact's rows are
     independent (`zoo.padding.rows_independent`): a model normalizing each row by the batch's
     mean answers a request merged with others otherwise than alone. Tried once here as
@@ -183,7 +188,7 @@ def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner)
     if not policy.batching:
         return policy
     try:
-        independent, why = rows_independent(spec, runner, probe_sample(art, spec, 4), art.precision)
+        independent, why = rows_independent(spec, runner, probe_sample(art, spec, 4, vectors), art.precision)
     except Exception as exc:  # noqa: BLE001 - the sample fails as a request would: not a batching matter
         log.warning("%s: whether its rows are independent could not be tried (%s: %s): requests are merged",
                     art.name, type(exc).__name__, first_line(exc))
@@ -195,11 +200,12 @@ def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner)
     return replace(policy, batching=False)
 
 
-def probe_sample(art: Artifact, spec, rows: int) -> dict[str, np.ndarray]:
-    """Up to `rows` rows of the artifact's own test vectors at the typical sizes (the model's
-    sample where it stores none: drawing one may load a plugin's dataset and its libraries)."""
+def probe_sample(art: Artifact, spec, rows: int, vectors: Callable[[], list] | None = None) -> dict[str, np.ndarray]:
+    """Up to `rows` rows of the artifact's own test vectors (`vectors()`, else read here) at the
+    typical sizes (the model's sample where it stores none: drawing one may load a plugin's
+    dataset and its libraries)."""
     rows, rng = min(rows, spec.axes["batch"].max), np.random.default_rng(0)
-    sets = art.test_vectors()
+    sets = (vectors or art.test_vectors)()
     return sampler(lambda: sets, spec.inputs, spec.axes)(rows, rng) if sets else spec.sample(rows, rng)
 
 
