@@ -6,7 +6,7 @@
 #
 #   scripts/gpu_lease.sh 1   # install; the environment; the PyTorch GPU tests           (~3 min)
 #   scripts/gpu_lease.sh 2   # AOTInductor's CUDA loader probe (tools/aoti_cuda_probe.py) (~2 min)
-#   scripts/gpu_lease.sh 3   # the policy benchmark: torch, torch-compile with CUDA graphs, torch-aoti
+#   scripts/gpu_lease.sh 3   # the policy benchmark, fp32: torch, torch-compile with CUDA graphs   (~2 min)
 #   scripts/gpu_lease.sh 4   # onnxruntime-gpu complete: its GPU tests; ResNet-50 and MiniLM on torch
 #                            # and onnxruntime, fp32 and fp16, side by side                (~5 min)
 #
@@ -22,11 +22,11 @@ case $k in
     1) run 420 STEPS=env,tests TEST_FILES="tests/test_backend_torch_compiled.py tests/test_gpu_markers.py
         tests/test_backend_tensorrt.py tests/test_tensorrt_int8.py" ;;
     2) run 60 STEPS=none
-       timeout 300 env PYTHONPATH="$SITE" python3 tools/aoti_cuda_probe.py "$OUT/g$k/aoti-probe.json" \
+       timeout 240 env PYTHONPATH="$SITE" python3 tools/aoti_cuda_probe.py "$OUT/g$k/aoti-probe.json" \
            2>"$OUT/g$k/aoti-probe.log" ;;
-    3) run 400 STEPS=bench BENCH=policy BACKENDS=torch,torch-compile,torch-aoti ;;
-    4) run 180 STEPS=tests TEST_FILES="tests/test_onnxruntime_gpu_paths.py tests/test_backend_onnxruntime.py"
-       run 400 STEPS=bench BENCH=resnet50,minilm BACKENDS=torch,onnxruntime ;;
+    3) run 150 STEPS=bench BENCH=policy BACKENDS=torch,torch-compile PRECISION=fp32 ;;
+    4) run 120 STEPS=tests TEST_FILES="tests/test_onnxruntime_gpu_paths.py tests/test_backend_onnxruntime.py"
+       run 300 STEPS=bench BENCH=resnet50,minilm BACKENDS=torch,onnxruntime PRECISION=fp32,fp16 ;;
     *) echo "no call $k" >&2; exit 2 ;;
 esac
 status=$?

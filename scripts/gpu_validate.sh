@@ -13,6 +13,7 @@
 #   STEPS=tests scripts/gpu_validate.sh      # only some steps: env, tests, bench (comma-separated)
 #   MIN_TIME=0.5 scripts/gpu_validate.sh     # seconds of timed calls per benchmark point
 #   BENCH=policy BACKENDS=torch,onnxruntime scripts/gpu_validate.sh   # some benchmarks, some backends
+#   PRECISION=fp32,fp16 scripts/gpu_validate.sh   # some precisions (default: every one each model offers)
 #   WHEELS=.whl scripts/gpu_validate.sh      # an offline machine: install the project and the
 #                                            # wheels in .whl first (see docs/gpu-validation.md)
 #   SITE=/tmp/zoo-site WHEELS=.whl/1 ...     # install there what has come: a later call on the same
@@ -144,13 +145,13 @@ if step bench; then
     wanted() { [[ ",$BENCH," == *",$1,"* ]]; }
     # ResNet-50 and the CartPole policy have no trained weights here unless a checkpoint is
     # given: speed does not depend on the weights, and the report says "random init".
-    wanted resnet50 && bench resnet50 resnet50 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,256 \
+    wanted resnet50 && bench resnet50 resnet50 --backends "$BACKENDS" --precision "${PRECISION:-fp32,fp16,bf16,int8}" --batch-sizes 1,256 \
         --random-init
-    wanted minilm && bench minilm minilm-l6.all-v2 --backends "$BACKENDS" --precision fp32,fp16,bf16,int8 --batch-sizes 1,32 \
+    wanted minilm && bench minilm minilm-l6.all-v2 --backends "$BACKENDS" --precision "${PRECISION:-fp32,fp16,bf16,int8}" --batch-sizes 1,32 \
         --lengths 128 --random-init
     policy_weights=(--random-init)
     [[ -d checkpoints/ppo.cartpole ]] && policy_weights=(--checkpoint checkpoints/ppo.cartpole)
-    wanted policy && bench policy ppo.cartpole --backends "$BACKENDS" --precision fp32,fp16,bf16 --batch-sizes 1 \
+    wanted policy && bench policy ppo.cartpole --backends "$BACKENDS" --precision "${PRECISION:-fp32,fp16,bf16}" --batch-sizes 1 \
         "${policy_weights[@]}"
 fi
 
