@@ -4,7 +4,8 @@
 # earlier calls brought, and does the work that what has arrived allows, so that no call
 # only carries. Results come back as $OUT/gK.tgz (a call returns at most 8 files).
 #
-#   scripts/gpu_lease.sh 1   # install; the environment; the PyTorch GPU tests           (~3 min)
+#   scripts/gpu_lease.sh 1   # install; the environment; the PyTorch GPU tests but AOTInductor's,
+#                            # whose loader crash (two runs, torch 2.11) call 2 probes      (~2 min)
 #   scripts/gpu_lease.sh 2   # AOTInductor's CUDA loader probe (tools/aoti_cuda_probe.py) (~2 min)
 #   scripts/gpu_lease.sh 3   # the policy benchmark, fp32: torch, torch-compile with CUDA graphs   (~2 min)
 #   scripts/gpu_lease.sh 4   # onnxruntime-gpu complete: its GPU tests; ResNet-50 and MiniLM on torch
@@ -19,8 +20,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SITE=/tmp/zoo-site PYTHON=${PYTHON:-python3} ZOO_GPU_MISSING=tensorrt MIN_TIME=${MIN_TIME:-0.3}
 run() { timeout "$1" env WHEELS=".whl/$k" "${@:2}" scripts/gpu_validate.sh "$OUT/g$k"; }
 case $k in
-    1) run 420 STEPS=env,tests TEST_FILES="tests/test_backend_torch_compiled.py tests/test_gpu_markers.py
-        tests/test_backend_tensorrt.py tests/test_tensorrt_int8.py" ;;
+    1) run 420 STEPS=env,tests TEST_K="not torch-aoti" TEST_FILES="tests/test_backend_torch_compiled.py
+        tests/test_gpu_markers.py tests/test_backend_tensorrt.py tests/test_tensorrt_int8.py" ;;
     2) run 60 STEPS=none
        timeout 240 env PYTHONPATH="$SITE" python3 tools/aoti_cuda_probe.py "$OUT/g$k/aoti-probe.json" \
            2>"$OUT/g$k/aoti-probe.log" ;;

@@ -19,6 +19,7 @@
 #   SITE=/tmp/zoo-site WHEELS=.whl/1 ...     # install there what has come: a later call on the same
 #                                            # machine with SITE (and WHEELS=.whl/2 ...) adds to it
 #   TEST_FILES="tests/a.py tests/b.py" ...   # only these of the GPU test files
+#   TEST_K="not torch-aoti" ...              # only the GPU tests pytest's -k selects
 #
 # A GPU test that skips on this machine fails (tests/conftest.py): a library that failed to
 # install or load is not a pass. Where TensorRT cannot be installed (its libraries come only
@@ -124,7 +125,7 @@ if step tests; then
     # machine need not have (schemathesis, kserve, ray), and one collection error stops pytest
     mapfile -t gpu_files < <(grep -l -E "mark\.needs_(cuda|tensorrt)" ${TEST_FILES:-tests/test_*.py})
     # a test that hangs (a compile that never ends) fails alone instead of taking the loan with it
-    "$PYTHON" -m pytest -m "needs_cuda or needs_tensorrt" -rs -v --junitxml="$OUT/tests.xml" \
+    "$PYTHON" -m pytest -m "needs_cuda or needs_tensorrt" ${TEST_K:+-k "$TEST_K"} -rs -v --junitxml="$OUT/tests.xml" \
         -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" "${gpu_files[@]}" 2>&1 | tee "$OUT/tests.log" | tail -n 40 | tee -a "$OUT/summary.txt"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi

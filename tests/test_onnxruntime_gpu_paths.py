@@ -289,8 +289,10 @@ def test_fp16_cuda_artifact_is_verified_with_its_fp32_ops_recorded(tmp_path):
     assert art.manifest["parity"]["passed"]
     kept = art.manifest["backend"]["info"]["fp16"]["fp32_ops"]
     assert {"LayerNormalization", "Softmax", "ReduceSum", "ReduceL2"} <= set(kept)
+    # arrays in, arrays out (the first GPU run returned device tensors here, and the model's
+    # own domain check, reading them with numpy, failed); fp32 outputs of an fp16 graph
     out = zoo.load(art.path)(spec.sample(3, np.random.default_rng(0)))["embedding"]
-    assert out.is_cuda and out.dtype == torch.float32
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape[0] == 3
 
 
 @pytest.mark.needs_cuda

@@ -10,6 +10,10 @@ the trigger, to be fixed in `zoo_torch.aoti.inductor_configs`. GPU only; about t
 
     python tools/aoti_cuda_probe.py [OUT.json]
     ZOO_PROBE_DEVICE=cpu python tools/aoti_cuda_probe.py   # the probe's own dry run, on a CPU
+
+The second GPU run (2026-11-30, H200, torch 2.11.0+cu130) reproduced the crash with zoo's
+settings at both device indexes; the builds took 43 s each and the loads long enough that the
+call ended before the other variants, hence the quick variants first now and `load_s`.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ print(float((got.cpu() - want).abs().max()))
 
 def variants() -> dict[str, dict]:
     autotune = torch._inductor.list_mode_options("max-autotune-no-cudagraphs")
-    return {
-        "zoo's settings (freezing, max-autotune)": {"freezing": True, **autotune},
-        "without freezing": dict(autotune),
-        "without max-autotune": {"freezing": True},
+    variants = {  # the quick builds first: a short call should learn the most
         "neither": {},
+        "without max-autotune": {"freezing": True},
+        "without freezing": dict(autotune),
+        "zoo's settings (freezing, max-autotune)": {"freezing": True, **autotune},
     }
+    only = os.environ.get("ZOO_PROBE_VARIANTS")  # "neither,without freezing": some of them
+    return {k: v for k, v in variants.items() if not only or k in only.split(",")}
 
 
 def main() -> int:
@@ -74,8 +80,10 @@ def main() -> int:
         build_s = round(time.perf_counter() - start, 1)
         for index in (-1, 0):
             row = {"variant": name, "device_index": index, "configs": sorted(configs), "build_s": build_s}
+            start = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(index), str(work / "io.pt"), device],
                                  capture_output=True, text=True, timeout=120, check=False)
+            row["load_s"] = round(time.perf_counter() - start, 1)
             if out.returncode < 0:
                 row["result"] = f"loader crashed: {signal.Signals(-out.returncode).name}"
             elif out.returncode:
@@ -83,7 +91,8 @@ def main() -> int:
             else:
                 row["result"] = f"ran, max |err| {float(out.stdout.split()[-1]):.2e}"
             rows.append(row)
-            print(f"{name:42} device_index={index:2} build {build_s:5.1f} s  {row['result']}", flush=True)
+            print(f"{name:42} device_index={index:2} build {build_s:5.1f} s load {row['load_s']:5.1f} s  {row['result']}",
+                  flush=True)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
     report = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": gpu, "rows": rows}
     if len(sys.argv) > 1:
