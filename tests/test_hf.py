@@ -4,8 +4,8 @@ all-MiniLM-L6-v2 through transformers against the package's own sentence-transfo
 model, in PyTorch and through an ONNX Runtime artifact, and its int8 gate on short texts;
 the sources (directory, cache, missing, pickles only); inputs bound by name; every task
 from a directory with a real tokenizer. Tiny models otherwise, so the file runs in about
-a minute and a half on two CPU cores; the heavier checks (OpenVINO, int8 that passes,
-every backend) are in tools/hf_models.py.
+a minute and a half on two CPU cores; the heavier checks (OpenVINO, every backend) are in
+tools/hf_models.py.
 """
 
 from __future__ import annotations
@@ -107,15 +107,35 @@ def test_minilm_matches_sentence_transformers_in_pytorch_and_onnxruntime(referen
 
 def test_minilm_int8_is_held_to_its_cosine_on_short_texts_too(tmp_path):
     """The int8 gate compared 12 sentences of 3 to 70 tokens and passed ONNX Runtime's dynamic
-    int8 (0.991), whose embeddings of single words, a typical search query, point elsewhere
-    ("thanks" 0.96, "OK" 0.96, "" 0.98): the checked texts include them, in the batch and
-    alone, and that artifact is refused, naming the text."""
+    int8 with one activation scale per tensor (0.991), whose embeddings of single words, a
+    typical search query, point elsewhere ("thanks" 0.96, "OK" 0.96, "" 0.98): the checked
+    texts include them, in the batch and alone, and that artifact is refused, naming the
+    text. ONNX Runtime's int8 of a transformer now scales activations per row and block of
+    32, which holds every one of them."""
     assert {"", "OK", "thanks"} <= set(zoo_hf.text.EXAMPLES)
+    art = zoo.export(MINILM, backend="onnxruntime", precision="int8", repository=tmp_path)
+    checked = art.manifest["domain"]
+    assert checked["examples"] == len(zoo_hf.text.EXAMPLES) + len(zoo_hf.text.QUERIES)
+    assert checked["min_cosine"] >= 0.99 and checked["threshold"] == 0.99
+    assert art.manifest["backend"]["info"]["quantization"]["form"] == "MatMulNBits"
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from zoo.export import reference_module
+    from zoo.tensors import example_inputs
+    from zoo_onnx.export import export_onnx
+    from zoo_onnxruntime import OnnxRuntimeBackend
+
+    spec = zoo.get_model(MINILM)
+    module, _ = reference_module(spec)
+    export_onnx(module, spec, example_inputs(spec, "cpu"), tmp_path / "fp32.onnx", precision="fp32")
+    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "per-tensor.onnx"), per_channel=True,
+                     weight_type=QuantType.QUInt8, op_types_to_quantize=["MatMul"],
+                     extra_options={"MatMulConstBOnly": True})
+    per_tensor = OnnxRuntimeBackend().load(tmp_path / "per-tensor.onnx", spec, "int8", "cpu")
     with pytest.raises(ToleranceError, match=r"^hf-minilm-l6.all-v2 \[int8\]: the embedding of '.*' \((alone|in a "
                                              r"batch of \d+)\) through the artifact has cosine 0\.9[0-8]\d* with "
                                              r"PyTorch's, below 0.99"):
-        zoo.export(MINILM, backend="onnxruntime", precision="int8", repository=tmp_path)
-    assert not (tmp_path / f"{MINILM}.onnxruntime.int8").exists()
+        spec.domain_check(module_fn(module, spec), per_tensor, precision="int8")
 
 
 def test_text_is_tokenized_by_the_folder_s_tokenizer():

@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from onnxruntime.quantization import CalibrationDataReader
 
 #: ops whose presence shows what was quantized (static: the Q/DQ pairs; dynamic: the
-#: integer MatMuls, fused or not).
+#: integer MatMuls, fused or not, or a transformer's block-quantized MatMulNBits).
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
                            "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "ConvInteger", "QLinearConv",
-                           "QLinearMatMul"})
+                           "QLinearMatMul", "MatMulNBits"})
 
 
 def pre_process(fp32: Path, out: Path) -> str:
