@@ -68,22 +68,48 @@ def test_outputs_json_cannot_carry_are_refused_unless_binary(server):
     assert np.isnan(np.frombuffer(as_binary.content[length:], np.float32)).any()
 
 
+#: the backend Triton fills in for a config.pbtxt that names only a platform (its AutoCompleteBackendFields)
+BACKEND_OF = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}
+#: the model file it fills in for one that names none
+FILE_OF = {"python": "model.py", "onnxruntime": "model.onnx", "tensorrt": "model.plan", "openvino": "model.xml"}
+
+
 def test_config_endpoint_agrees_with_config_pbtxt(server, serve_repo):
-    """Inputs and outputs (dims, reshape) as Triton reads them from the artifact's file."""
+    """Inputs and outputs (dims, reshape) as Triton reads them from the artifact's file, with
+    the defaults tritonserver 2.51 fills in (its NormalizeModelConfig, compared side by side:
+    tests/test_triton_server.py): the backend of a platform, the model file, `version_policy`,
+    each instance group's name, the preferred batch size a dynamic batcher without one uses.
+    Over HTTP every field is written, at its default where unset, as Triton writes them (a
+    client reading `input[0]["format"]` finds it); over gRPC the same message."""
+    import tritonclient.grpc as triton_grpc
+
+    client = triton_grpc.InferenceServerClient(server.grpc_url)
     for row in httpx.post(f"{server.url}/v2/repository/index").json():
         if row["state"] != "READY":
             continue
         name = row["name"]
-        served = json_format.ParseDict(httpx.get(f"{server.url}/v2/models/{name}/config").json(),
-                                       model_config_pb2.ModelConfig(), ignore_unknown_fields=False)
+        doc = httpx.get(f"{server.url}/v2/models/{name}/config").json()
+        served = json_format.ParseDict(doc, model_config_pb2.ModelConfig(), ignore_unknown_fields=False)
+        assert served == client.get_model_config(name).config, name
         written = text_format.Parse((serve_repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
         assert list(served.input) == list(written.input), name
         assert list(served.output) == list(written.output), name
         # the runtime the file names: a platform, or `backend: "python"` for the Python-backend form
+        backend = written.backend or BACKEND_OF[written.platform]
         assert (served.platform, served.backend, served.default_model_filename) == \
-            (written.platform, written.backend, written.default_model_filename), name
+            (written.platform, backend, written.default_model_filename or FILE_OF[backend]), name
+        assert served.version_policy.latest.num_versions == 1, name
+        assert [g.name for g in served.instance_group] == [f"{name}_{k}" for k in range(len(served.instance_group))]
+        if written.HasField("dynamic_batching"):
+            assert list(served.dynamic_batching.preferred_batch_size) == \
+                (list(written.dynamic_batching.preferred_batch_size) or [written.max_batch_size]), name
+        everything = json_format.MessageToDict(served, preserving_proto_field_name=True,
+                                               always_print_fields_with_no_presence=True)
+        assert set(doc) == set(everything) and doc["input"][0]["format"] == "FORMAT_NONE", name
+        assert isinstance(doc["input"][0]["dims"][0], int) and "optimization" not in doc, name
         meta = httpx.get(f"{server.url}/v2/models/{name}").json()
         assert meta["platform"] == (written.platform or written.backend), name
+    client.close()
     assert any(text_format.Parse((serve_repo / n / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
                .backend == "python" for n in os.listdir(serve_repo)), "no Python-backend artifact was compared"
 

@@ -209,8 +209,9 @@ def test_unknown_version(server):
 
 
 def test_a_version_is_read_as_an_integer_as_triton_reads_it(server):
-    """Triton reads a version with std::stol: `01` is version 1; a negative or non-numeric
-    version is the request's fault (400), not an unknown version."""
+    """Triton reads a version with std::stol: `01` is version 1. Its HTTP routes take only digits
+    there, so a path with a negative or non-numeric version is no endpoint (404, as tritonserver
+    2.51 answers, compared side by side); digits past std::stol's range are the request's fault (400)."""
     versioned = f"{server.url}/v2/models/{ONNX}/versions"
     for version in ("01", "0001"):
         assert httpx.get(f"{versioned}/{version}").json()["name"] == ONNX
@@ -219,9 +220,12 @@ def test_a_version_is_read_as_an_integer_as_triton_reads_it(server):
         assert httpx.get(f"{versioned}/{version}/stats").json()["model_stats"][0]["version"] == "1"
         response = httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE))
         assert response.status_code == 200 and response.json()["model_version"] == "1", response.text
-    for version in ("-1", "one", "1.0", "9" * 30):
-        check_error(httpx.get(f"{versioned}/{version}"), 400, "is not a model version (a non-negative integer)")
-        check_error(httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE)), 400, "is not a model version")
+    for version in ("-1", "one", "1.0", "1abc", "%201"):
+        for path in ("", "/ready", "/config", "/stats"):
+            check_error(httpx.get(f"{versioned}/{version}{path}"), 404, "a model version in a path is its number")
+        check_error(httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE)), 404, "is its number")
+    check_error(httpx.get(f"{versioned}/{'9' * 30}"), 400, "is not a model version (a non-negative integer)")
+    check_error(httpx.post(f"{versioned}/{'9' * 30}/infer", content=body(IMAGE)), 400, "is not a model version")
     check_still_serving(server)
 
 

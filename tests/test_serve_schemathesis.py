@@ -14,8 +14,9 @@ sample of valid and invalid requests check that
   non-2xx one is JSON with a string `error` (the protocol's error object);
 * infer accepts (2xx) only valid `inference_request`s, and answers binary
   (application/octet-stream) only when asked to;
-* a model or version that is not served is 404, a version that is not a non-negative
-  integer is 400 (as Triton reads versions), and the server is still live at the end.
+* a model or version that is not served is 404, and so is a version that is not digits
+  (Triton's HTTP routes take digits only there), digits past std::stol's range are 400
+  (as Triton reads versions), and the server is still live at the end.
 
 schemathesis' pytest integration (`from_fixture(...).parametrize()`) fails under pytest 9.2
 (it uses `Item._nodeid`), so this drives its Python API: `iter_coverage_cases`, `as_strategy`
@@ -206,14 +207,15 @@ def check(case: schemathesis.Case, server: ServerProcess, models: Models) -> Non
     path = case.path_parameters or {}
     name, version = path.get("MODEL_NAME"), path.get("MODEL_VERSION")
     number = None if version is None else version_number(version)
-    routed = version is None or version and "/" not in version  # else the path matches no route: 404
+    digits = version is None or version.isascii() and version.isdigit()  # else no route, as Triton's: 404
     if name is not None and case.method == case.operation.method.upper():
-        if routed and version is not None and number is None:  # as Triton: refused before the model is looked up
+        if digits and version is not None and number is None:  # as Triton: refused before the model is looked up
             if response.status_code != 400:
-                problems.append("not 400 for a version that is not a non-negative integer")
-        elif name not in models or number is not None and number not in map(int, models[name]["versions"]):
+                problems.append("not 400 for a version past std::stol's range")
+        elif not digits or name not in models or number is not None and number not in map(
+                int, models[name]["versions"]):
             if response.status_code != 404:
-                problems.append("not 404 for a model or version that is not served")
+                problems.append("not 404 for a model or version that is not served, or a version not digits")
     if case.method == "POST" and response.status_code < 300 and not REQUEST.is_valid(json_body(case)):
         problems.append("accepted a body that is not an inference_request")
     answer, content_type = json_body(response), response.headers.get("content-type", [""])[0]

@@ -28,6 +28,7 @@ Not ported, and why:
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 from typing import Any, Iterator
@@ -147,6 +148,27 @@ def test_multi_inputs(server: ServerProcess) -> None:
     assert_live(server)
 
 
+def test_a_raw_or_binary_tensor_of_the_wrong_size_names_its_request_as_tritons_core_does(server: ServerProcess) -> None:
+    # As tritonserver 2.51 answers (compared side by side): a raw binary request has no id, "[request id:
+    # <id_unknown>] input byte size mismatch for input 'raw_input' ... Expected 256, got 128"; binary data of
+    # the wrong size, "[request id: b-2] input byte size mismatch for input 'image' ...". Its core words
+    # these; JSON `data` of the wrong length is its HTTP front end's refusal, without an id.
+    raw = httpx.post(url(server, ONNX), content=PIXELS.tobytes()[:128], headers=RAW, timeout=60)
+    assert error_of(raw, 400).startswith("[request id: <id_unknown>] input 'image' (raw binary request)")
+    multi = httpx.post(url(server, RAGGED), content=np.arange(24, dtype=np.int64).tobytes(), headers=RAW)
+    assert error_of(multi, 400).startswith("[request id: <id_unknown>] a raw binary request")
+    for request_id, named in (("b-2", "b-2"), (None, "<id_unknown>")):
+        head = json.dumps({**({"id": request_id} if request_id else {}), "inputs": [
+            {"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "parameters": {"binary_data_size": 20}}]})
+        binary = httpx.post(url(server, ONNX), content=head.encode() + b"\0" * 20,
+                            headers={HEADER_LENGTH: str(len(head))}, timeout=60)
+        assert error_of(binary, 400).startswith(f"[request id: {named}] input 'image': 20 bytes of binary data")
+        short = httpx.post(url(server, ONNX), timeout=60, json={
+            **({"id": request_id} if request_id else {}), "inputs": [{**IMAGE, "data": [0.5] * 10}]})
+        assert error_of(short, 400).startswith("input 'image': `data` has 10 elements")
+    assert_live(server)
+
+
 def test_content_encoding_chunked_manually(server: ServerProcess, reference: np.ndarray) -> None:
     # Triton: test_content_encoding_chunked_manually, with Transfer-Encoding alone (chunks of 100 bytes).
     head = f"POST /v2/models/{ONNX}/infer HTTP/1.1\r\n{HEADER_LENGTH}: 0\r\nTransfer-Encoding: chunked\r\n"
@@ -243,6 +265,22 @@ def test_repository_index_is_a_post_and_a_ready_row_has_no_reason(server: Server
     ready = [r for r in rows if r["state"] == "READY"]
     assert ready and all(sorted(r) == ["name", "state", "version"] for r in ready), rows
     assert all(r.get("reason") for r in rows if r["state"] != "READY"), rows
+
+
+@pytest.mark.parametrize("body", [b"[]", b"null", b"1", b'"ready"', b"true", b'[{"ready": true}]', b"NaN"])
+def test_repository_index_takes_any_json_that_is_not_an_object_as_no_filter(server: ServerProcess,
+                                                                           body: bytes) -> None:
+    # As tritonserver 2.51 answers (compared side by side): it reads `ready` only from an object, and any other
+    # JSON document is a request with no filter (200, every model), as `{}` and an empty body are. A `ready`
+    # that is not a boolean is refused (Triton 2.51: 500 "attempt to access JSON non-boolean as boolean";
+    # later Triton: 400 "Invalid value for 'ready': expected a boolean"), and so is JSON that does not parse.
+    index = f"{server.url}/v2/repository/index"
+    everything = httpx.post(index, content=b"{}").json()
+    response = httpx.post(index, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.json() == everything
+    for refused in (b'{"ready": "yes"}', b'{"ready": null}', b"{", b'{"ready": true} x'):
+        assert httpx.post(index, content=refused).status_code == 400, refused
 
 
 def test_load_oversized_file_parameter(server: ServerProcess) -> None:

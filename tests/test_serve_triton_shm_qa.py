@@ -356,16 +356,17 @@ def test_output_region_is_answered_as_triton_answers_it(server, client, protocol
 
 
 def test_too_big_shm(server, client, protocol, region):
-    # Triton: test_too_big_shm. A 128-byte region for a 64-byte input: Triton: 400 "input
-    # byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 128".
+    # Triton: test_too_big_shm. A 128-byte region for a 64-byte input: Triton: 400 "[request id:
+    # <id_unknown>] input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got
+    # 128" (its core names the request, as errors.InputMismatchError does).
     handles = configure(client, region)
     key, big = region(128)
     shm.set_shared_memory_region(big, [X, X])
     client.unregister_system_shared_memory("x")
     client.register_system_shared_memory("x", key, 128)
     message = refused(lambda: basic_infer(client, protocol, x_size=128), protocol, 400, "INVALID_ARGUMENT")
-    assert message == ("input 'x' of shape [4, 4] (FP32) is 64 bytes; its shared memory part "
-                       "(shared_memory_byte_size) is 128")
+    assert message == ("[request id: <id_unknown>] input 'x' of shape [4, 4] (FP32) is 64 bytes; its shared "
+                       "memory part (shared_memory_byte_size) is 128")
     assert np.all(shm.get_contents_as_numpy(handles["y"], np.float32, [16]) == 0)  # nothing ran
     assert_live(server)
 

@@ -24,6 +24,7 @@ domain-native inputs.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sys
 import threading
@@ -677,3 +678,149 @@ def test_predict_url_says_triton_does_not_advertise_domain_native_inputs(triton,
         f"error: server http://{triton.http_url} does not advertise domain-native inputs for model "
         f"{RESNET}.torch.fp32: zoo serve advertises them in its model metadata, Triton and other servers do "
         f"not; send the model's tensors instead (zoo.client.Client.infer, tritonclient)"), result.stderr
+
+
+# ---------------------------------------------------------------- zoo serve beside Triton, on the same artifact
+
+
+@pytest.fixture(scope="module")
+def twin(repository, tmp_path_factory):
+    """`zoo serve` (model control on) on a copy of one Python-backend artifact Triton serves,
+    and its name: the same request goes to both servers."""
+    from serve_support import ServerProcess
+
+    _, arts = repository
+    name = f"{RESNET}.torch.fp32"
+    root = tmp_path_factory.mktemp("twin")
+    shutil.copytree(arts[name].path, root / "repo" / name)
+    server = ServerProcess(root / "repo", "--model-control", log=root / "serve.log")
+    try:
+        yield server.wait_ready(), name
+    finally:
+        server.kill()
+
+
+def _prefix(message: str) -> str | None:
+    """The `[request id: ID] ` an error message starts with, if any."""
+    found = re.match(r"\[request id: [^\]]*\] ", message)
+    return found and found.group(0)
+
+
+def _refusals(module, client, name: str, request_id: str) -> dict[str, tuple[str, str | None]]:
+    """(status, request-id prefix) of each refused request, by case."""
+    def tensor(input_name: str, shape: tuple, datatype: str = "FP32"):
+        item = module.InferInput(input_name, list(shape), datatype)
+        item.set_data_from_numpy(np.zeros(shape, np.float64 if datatype == "FP64" else np.float32))
+        return item
+
+    good = (1, 1, 8, 8)
+    cases = {"shape": (name, [tensor("image", (1, 1, 8, 9))], None),
+             "datatype": (name, [tensor("image", good, "FP64")], None),
+             "batch-over-maximum": (name, [tensor("image", (65, 1, 8, 8))], None),
+             "extra-input": (name, [tensor("image", good), tensor("extra", good)], None),
+             "unknown-input": (name, [tensor("pixels", good)], None),
+             "unknown-output": (name, [tensor("image", good)], [module.InferRequestedOutput("probs")]),
+             "unknown-model": ("no-such-model", [tensor("image", good)], None)}
+    from tritonclient.utils import InferenceServerException
+
+    answers = {}
+    for case, (model, inputs, outputs) in cases.items():
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer(model, inputs, outputs=outputs, request_id=request_id)
+        answers[case] = (refused.value.status(), _prefix(refused.value.message()))
+    return answers
+
+
+def _streamed(client, name: str, request_id: str) -> list[str | None]:
+    """The request-id prefix of a stream's error for a request of the wrong shape, and for an unknown model."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error))
+    try:
+        found = []
+        for model in (name, "no-such-model"):
+            item = tritonclient_grpc.InferInput("image", [1, 1, 8, 9], "FP32")
+            item.set_data_from_numpy(np.zeros((1, 1, 8, 9), np.float32))
+            client.async_stream_infer(model, [item], request_id=request_id)
+            found.append(_prefix(answers.get(timeout=60).message()))
+        return found
+    finally:
+        client.stop_stream()
+
+
+def test_request_errors_name_the_request_where_triton_does(triton, twin):
+    """tritonserver 2.51's core words its refusals of a request against the model's
+    configuration (count, datatype, shape, batch size) `[request id: ID] ...`, `<id_unknown>`
+    without an id, over HTTP, gRPC and streams; its front ends' refusals (an unknown model,
+    input or output name) carry no id. zoo serve answers each with the same status and
+    prefix (its own words after it)."""
+    server, name = twin
+    for request_id in ("t-1", ""):
+        answers = {}
+        for where, http_url, grpc_url in (("triton", triton.http_url, triton.grpc_url),
+                                          ("zoo", server.url.removeprefix("http://"), server.grpc_url)):
+            http = tritonclient_http.InferenceServerClient(http_url)
+            grpc = tritonclient_grpc.InferenceServerClient(grpc_url)
+            try:
+                answers[where] = (_refusals(tritonclient_http, http, name, request_id),
+                                  _refusals(tritonclient_grpc, grpc, name, request_id),
+                                  _streamed(grpc, name, request_id))
+            finally:
+                grpc.close()
+                http.close()
+        assert answers["zoo"] == answers["triton"]
+        assert answers["triton"][0]["shape"][1] == f"[request id: {request_id or '<id_unknown>'}] "
+
+
+def test_repository_index_takes_the_bodies_triton_takes(triton, twin):
+    """Any JSON document that is not an object, as an empty body and `{}`, asks for every
+    model (200), as tritonserver 2.51 answers; `ready` filters. Where Triton answers 500 (a
+    `ready` that is not a boolean, JSON that does not parse) zoo serve answers 400
+    (docs/serving.md, Differences from Triton)."""
+    import httpx
+
+    server, name = twin
+    for body in (b"", b"{}", b"[]", b"null", b"1", b'"x"', b"true", b'[{"ready": true}]', b'{"ready": true}',
+                 b'{"ready": false}', b'{"other": 1}'):
+        theirs = httpx.post(f"http://{triton.http_url}/v2/repository/index", content=body, timeout=30)
+        ours = httpx.post(f"{server.url}/v2/repository/index", content=body, timeout=30)
+        assert (ours.status_code, theirs.status_code) == (200, 200), (body, ours.text, theirs.text)
+        assert ours.json() == [row for row in theirs.json() if row["name"] == name], body
+    for body in (b'{"ready": "yes"}', b'{"ready": 1}', b"{"):
+        theirs = httpx.post(f"http://{triton.http_url}/v2/repository/index", content=body, timeout=30)
+        ours = httpx.post(f"{server.url}/v2/repository/index", content=body, timeout=30)
+        assert (ours.status_code, theirs.status_code) == (400, 500), (body, ours.text, theirs.text)
+
+
+def test_model_config_is_the_one_triton_fills_in(triton, twin):
+    """GET .../config and gRPC ModelConfig of the same artifact: every field tritonserver 2.51
+    writes, with the defaults it fills in (version_policy, instance group names, the preferred
+    batch size, the model file, and over HTTP every unset field at its default), but for
+    `optimization`: pinned memory is Triton's, not zoo serve's."""
+    import httpx
+
+    server, name = twin
+    theirs = httpx.get(f"http://{triton.http_url}/v2/models/{name}/config", timeout=30).json()
+    assert theirs.pop("optimization")["input_pinned_memory"] == {"enable": True}
+    assert httpx.get(f"{server.url}/v2/models/{name}/config", timeout=30).json() == theirs
+    configs = []
+    for url in (triton.grpc_url, server.grpc_url):
+        with tritonclient_grpc.InferenceServerClient(url) as client:
+            configs.append(client.get_model_config(name, as_json=True)["config"])
+            configs[-1].pop("optimization", None)
+    assert configs[1] == configs[0]
+
+
+def test_a_version_in_a_path_is_digits_as_in_triton(triton, twin):
+    """Triton's HTTP routes take a version of digits only: any other is no endpoint (404);
+    digits past std::stol's range are 400, `01` is version 1."""
+    import httpx
+
+    server, name = twin
+    for version, status in (("abc", 404), ("-1", 404), ("1.5", 404), ("1abc", 404), ("%201", 404), ("01", 200),
+                            ("9" * 30, 400)):
+        for path in ("", "/config", "/stats"):
+            theirs = httpx.get(f"http://{triton.http_url}/v2/models/{name}/versions/{version}{path}", timeout=30)
+            ours = httpx.get(f"{server.url}/v2/models/{name}/versions/{version}{path}", timeout=30)
+            assert (ours.status_code, theirs.status_code) == (status, status), (version, path, ours.text)

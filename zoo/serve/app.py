@@ -33,6 +33,7 @@ from ..version import __version__
 from ..errors import ZooError
 from . import repository, shm
 from .errors import (
+    ModelNotFoundError,
     PayloadTooLargeError,
     ProtocolError,
     UnsupportedMediaError,
@@ -41,7 +42,7 @@ from .errors import (
 )
 from .http import client_left
 from .metrics import Metrics
-from .model import ServedModel
+from .model import ServedModel, config_json
 from .protocol import (
     CODINGS,
     HEADER_LENGTH,
@@ -99,7 +100,7 @@ async def model_metadata(request: Request) -> Response:
 
 
 async def model_config(request: Request) -> Response:
-    return JSONResponse(_model(request).config())
+    return JSONResponse(config_json(_model(request).config()))
 
 
 async def model_ready(request: Request) -> Response:
@@ -110,7 +111,18 @@ async def model_ready(request: Request) -> Response:
 
 
 def _model(request: Request) -> ServedModel:
-    return _zoo(request).model(request.path_params["model"], request.path_params.get("version"))
+    return _zoo(request).model(request.path_params["model"], _version(request))
+
+
+def _version(request: Request) -> str | None:
+    """The path's model version, if any. Triton's HTTP routes take digits only there, so a path
+    with any other version is no endpoint (404, as tritonserver 2.51 answers); gRPC reads one as
+    std::stol does (`service.version_number`)."""
+    version = request.path_params.get("version")
+    if version is not None and not (version.isascii() and version.isdigit()):
+        raise ModelNotFoundError(f"no endpoint at {request.url.path[:200]}: a model version in a path is its number "
+                                 f"(digits), as in /v2/models/{request.path_params['model'][:100]}/versions/1")
+    return version
 
 
 async def infer(request: Request) -> Response:
@@ -134,8 +146,7 @@ async def infer(request: Request) -> Response:
             return await asyncio.to_thread(decode_request, body, header)
         return decode_request(body, header)
 
-    model, decoded, outputs = await zoo.infer(request.path_params["model"], request.path_params.get("version"),
-                                              decode)
+    model, decoded, outputs = await zoo.infer(request.path_params["model"], _version(request), decode)
     # as Triton's HTTP front end: the request-wide `binary_data_output` is the default of the
     # outputs it returns when none is named; a named output is binary only by its own
     # `binary_data` (http_server.cc, CheckBinaryOutputData; Triton 2.51 answers so)
@@ -152,13 +163,16 @@ async def infer(request: Request) -> Response:
 
 async def statistics(request: Request) -> Response:
     """Triton's statistics extension: every model's, or one model's (and version's)."""
-    stats = _zoo(request).statistics(request.path_params.get("model", ""), request.path_params.get("version", ""))
+    stats = _zoo(request).statistics(request.path_params.get("model", ""), _version(request) or "")
     return JSONResponse({"model_stats": stats})
 
 
 async def repository_index(request: Request) -> Response:
     """Every artifact in the repository with its state and reason (Triton's index); with
-    `{"ready": true}` only the models ready for inference."""
+    `{"ready": true}` only the models ready for inference. As tritonserver 2.51 reads the body,
+    `ready` is read only from an object: any other JSON document (`[]`, `null`) asks for every
+    model, as an empty body does. A `ready` that is not a boolean, or JSON that does not parse,
+    is 400 (Triton 2.51 answers 500)."""
     zoo = _zoo(request)
     ready_only = False
     body = await request.body()
@@ -168,10 +182,11 @@ async def repository_index(request: Request) -> Response:
         except RecursionError:
             raise ProtocolError("the repository index request JSON is nested too deeply") from None
         except ValueError:
-            raise ProtocolError("the repository index request body must be a JSON object") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
+            raise ProtocolError("the repository index request body must be JSON: an object, "
+                                "with `ready` true or false") from None
+        if isinstance(doc, dict) and not isinstance(doc.get("ready", False), bool):
             raise ProtocolError("the repository index request body is a JSON object whose `ready` is true or false")
-        ready_only = doc.get("ready", False)
+        ready_only = isinstance(doc, dict) and doc.get("ready", False)
     # a ready model's row without an empty reason, as Triton writes it
     return JSONResponse([{k: v for k, v in row.items() if k != "reason" or v} for row in await zoo.index(ready_only)])
 

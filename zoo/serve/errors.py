@@ -17,6 +17,27 @@ class ProtocolError(InputError):
     """The request is not a well-formed Open Inference Protocol request (400)."""
 
 
+class InputMismatchError(InputError):
+    """The request's inputs do not fit the model's configuration (400): their number, one given
+    twice, a datatype, a shape, the batch size, a tensor's byte size. Triton's core refuses these
+    naming the request, `[request id: ID] ` before its message (`<id_unknown>` without an id),
+    over HTTP, gRPC and gRPC streams alike; its front ends' refusals (JSON, an unknown model,
+    input or output name) and the model's own checks (axis ranges, values) carry no id
+    (tritonserver 2.51, compared side by side). `request_id` is set where the id is known;
+    `message_for` writes the prefix, so that `str()` stays the message `zoo.load`'s runner
+    gives for the same tensors."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+def named(exc: InputMismatchError, request_id: str | None) -> InputMismatchError:
+    """`exc`, naming the request it refuses."""
+    exc.request_id = request_id
+    return exc
+
+
 class ModelNotFoundError(ZooError):
     """No loaded model (or version) by that name (404)."""
 
@@ -158,5 +179,7 @@ def message_for(exc: BaseException, limit: int = 1000) -> str:
     path). Any other error may carry a library's text, so file system paths are replaced."""
     if isinstance(exc, InputError):
         message = str(exc)
+        if isinstance(exc, InputMismatchError):  # as Triton's core words it
+            message = f"[request id: {exc.request_id or '<id_unknown>'}] {message}"
         return message if len(message) <= limit else message[:limit] + "..."
     return scrub(str(exc), limit)

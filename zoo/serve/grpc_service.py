@@ -16,9 +16,11 @@ A domain-native request is one BYTES input named for the model's raw kind (`text
 `image`, ...), as over HTTP.
 
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
-error as `error_message` on that response, the stream going on; prefixed `[request id:
-ID] ` where the request has an id, as Triton's core words its errors, since tritonclient
-hands a stream's callback the message and not the response). CUDA shared memory is
+error as `error_message` on that response, the stream going on). An error of a request
+against the model's configuration starts `[request id: ID] ` (`<id_unknown>` without an
+id) in a stream as in a unary call and over HTTP, as Triton's core words those
+(`errors.InputMismatchError`); tritonclient hands a stream's callback only the message,
+not the response's id. CUDA shared memory is
 answered as Triton built without GPUs answers it (no region registered, none can be);
 log and trace settings are refused as UNIMPLEMENTED with the reason.
 
@@ -54,7 +56,16 @@ from tritonclient.grpc import service_pb2 as pb
 from ..version import __version__
 from ..errors import ZooError
 from . import datatypes as dt, shm
-from .errors import FeatureOffError, ModelNotFoundError, ProtocolError, RegionExistsError, message_for, status_for
+from .errors import (
+    FeatureOffError,
+    InputMismatchError,
+    ModelNotFoundError,
+    ProtocolError,
+    RegionExistsError,
+    message_for,
+    named,
+    status_for,
+)
 from .protocol import (
     InferRequest,
     Tensor,
@@ -210,12 +221,15 @@ def decode(message: pb.ModelInferRequest) -> InferRequest:
         raise ProtocolError(f"raw_input_contents has {len(raw)} entries for {sum(plain)} inputs not in shared memory; "
                             "give one per such input, in the order of `inputs`")
     inputs, seen, entries = [], set(), iter(raw)
-    for i, item in enumerate(message.inputs):
-        tensor = _input(item, i, next(entries) if raw and plain[i] else None)
-        if tensor.name in seen:
-            raise ProtocolError(f"input {tensor.name!r} is given more than once")
-        seen.add(tensor.name)
-        inputs.append(tensor)
+    try:
+        for i, item in enumerate(message.inputs):
+            tensor = _input(item, i, next(entries) if raw and plain[i] else None)
+            if tensor.name in seen:
+                raise InputMismatchError(f"input {tensor.name!r} is given more than once")
+            seen.add(tensor.name)
+            inputs.append(tensor)
+    except InputMismatchError as exc:  # a byte size, an input twice: Triton's core names the request
+        raise named(exc, message.id) from None
     outputs = {}
     for item in message.outputs:
         where = f"output {item.name[:200]!r}"
@@ -250,9 +264,9 @@ def _input(item: pb.ModelInferRequest.InferInputTensor, index: int, raw: bytes |
         raise ProtocolError(f"{where}: a {datatype} input's values go in contents.{field}, not {', '.join(others)}")
     values = list(getattr(item.contents, field))
     count = math.prod(shape)
-    if len(values) != count:
-        raise ProtocolError(f"{where}: contents.{field} has {len(values)} elements but shape {list(shape)} needs "
-                            f"{count}")
+    if len(values) != count:  # Triton's core: "input byte size mismatch"
+        raise InputMismatchError(f"{where}: contents.{field} has {len(values)} elements but shape {list(shape)} "
+                                 f"needs {count}")
     if datatype == "BYTES":
         flat = dt.bytes_array(values)
     elif datatype in dt.INTEGER:
@@ -382,8 +396,6 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if text == INTERNAL:
                     log.error("internal error on a gRPC stream request", exc_info=exc)
                 self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", code.name).inc()
-                if message.id:  # as Triton's core words it: a stream callback gets the message, not the id
-                    text = f"[request id: {message.id}] {text}"
                 response = pb.ModelStreamInferResponse(error_message=text, infer_response=pb.ModelInferResponse(
                     model_name=message.model_name, model_version=message.model_version, id=message.id))
             # as Triton marks every stream response (stream_infer_handler.cc): each request has one

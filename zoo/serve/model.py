@@ -31,10 +31,15 @@ from ..spec import ModelSpec
 from ..triton import PYTHON_RUNTIME, batched, rows_batched, tensor_config
 from . import datatypes as dt
 from .batcher import Batcher, BatchPolicy, Work
-from .errors import ModelNotReadyError, ProtocolError, RequestTimeoutError
+from .errors import InputMismatchError, ModelNotReadyError, ProtocolError, RequestTimeoutError, named
 from .protocol import InferRequest, Tensor, raw_request
 
 log = logging.getLogger("zoo.serve")
+#: the backend tritonserver fills in for a config.pbtxt that names only a platform
+TRITON_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt", "pytorch_libtorch": "pytorch"}
+#: the model file tritonserver fills in for a config.pbtxt that names none, by backend
+TRITON_FILES = {"python": "model.py", "onnxruntime": "model.onnx", "tensorrt": "model.plan",
+                "openvino": "model.xml", "pytorch": "model.pt"}
 RESULT = "result"  # the BYTES output of the domain path: one JSON document per item
 READY, RECOVERING, UNAVAILABLE = "READY", "RECOVERING", "UNAVAILABLE"
 
@@ -120,7 +125,7 @@ class ServedModel:
         else:
             inputs = self._tensor_inputs(request)
         wanted = self._wanted_outputs(request, raw is not None)
-        sizes = check_arrays(inputs, self.spec, self.name, self.policy.max_batch_size if self.rows_batched else None)
+        sizes = self._checked(inputs, request.id, tensors=raw is None)
         rows = sizes.pop("batch", 1) if self.rows_batched else 1
         self._check_output_regions(request, wanted, {**sizes, "batch": rows} if self.rows_batched else sizes)
         loop = self.batcher.loop
@@ -153,13 +158,17 @@ class ServedModel:
             self.batcher.abandoned()
 
     def raw_request(self, body: bytes) -> InferRequest:
-        """A raw binary request's body as the request for this model's only input (Triton's rules)."""
+        """A raw binary request's body as the request for this model's only input (Triton's rules;
+        its core refuses one it cannot deduce, naming the request, which has no id)."""
         if len(self.spec.inputs) != 1:
-            raise ProtocolError(f"a raw binary request (Inference-Header-Content-Length: 0) is for models with one "
-                                f"input; model {self.name} takes {[t.name for t in self.spec.inputs]}")
+            raise InputMismatchError(f"a raw binary request (Inference-Header-Content-Length: 0) is for models with "
+                                     f"one input; model {self.name} takes {[t.name for t in self.spec.inputs]}")
         t = self.spec.inputs[0]
         dims = [1 if d == "batch" and self.rows_batched else d if isinstance(d, int) else -1 for d in t.shape]
-        return raw_request(body, t.name, dt.v2_name(t.dtype), dims)
+        try:
+            return raw_request(body, t.name, dt.v2_name(t.dtype), dims)
+        except ProtocolError as exc:
+            raise InputMismatchError(str(exc)) from None
 
     def _raw_input(self, request: InferRequest) -> list[bytes] | None:
         """The items of a domain-native request (one BYTES input named for the raw kind), else None."""
@@ -234,15 +243,60 @@ class ServedModel:
     def _tensor_inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
         given = {t.name: t for t in request.inputs}
         kind = self.spec.raw_kind
-        check_names(given, self.spec, self.name, f" (or one BYTES input {kind!r} of {kind} items)" if kind else "")
+        try:
+            check_names(given, self.spec, self.name, f" (or one BYTES input {kind!r} of {kind} items)" if kind else "")
+        except InputError as exc:  # Triton's core counts the inputs (naming the request), then its names (not)
+            if len(given) != len(self.spec.inputs):
+                raise InputMismatchError(str(exc), request.id) from None
+            raise
         for t in self.spec.inputs:  # the wire's datatype exactly, as Triton: a client casts, not the server
             if given[t.name].datatype != dt.v2_name(t.dtype):
-                raise datatype_error(t.name, given[t.name].datatype, dt.v2_name(t.dtype), self.name)
+                error = datatype_error(t.name, given[t.name].datatype, dt.v2_name(t.dtype), self.name)
+                raise InputMismatchError(str(error), request.id)
         arrays = {t.name: given[t.name].data for t in self.spec.inputs}
         for name in self.row_scalars:  # [batch, 1] as Triton takes it, or [batch] as the spec says
             if arrays[name].ndim == 2 and arrays[name].shape[1] == 1:
                 arrays[name] = arrays[name].reshape(-1)
         return arrays
+
+    def _checked(self, inputs: dict[str, np.ndarray], request_id: str | None, tensors: bool) -> dict[str, int]:
+        """The size of every dynamic axis (`check_arrays`). Where the inputs are refused, a refusal
+        Triton's core makes before a model runs comes first, naming the request (for a request of
+        tensors: preprocessed domain-native items are the plugin's, which Triton does not take)."""
+        try:
+            return check_arrays(inputs, self.spec, self.name, self.policy.max_batch_size if self.rows_batched else None)
+        except InputError:
+            mismatch = self._config_mismatch(inputs) if tensors else None
+            if mismatch is None:
+                raise
+            raise named(mismatch, request_id) from None
+
+    def _config_mismatch(self, arrays: dict[str, np.ndarray]) -> InputMismatchError | None:
+        """What Triton's core refuses in these shapes, in `check_arrays`' words, or None: a rank or a
+        fixed size other than config.pbtxt's dims and, for a model with Triton's batch axis
+        (max_batch_size > 0), a batch size outside 1 to max_batch_size or one the inputs disagree
+        on. The ranges of dynamic axes and of values are the model's own checks (Triton's Python
+        backend makes them, and its core lets dims -1 through)."""
+        batch = None
+        for t in self.spec.inputs:
+            shape, wants = list(arrays[t.name].shape), wire_shape(t.shape)
+            if len(shape) != len(t.shape):
+                return InputMismatchError(f"input {t.name!r} has shape {shape}; model {self.name} takes {wants}")
+            for d, (got, dim) in enumerate(zip(shape, t.shape)):
+                if isinstance(dim, int) and got != dim:
+                    return InputMismatchError(f"input {t.name!r} has shape {shape}; model {self.name} takes {wants} "
+                                              f"(dimension {d} must be {dim})")
+            if not self.batched:
+                continue
+            if not 1 <= shape[0] <= self.policy.max_batch_size:
+                return InputMismatchError(f"input {t.name!r}: axis 'batch' (dimension 0) is {shape[0]}; model "
+                                          f"{self.name} takes {self.spec.axes['batch'].min} to "
+                                          f"{self.policy.max_batch_size}")
+            if batch is not None and shape[0] != batch:
+                return InputMismatchError(f"inputs disagree on axis 'batch': {batch} and {shape[0]} "
+                                          f"(input {t.name!r})")
+            batch = shape[0]
+        return None
 
     def _side_digest(self, inputs: dict[str, np.ndarray]) -> bytes:
         """What decides which requests may share a batch: their side inputs, byte for byte."""
@@ -333,24 +387,76 @@ class ServedModel:
         return self.runtime.get("platform") or self.runtime.get("backend", "")
 
     def config(self) -> dict[str, Any]:
-        """Triton's model configuration as JSON (`GET .../config`), for Triton tooling."""
+        """Triton's model configuration as JSON (`GET .../config`, gRPC ModelConfig), for Triton
+        tooling: the artifact's config.pbtxt as this server runs it (batch size, instances,
+        batching), with the defaults tritonserver fills in (its AutoCompleteBackendFields and
+        NormalizeModelConfig): the backend of a platform, the model file, `version_policy`
+        (one version, the latest), each instance group's name, and a dynamic batcher's preferred
+        batch size (max_batch_size where none is set: the size zoo's batcher then sends at once).
+        Not Triton's `optimization` (pinned memory): zoo serve has no such feature."""
         p = self.policy
 
         def tensors(specs):
             return [tensor_config(t, self.batched) for t in specs]
 
-        config: dict[str, Any] = {"name": self.name, **self.runtime,
+        runtime = dict(self.runtime)
+        backend = runtime.setdefault("backend", TRITON_BACKENDS.get(runtime.get("platform", ""), ""))
+        model_file = self.artifact.manifest.get("model_file")
+        if backend != "python" and isinstance(model_file, str) and model_file:
+            filename = model_file.rsplit("/", 1)[-1]  # as config.pbtxt names it
+        else:
+            filename = TRITON_FILES.get(backend, "")
+        kind = "KIND_GPU" if self.artifact.device.startswith("cuda") else "KIND_CPU"
+        config: dict[str, Any] = {"name": self.name, **{k: v for k, v in runtime.items() if v},
+                                  "version_policy": {"latest": {"num_versions": 1}},
                                   "max_batch_size": p.max_batch_size if self.batched else 0,
                                   "input": tensors(self.spec.inputs), "output": tensors(self.spec.outputs),
-                                  "instance_group": [{"count": p.instances, "kind": "KIND_GPU" if
-                                                      self.artifact.device.startswith("cuda") else "KIND_CPU"}]}
-        model_file = self.artifact.manifest.get("model_file")
-        if self.runtime.get("backend") != "python" and isinstance(model_file, str) and model_file:
-            config["default_model_filename"] = model_file.rsplit("/", 1)[-1]  # as config.pbtxt names it
+                                  "instance_group": [{"name": f"{self.name}_0", "count": p.instances, "kind": kind}]}
+        if filename:
+            config["default_model_filename"] = filename
         if self.batched and p.batching:
-            config["dynamic_batching"] = {"preferred_batch_size": list(p.preferred_batch_sizes),
+            config["dynamic_batching"] = {"preferred_batch_size": list(p.preferred_batch_sizes) or [p.max_batch_size],
                                           "max_queue_delay_microseconds": int(p.max_queue_delay * 1e6)}
         parameters = (self.artifact.manifest.get("triton") or {}).get("parameters")
         if parameters:  # config.pbtxt's, which the backend was loaded under (`zoo export --triton-parameter`)
             config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
         return config
+
+
+def config_json(config: dict[str, Any]) -> dict[str, Any]:
+    """`ServedModel.config()` as tritonserver's HTTP front end writes a configuration: every field
+    of the ModelConfig message, at its default where unset (a client reads `input[0]["format"]`
+    or `optional` without a check), 64-bit integers as JSON numbers."""
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2
+
+    message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    try:
+        doc = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                        always_print_fields_with_no_presence=True)
+    except TypeError:  # protobuf before 5.26 names the option so
+        doc = json_format.MessageToDict(message, preserving_proto_field_name=True, including_default_value_fields=True)
+    return _as_numbers(message.DESCRIPTOR, doc)
+
+
+def _as_numbers(descriptor: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` (a message as protobuf's JSON) with its 64-bit integers as numbers, not strings."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    wide = (F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64)
+    for field in descriptor.fields:
+        value = doc.get(field.name)
+        if value is None:
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            if entry.message_type is not None:
+                doc[field.name] = {k: _as_numbers(entry.message_type, v) for k, v in value.items()}
+            elif entry.type in wide:
+                doc[field.name] = {k: int(v) for k, v in value.items()}
+        elif field.message_type is not None:
+            doc[field.name] = ([_as_numbers(field.message_type, v) for v in value] if isinstance(value, list)
+                               else _as_numbers(field.message_type, value))
+        elif field.type in wide:
+            doc[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
+    return doc

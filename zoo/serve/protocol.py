@@ -51,7 +51,7 @@ from ..arguments import domain_items
 from ..arrays import as_numpy
 from ..errors import InputError
 from . import datatypes as dt
-from .errors import PayloadTooLargeError, ProtocolError
+from .errors import InputMismatchError, PayloadTooLargeError, ProtocolError, named
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: parameters of extensions this server does not offer -> the extension, for the error message
@@ -128,12 +128,15 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         raise ProtocolError("`inputs` must be a list of tensors")
     binary = memoryview(body)[json_end:]
     offset, inputs, seen = 0, [], set()
-    for i, item in enumerate(raw_inputs):
-        tensor, offset = _input(item, i, binary, offset)
-        if tensor.name in seen:
-            raise ProtocolError(f"input {tensor.name!r} is given more than once")
-        seen.add(tensor.name)
-        inputs.append(tensor)
+    try:
+        for i, item in enumerate(raw_inputs):
+            tensor, offset = _input(item, i, binary, offset)
+            if tensor.name in seen:
+                raise InputMismatchError(f"input {tensor.name!r} is given more than once")
+            seen.add(tensor.name)
+            inputs.append(tensor)
+    except InputMismatchError as exc:  # a byte size, an input twice: Triton's core names the request
+        raise named(exc, request_id) from None
     if offset != len(binary):
         raise ProtocolError(f"the body has {len(binary)} bytes of binary data after the JSON, but the inputs' "
                             f"binary_data_size add up to {offset}")
@@ -277,11 +280,15 @@ def check_header(name: Any, datatype: Any, shape: Any, index: int) -> tuple[str,
 
 
 def tensor_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes | memoryview) -> Tensor:
-    """An input of `shape` from its raw bytes (binary data, gRPC raw contents, shared memory)."""
+    """An input of `shape` from its raw bytes (binary data, gRPC raw contents, shared memory).
+    Bytes that do not hold the shape are an `InputMismatchError`, as Triton's core words them."""
+    count = math.prod(shape)
     try:
-        flat = dt.from_bytes(datatype, raw, math.prod(shape))
+        flat = dt.from_bytes(datatype, raw, count)
     except ValueError as exc:
-        raise ProtocolError(f"input {name[:200]!r}: {exc}") from None
+        size = dt.element_size(datatype)
+        error = InputMismatchError if size is None or len(raw) != size * count else ProtocolError
+        raise error(f"input {name[:200]!r}: {exc}") from None
     return Tensor(name, datatype, shape, flat.reshape(shape))
 
 

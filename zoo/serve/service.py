@@ -29,7 +29,15 @@ from . import repository
 from ..artifact import VERSION_DIR
 from ..inputs import wire_shape
 from .classify import classify
-from .errors import ModelControlDisabledError, ModelLoadError, ModelNotFoundError, ProtocolError, reason_for
+from .errors import (
+    InputMismatchError,
+    ModelControlDisabledError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ProtocolError,
+    named,
+    reason_for,
+)
 from .metrics import Metrics
 from .model import READY, ServedModel
 from .protocol import InferRequest, Region, Tensor, tensor_from_bytes
@@ -291,13 +299,17 @@ class Server:
             size = dt.element_size(t.datatype)
             expected = None if size is None else size * math.prod(t.shape)
             if expected is not None and r.byte_size != expected:  # before reading what may be a large region
-                raise ProtocolError(f"input {t.name!r} of shape {list(t.shape)} ({t.datatype}) is {expected} bytes; "
-                                    f"its shared memory part (shared_memory_byte_size) is {r.byte_size}")
+                raise InputMismatchError(f"input {t.name!r} of shape {list(t.shape)} ({t.datatype}) is {expected} "
+                                         f"bytes; its shared memory part (shared_memory_byte_size) is {r.byte_size}",
+                                         request.id)
             self._check_region_size(model, t)
             region = held[r.name]
             raw = (await asyncio.to_thread(self.regions.read, region, r.offset, r.byte_size)
                    if r.byte_size > OFFLOAD_BYTES else self.regions.read(region, r.offset, r.byte_size))
-            t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
+            try:
+                t.data = tensor_from_bytes(t.name, t.datatype, t.shape, raw).data
+            except InputMismatchError as exc:  # BYTES items that do not fill the part: as Triton's core, named
+                raise named(exc, request.id) from None
 
     def _check_region_size(self, model: ServedModel, t: Tensor) -> None:
         """Refuse a shared-memory input larger than the model can take before it is read
