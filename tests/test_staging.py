@@ -70,3 +70,48 @@ def test_sigterm_stops_an_export_as_ctrl_c_does(tmp_path):
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert not repository.exists(), list(repository.iterdir())
     assert "Traceback" not in stderr
+
+
+def _interrupt_at_the_rename_into_place(monkeypatch, final: Path) -> None:
+    """Ctrl-C arriving after `final` was moved aside, before the new directory took its name."""
+    rename = os.rename
+
+    def interrupted(src, dst):
+        if Path(dst) == final and STAGING.fullmatch(Path(src).name):
+            raise KeyboardInterrupt
+        rename(src, dst)
+    monkeypatch.setattr(os, "rename", interrupted)
+
+
+def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_path, monkeypatch):
+    """It left `model/` as `.model.old-XXXXXXXX` for good: the run's checkpoint was gone."""
+    final = tmp_path / "model"
+    with atomic_directory(final) as tmp:
+        (tmp / "weights").write_text("old")
+    _interrupt_at_the_rename_into_place(monkeypatch, final)
+    try:
+        with atomic_directory(final) as tmp:
+            (tmp / "weights").write_text("new")
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the rename was not interrupted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert (final / "weights").read_text() == "old"
+
+
+def test_a_killed_writers_old_directory_is_put_back_or_removed(tmp_path):
+    """A writer killed outright between its two renames leaves `.NAME.old-XXXXXXXX` and no
+    NAME: the next write beside it puts it back; where NAME is there (the new one took its
+    place), the old copy is removed."""
+    (tmp_path / ".model.old-0123abcd").mkdir()
+    (tmp_path / ".model.old-0123abcd" / "weights").write_text("old")
+    (tmp_path / "last").mkdir()
+    (tmp_path / "last" / "state").write_text("new")
+    (tmp_path / ".last.old-4567cdef").mkdir()
+    for path in tmp_path.iterdir():
+        _age(path)
+    with atomic_directory(tmp_path / "other") as tmp:
+        (tmp / "file").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last", "model", "other"]
+    assert (tmp_path / "model" / "weights").read_text() == "old" and (tmp_path / "last" / "state").read_text() == "new"

@@ -266,6 +266,18 @@ def test_a_checkpoint_json_field_of_the_wrong_type_is_named(tmp_path, field, val
         zoo.load_checkpoint(tmp_path)
 
 
+def test_a_checkpoint_json_that_is_not_utf8_is_corrupted_not_an_internal_error(tmp_path):
+    """It was "internal error: 'utf-8' codec can't decode byte 0xff", in `zoo export
+    --checkpoint` and in `zoo train --resume` alike."""
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=2))
+    for part in ("model", "last"):
+        (tmp_path / part / "checkpoint.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path}/model is corrupted: 'utf-8' codec"):
+        zoo.load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path}/last is corrupted: 'utf-8' codec"):
+        zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(resume=True))
+
+
 # -- the command line ------------------------------------------------------------------
 
 
@@ -446,6 +458,93 @@ def test_a_run_directory_of_another_model_is_refused_untouched(tmp_path):
     assert sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
 
 
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_metrics_json_or_previous_folder_of_the_users_is_refused_never_deleted(tmp_path):
+    """A metrics.json was taken for "a finished run of MODEL", and a new run deleted the
+    user's own `previous/` to set it aside there."""
+    user = tmp_path / "userexp"
+    (user / "previous").mkdir(parents=True)
+    (user / "metrics.json").write_text('{"acc": 1}')
+    (user / "previous" / "notes.txt").write_text("important")
+    before = _files(user)
+    with pytest.raises(CheckpointError, match=rf"^{user} holds metrics.json but no zoo run"):
+        zoo.train(MLP, out=user, epochs=1, progress=False, options=TrainOptions(max_steps=2))
+    assert _files(user) == before and sorted(p.name for p in user.iterdir()) == ["metrics.json", "previous"]
+    # a finished run of the model, beside a `previous/` of the user's: refused before it is set aside
+    run = tmp_path / "run"
+    zoo.train(MLP, out=run, epochs=1, progress=False, options=TrainOptions(max_steps=2))
+    (run / "previous").mkdir()
+    (run / "previous" / "notes.txt").write_text("important")
+    before = _files(run)
+    with pytest.raises(CheckpointError, match=rf"^{run}/previous is not a run of {MLP.name}.*nothing was moved"):
+        zoo.train(MLP, out=run, epochs=1, progress=False, options=TrainOptions(max_steps=2))
+    assert _files(run) == before and not (run / ".previous.pending").exists()
+    # and if one appears while a run trains, setting the finished run aside refuses rather than delete it
+    from zoo.training.run import commit_set_aside
+
+    (run / ".previous.pending").mkdir()
+    with pytest.raises(CheckpointError, match=rf"^{run}/previous is not a zoo run"):
+        commit_set_aside(run)
+    assert (run / "previous" / "notes.txt").read_text() == "important"
+
+
+def test_a_run_killed_in_its_first_epoch_leaves_the_finished_run_findable(tmp_path):
+    """SIGKILL while a new run's first epoch trains leaves the finished run in
+    `.previous.pending/` (what `prepare_run_directory` made, which the killed process could
+    not put back): it was hidden, `zoo export --checkpoint` pointed to the older run in
+    `previous/`, and `--resume` found no resume point."""
+    from zoo.training.run import prepare_run_directory
+
+    zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=2))  # older, in previous/
+    latest = zoo.train(MLP, out=tmp_path, epochs=1, seed=1, progress=False, options=TrainOptions(max_steps=3))
+    prepare_run_directory(MLP.name, tmp_path, resume=False)  # the new run's start; then kill -9
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "tensorboard" / "events.out.tfevents.killed").write_bytes(b"x")
+    assert (tmp_path / ".previous.pending" / "model").is_dir() and not (tmp_path / "model").exists()
+    found = zoo.load_checkpoint(tmp_path, expect_model=MLP.name)
+    assert found.sha256 == latest.sha256 and found.metrics == latest.metrics
+    # --resume puts the finished run back and continues its resume point (cut at step 3 of epoch 1)
+    resumed = zoo.train(MLP, out=tmp_path, epochs=1, seed=1, progress=False, options=TrainOptions(resume=True))
+    assert resumed.metrics["steps"] == latest.metrics["steps"] + 18 and not (tmp_path / ".previous.pending").exists()
+    assert json.loads((tmp_path / "previous" / "metrics.json").read_text())["seed"] == 0
+
+
+def test_an_empty_out_or_the_filesystem_root_is_refused(tmp_path, monkeypatch):
+    """`out=""` trained into the current directory, `--out /` into the filesystem root."""
+    from zoo.training.run import prepare_run_directory
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(zoo.errors.UsageError, match=r"^out must name a directory, got ''$"):
+        zoo.train(MLP, out="", epochs=1, progress=False, options=TrainOptions(max_steps=1))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(zoo.errors.UsageError, match=r"^--out /: the filesystem root cannot be a run directory"):
+        prepare_run_directory(MLP.name, Path("/"), resume=False)  # what `zoo train` and `--nproc` call first
+
+
+def test_a_folder_of_the_users_is_not_turned_into_a_run_directory(tmp_path, cli):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path} holds data, notes.txt and no zoo run: train into a "
+                                              rf"new or empty directory"):
+        zoo.train(MLP, out=tmp_path, epochs=1, progress=False, options=TrainOptions(max_steps=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "notes.txt"]
+    # `--out ""` is the current directory (click reads it as "."): the fixture's, with its variants.py
+    before = sorted(p.name for p in cli.root.iterdir())
+    refused = cli("train", "mlp.digits-aug", "--out", "", "--epochs", "1", "--max-steps", "1")
+    assert refused.returncode == 1 and "holds" in refused.stderr and "no zoo run" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in cli.root.iterdir()) == before
+    # what a run leaves in a run directory, and a failed one's event files, are no user's folder
+    zoo.train(MLP, out=tmp_path / "run", epochs=1, progress=False, options=TrainOptions(max_steps=1))
+    (tmp_path / "run" / "notes.txt").write_text("mine, beside the run")
+    zoo.train(MLP, out=tmp_path / "run", epochs=1, progress=False, options=TrainOptions(max_steps=1))
+    (tmp_path / "failed" / "tensorboard").mkdir(parents=True)
+    zoo.train(MLP, out=tmp_path / "failed", epochs=1, progress=False, options=TrainOptions(max_steps=1))
+
+
+# ---------------------------------------------------------------- a user's own data and recipe
 # ---------------------------------------------------------------- a user's own data and recipe
 
 
@@ -493,6 +592,39 @@ def test_a_seed_torch_cannot_take_is_a_usage_error():
             zoo.Recipe(epochs=1, batch_size=8, lr=0.1, seed=seed)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: zoo.train(MLP, epochs=2.5), r"^epochs must be a whole number, got 2.5$"),
+    (lambda: zoo.train(MLP, epochs="3"), r"^epochs must be a whole number, got '3'$"),
+    (lambda: zoo.train(MLP, epochs=True), r"^epochs must be a whole number, got True$"),
+    (lambda: TrainOptions(batch_size=2.5), r"^--batch-size must be a whole number, got 2.5$"),
+    (lambda: TrainOptions(max_steps=1.5), r"^--max-steps must be a whole number, got 1.5$"),
+    (lambda: TrainOptions(accumulate=True), r"^--accumulate must be a whole number, got True$"),
+    (lambda: TrainOptions(patience="2"), r"^--patience must be a whole number, got '2'$"),
+    (lambda: TrainOptions(threads=1.0), r"^--threads must be a whole number, got 1.0$"),
+    (lambda: TrainOptions(val_fraction="0.1"), r"^--val-fraction must be a number, got '0.1'$"),
+    (lambda: TrainOptions(clip_grad_norm=True), r"^--clip-grad-norm must be a number, got True$"),
+    (lambda: TrainOptions(resume="no"), r"^resume must be True or False, got 'no'$"),
+])
+def test_a_count_that_is_not_a_whole_number_is_refused_clearly(call, message, tmp_path, monkeypatch):
+    """They failed inside torch (OneCycleLR's ValueError, a TypeError slicing the batch) or
+    were taken (--max-steps 1.5)."""
+    monkeypatch.chdir(tmp_path)  # where a run taking one would write checkpoints/
+    with pytest.raises(zoo.errors.UsageError, match=message):
+        call()
+    assert TrainOptions(batch_size=np.int64(32)).batch_size == 32
+    assert type(TrainOptions(threads=np.int32(1)).threads) is int  # made an int: metrics.json records it
+
+
+def test_the_api_refuses_a_non_default_config_without_out_as_the_command_line_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(zoo.errors.UsageError, match=r"^resnet8.digits with config \{'width': 8\} is not its "
+                                                    r"default: pass out=DIR, so checkpoints/resnet8.digits keeps "
+                                                    r"the default model$"):
+        zoo.train(zoo.get_model("resnet8.digits", width=8), epochs=1, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    assert zoo.TrainOptions is TrainOptions and "TrainOptions" in zoo.__all__
+
+
 def test_a_last_batch_of_one_that_batchnorm_cannot_train_on_is_explained(tmp_path):
     spec = dataclasses.replace(MLP, build=_Normalized, dataset=zoo.Dataset("9 digits", _first(9)),
                                recipe=dataclasses.replace(MLP.recipe, batch_size=4, val_fraction=0.0))
@@ -529,6 +661,25 @@ def test_an_interrupted_run_says_what_it_kept_and_how_to_continue(tmp_path):
     assert interrupted(tmp_path / "none", argv) == (
         f"interrupted before the run's first resume point (written after each epoch): nothing in {tmp_path}/none "
         f"to resume")
+
+
+def test_an_interrupted_resumed_run_says_what_its_resume_point_holds(tmp_path):
+    """A run cut by --max-steps writes metrics.json; resumed and then stopped, it was told
+    "nothing of it was kept" while `last/` held its resume point after epoch 2."""
+    from zoo.training.state import interrupted
+
+    zoo.train(MLP, out=tmp_path, epochs=3, progress=False, options=TrainOptions(max_steps=5))
+
+    def stop(epoch, _):
+        if epoch == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        zoo.train(MLP, out=tmp_path, epochs=3, progress=False, options=TrainOptions(resume=True), on_epoch_end=stop)
+    assert (tmp_path / "metrics.json").is_file()  # the cut run's
+    argv = ["train", MLP.name, "--out", str(tmp_path), "--resume"]
+    assert interrupted(tmp_path, argv) == (
+        f"interrupted: the resume point {tmp_path}/last holds the run after epoch 2 (the one in progress is "
+        f"lost); `zoo train {MLP.name} --out {tmp_path} --resume` continues it from there")
 
 
 @pytest.mark.parametrize("to", ["group", "torchrun"])

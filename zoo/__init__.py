@@ -34,7 +34,7 @@ _LAZY = {
     "benchmark": ("bench", "benchmark"), "Checkpoint": ("checkpoint", "Checkpoint"),
     "load_checkpoint": ("checkpoint", "load_checkpoint"), "export": ("export", "export"),
     "generate": ("predict", "generate"), "predict": ("predict", "predict"), "predictor": ("predict", "predictor"),
-    "train": ("train", "train"),
+    "train": ("train", "train"), "TrainOptions": ("training.options", "TrainOptions"),
 }
 
 
@@ -85,7 +85,8 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Artifact", "Availability", "InputError", "AxisRange", "Backend", "Checkpoint", "Dataset", "LazyBackend",
-    "LazySpec", "Metric", "ModelSpec", "Recipe", "Runner", "TensorSpec", "Tolerance", "ZooError", "benchmark", "export", "get_backend",
+    "LazySpec", "Metric", "ModelSpec", "Recipe", "Runner", "TensorSpec", "Tolerance", "TrainOptions", "ZooError",
+    "benchmark", "export", "get_backend",
     "get_model", "hookimpl", "generate", "list_models", "load", "load_checkpoint", "predict", "predictor", "register",
     "register_backend", "train", "unregister", "verify",
 ]

@@ -35,6 +35,8 @@ WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
 DEFAULT_ROOT = Path("checkpoints")
 RUN_MODEL = "model"  # the selected checkpoint inside a run directory
+PREVIOUS = "previous"  # inside a run directory: the finished run a new one set aside
+PENDING = ".previous.pending"  # the same until the new run writes its first checkpoint
 
 
 @dataclass
@@ -157,9 +159,10 @@ def _what_is_there(path: Path, model: str) -> str:
     (`last`, where it saved no model: a run without validation saves it at the end); else
     how to make one there."""
     resume = f"`zoo train {model} --out {path} --resume` continues the run stopped there"
-    if (path / "previous" / RUN_MODEL / META).is_file():
-        return (f"the finished run set aside when a new run started there is in {path / 'previous'}: "
-                f"--checkpoint {path / 'previous'}" + (f"; {resume}" if (path / "last").is_dir() else ""))
+    for aside in (PENDING, PREVIOUS):  # the latest finished run first (`load_checkpoint` reads a pending one)
+        if (path / aside / RUN_MODEL / META).is_file():
+            return (f"the finished run set aside when a new run started there is in {path / aside}: "
+                    f"--checkpoint {path / aside}" + (f"; {resume}" if (path / "last").is_dir() else ""))
     if (path / "last").is_dir():
         return resume
     return f"train one with `zoo train {model} --out {path}`"
@@ -172,13 +175,17 @@ def load_checkpoint(path: str | Path, expect_model: str | None = None) -> Checkp
         path = path.parent
     if (path / RUN_MODEL / META).is_file():
         path = path / RUN_MODEL  # a run directory: its selected checkpoint
+    elif not (path / META).is_file() and not (path / "last").exists() and (path / PENDING / RUN_MODEL / META).is_file():
+        # a new run stopped before its first checkpoint by a kill that left its finished run set aside
+        # (the next `zoo train` there puts it back): that run is still the directory's latest
+        path = path / PENDING / RUN_MODEL
     if not (path / META).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (expected {META} and {WEIGHTS}); "
                               + _what_is_there(path, expect_model or "MODEL"))
     try:
         meta = json.loads((path / META).read_text())
         state = load_file(str(path / WEIGHTS))
-    except (json.JSONDecodeError, SafetensorError, OSError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, SafetensorError, OSError) as exc:
         raise CheckpointError(f"checkpoint {path} is corrupted: {exc}") from None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("model"), str):
         raise CheckpointError(f"checkpoint {path}: {META} does not name a model")

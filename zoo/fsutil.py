@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: `atomic_directory`'s staging directories: `.NAME.tmp-XXXXXXXX`, beside the directory written
 STAGING = re.compile(r"\..+\.tmp-[0-9a-f]{8}")
+#: the directory `atomic_directory` replaces, moved aside (`.NAME.old-XXXXXXXX`) until the new one has its name
+OLD = re.compile(r"\.(.+)\.old-[0-9a-f]{8}")
 #: a staging directory this old whose writer holds no lock on it is a dead writer's (the
 #: margin covers the instant between its `mkdir` and its lock)
 STALE_AFTER_S = 2.0
@@ -44,7 +46,9 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     existing `final` is replaced only after the new one is complete: it is moved aside,
     the new one renamed in, and the old one deleted, so at every instant `final` is
     either the old complete directory or the new complete one (or, for an instant
-    between the two renames, absent; never half-written).
+    between the two renames, absent; never half-written). An exception or Ctrl-C in that
+    instant puts the old one back; a writer killed there leaves it as `.NAME.old-XXXXXXXX`,
+    which the next write beside it puts back (`sweep_stale`).
 
     Before the rename every file and directory inside gets the mode a newly created one
     gets here (0o666 or 0o777 less the umask, as `open` and `mkdir` make them): libraries
@@ -62,6 +66,7 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(final.parent)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     lock = _lock(tmp)
     try:
@@ -69,15 +74,13 @@ def atomic_directory(final: Path) -> Iterator[Path]:
         yield tmp
         _normalize_modes(tmp, *modes)
         _fsync_tree(tmp)
-        old = None
         if final.exists():
-            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
         os.rename(tmp, final)
         _fsync_dir(final.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
+        _put_back(old, final)
         shutil.rmtree(tmp, ignore_errors=True)
         for folder in made:  # the folders made for it (a new repository), left as they were: absent
             try:
@@ -88,6 +91,20 @@ def atomic_directory(final: Path) -> Iterator[Path]:
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def _put_back(old: Path, final: Path) -> None:
+    """After a write that stopped: the directory it had moved aside back in place where the
+    new one did not take its name (an interrupt between the two renames), else removed."""
+    if not old.exists():
+        return
+    if not final.exists():
+        try:
+            os.rename(old, final)
+            return
+        except OSError:  # taken meanwhile: the old copy is not needed
+            pass
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _lock(directory: Path) -> int | None:
@@ -103,7 +120,9 @@ def _lock(directory: Path) -> int | None:
 def sweep_stale(parent: Path) -> list[Path]:
     """Remove the staging directories in `parent` (`.NAME.tmp-XXXXXXXX`) that no live writer
     holds: a process killed while writing leaves one (it holds its lock until it ends).
-    Those it removed."""
+    Then a directory a killed writer had moved aside (`.NAME.old-XXXXXXXX`) is put back as
+    NAME where NAME is missing, or removed where the new NAME took its place. Those it removed
+    or put back."""
     removed: list[Path] = []
     if fcntl is None:
         return removed
@@ -130,7 +149,46 @@ def sweep_stale(parent: Path) -> list[Path]:
             os.close(fd)
         log.info("removed %s: a write that did not finish (its process ended mid-write)", entry.path)
         removed.append(Path(entry.path))
-    return removed
+    return removed + _sweep_old(Path(parent))
+
+
+def _sweep_old(parent: Path) -> list[Path]:
+    """The `.NAME.old-XXXXXXXX` directories in `parent` whose writer is gone (no staging
+    directory of NAME is held by a live one, which would be between its two renames): put
+    back as NAME where it is missing, else removed."""
+    try:
+        olds = [(e.path, m.group(1)) for e in os.scandir(parent)
+                if (m := OLD.fullmatch(e.name)) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    done: list[Path] = []
+    for path, name in olds:
+        if _held(parent, name):
+            continue
+        missing = not (parent / name).exists()
+        _put_back(Path(path), parent / name)
+        log.info("%s: a write that did not finish had moved %s aside: %s", path, parent / name,
+                 "put back" if missing else "removed, the new one is in place")
+        done.append(Path(path))
+    return done
+
+
+def _held(parent: Path, name: str) -> bool:
+    """Whether a live writer holds a staging directory of `name` in `parent`."""
+    for entry in os.scandir(parent):
+        if not (entry.name.startswith(f".{name}.tmp-") and STAGING.fullmatch(entry.name)):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+    return False
 
 
 def _new_file_modes(directory: Path) -> tuple[int, int]:

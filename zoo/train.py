@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import numbers
 import platform
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +26,7 @@ import torch
 
 from .arguments import check_device
 from .checkpoint import Checkpoint, check_replaceable, default_path
-from .errors import ZooError
+from .errors import UsageError, ZooError
 from .fsutil import check_destination
 from .registry import get_model
 from .spec import ModelSpec
@@ -48,10 +49,20 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     """Train `model` by its recipe into the run directory `out` (default checkpoints/<model>).
 
     Returns the selected checkpoint (in `out/model`). `on_epoch_end(epoch, scalars)` is
-    called after every epoch; raising from it interrupts the run like Ctrl-C would.
+    called after every epoch; raising from it interrupts the run like Ctrl-C would. A spec
+    configured away from its registered default needs `out`, as `zoo train --config` needs
+    `--out`: checkpoints/<model> holds the default model.
     """
     spec = get_model(model)
     options = options or TrainOptions()
+    if not isinstance(options, TrainOptions):
+        raise UsageError(f"options must be a zoo.TrainOptions, got {type(options).__name__}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral)):
+        raise UsageError(f"epochs must be a whole number, got {epochs!r}")
+    if isinstance(out, str) and not out.strip():
+        raise UsageError(f"out must name a directory, got {out!r}")
+    if out is None:
+        _check_default_config(spec)
     if not spec.trainable:
         raise ZooError(f"model {spec.name} has no training recipe here "
                        f"({'pretrained weights ship with it' if spec.pretrained else 'random init only'})")
@@ -59,7 +70,7 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     assert recipe is not None
     seed = recipe.seed if seed is None else seed
     check_seed(seed)
-    epochs = recipe.epochs if epochs is None else epochs
+    epochs = recipe.epochs if epochs is None else int(epochs)
     if epochs < 1:
         raise ZooError(f"epochs must be at least 1, got {epochs}")
     if check_device(device).startswith("cuda") and not torch.cuda.is_available():
@@ -80,6 +91,19 @@ def train(model: str | ModelSpec, *, out: str | Path | None = None, seed: int | 
     except BaseException:
         restore_set_aside(out)
         raise
+
+
+def _check_default_config(spec: ModelSpec) -> None:
+    """Refuse to train `spec` into its default run directory where its config is not the
+    registered model's (a spec not registered under its name has no default to keep)."""
+    try:
+        default = get_model(spec.name)
+    except ZooError:
+        return
+    changed = {k: v for k, v in spec.config.items() if default.config.get(k, v) != v or k not in default.config}
+    if changed:
+        raise UsageError(f"{spec.name} with config {changed} is not its default: pass out=DIR, so "
+                         f"{default_path(spec.name)} keeps the default model")
 
 
 def _run(spec: ModelSpec, out: Path, options: TrainOptions, seed: int, epochs: int, device: str, progress: bool,

@@ -183,7 +183,7 @@ def _relay_stderr(stream) -> tuple[bool, int | None]:
 def check_launch(spec, options, out: Path, nproc: int) -> None:
     """What each of `nproc` processes would refuse, refused once before torchrun starts them."""
     from .options import run_files
-    from .run import prepare_run_directory
+    from .run import prepare_run_directory, restore_set_aside
     from .state import check_resume_point
 
     if nproc < 1:  # before the directory is prepared, as every refusal here
@@ -191,6 +191,7 @@ def check_launch(spec, options, out: Path, nproc: int) -> None:
     if spec.recipe is not None and spec.trainer is None:
         check_batch_size(options.batch_size or spec.recipe.batch_size, World(0, nproc))
     if options.resume:
+        restore_set_aside(out)  # a finished run a killed run had set aside: its resume point is the one to continue
         check_resume_point(run_files(out)["last"])
     prepare_run_directory(spec.name, out, options.resume)  # once, before the processes start
 

@@ -1,9 +1,11 @@
 """The supervised loop every trainable spec without its own trainer goes through.
 
-Deterministic on CPU for a fixed seed: initialization, the shuffle (one seeded
-permutation per epoch, as torch's DistributedSampler draws it), the augmentation generator and
-dropout all draw from seeded generators, and their states are part of the resume
-point, so an interrupted and resumed run reaches the same weights as one that was not.
+Deterministic on CPU for a fixed seed and a fixed number of intra-op threads (torch's
+kernels split their sums by thread count, and another summation order ends elsewhere):
+initialization, the shuffle (one seeded permutation per epoch, as torch's
+DistributedSampler draws it), the augmentation generator and dropout all draw from seeded
+generators, and their states are part of the resume point, so an interrupted and resumed
+run reaches the same weights as one that was not.
 
 Validation: a fixed fraction of the training split (chosen with the recipe's seed, so
 runs with different seeds select on the same examples) is held out; after each epoch the

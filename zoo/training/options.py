@@ -9,6 +9,7 @@ PyTorch is imported where a device is met, not by the usage checks `zoo train` r
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ class TrainOptions:
     threads: int | None = None  # intra-op threads per process; None: torch's default (or cores / processes)
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.precision not in PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r} for training (one of {', '.join(PRECISIONS)})")
         if self.accumulate < 1:
@@ -56,6 +58,28 @@ class TrainOptions:
             raise UsageError(f"--max-steps must be at least 1, got {self.max_steps}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
+
+    def _check_types(self) -> None:
+        """Refuse a value of the wrong kind before the range checks compare it (a str) or a
+        run takes it (a float batch size or step count): counts are whole numbers (an int, or
+        numpy's, made an int; not a bool), fractions and norms numbers, switches bools."""
+        for name in ("batch_size", "accumulate", "patience", "max_steps", "threads"):
+            value = getattr(self, name)
+            if value is None and name != "accumulate":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise UsageError(f"--{name.replace('_', '-')} must be a whole number, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        for name in ("clip_grad_norm", "val_fraction"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise UsageError(f"--{name.replace('_', '-')} must be a number, got {value!r}")
+        for name in ("grad_checkpointing", "compile", "resume", "profile", "tensorboard", "channels_last"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (value is None and name == "channels_last"):
+                raise UsageError(f"{name} must be True or False, got {value!r}")
+        if not isinstance(self.precision, str):
+            raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..checkpoint import META, Checkpoint, load_checkpoint
-from ..errors import CheckpointError, ZooError
-from ..fsutil import atomic_write_text
+from ..checkpoint import META, PENDING, PREVIOUS, Checkpoint, load_checkpoint
+from ..errors import CheckpointError, UsageError, ZooError
+from ..fsutil import OLD, STAGING, atomic_write_text
 from ..spec import ModelSpec
 from .distributed import LAUNCHED, World
 from .options import TrainOptions, run_files
@@ -35,8 +35,6 @@ log = logging.getLogger("zoo")
 RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "optimizer", "schedule", "lr",
                "weight_decay", "precision")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
-PREVIOUS = "previous"  # inside a run directory: the finished run a new one set aside
-PENDING = ".previous.pending"  # the same until the new run writes its first checkpoint
 RUN_PARTS = ("model", "last", "metrics", "tensorboard", "trace")  # of run_files: what a finished run holds
 
 
@@ -59,18 +57,28 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
     epoch by epoch, so that a new run that fails or is stopped never leaves its weights
     beside the old run's metrics. The set-aside run replaces `out/previous` when the new
     run writes its first checkpoint (`commit_set_aside`), and goes back in place if the new
-    run ends before that (`restore_set_aside`): a run refused or stopped in its first epoch
-    loses nothing. Rank 0 alone moves files (torchrun's other processes only read), and
-    none of the processes `zoo train --nproc` starts: it prepared the directory (and
-    warned) once before them."""
+    run ends before that (`restore_set_aside`, also at the start of the next run there, and
+    of `--resume`, where a kill left it aside): a run refused or stopped in its first epoch
+    loses nothing. A directory that holds no zoo run but files of the user's (a metrics.json
+    of their own among them), a `previous/` that is not a run of this model, and the
+    filesystem root are refused, nothing moved. Rank 0 alone moves files (torchrun's other
+    processes only read), and none of the processes `zoo train --nproc` starts: it prepared
+    the directory (and warned) once before them."""
+    if out.resolve() == Path(out.resolve().anchor):
+        raise UsageError(f"--out {out}: the filesystem root cannot be a run directory; name a folder for the run")
+    restore_set_aside(out)  # an earlier run here that died before its first checkpoint
     owner = run_owner(out)
     if owner is not None and owner != model and not resume:  # --resume names it in its own check
         raise CheckpointError(f"{out} holds a run of {owner}: train {model} into another --out, or delete that "
                               f"directory first")
     files = run_files(out)
-    if resume or not _sets_aside():
+    if owner is None:
+        check_not_the_users(out, model)
+    if resume:
         return
-    restore_set_aside(out)  # an earlier run here that died before its first checkpoint
+    check_previous(out, model)
+    if not _sets_aside():
+        return
     if not files["metrics"].is_file():
         if owner == model and files["last"].is_dir():
             log.warning("%s holds an unfinished run of %s: this run starts over (--resume continues it)", out, model)
@@ -84,6 +92,37 @@ def prepare_run_directory(model: str, out: Path, resume: bool) -> None:
                 "checkpoint, and put back if it ends before", out, model, out / PREVIOUS)
 
 
+def check_not_the_users(out: Path, model: str) -> None:
+    """Refuse `out`, which holds no zoo run, where it holds what a run would not have made:
+    a metrics.json (no finished run's: its model/ or last/ would name the model) or files
+    and folders of the user's. What runs leave (event files, a trace, staging directories)
+    is no user's; model/, last/ and previous/ have their own checks."""
+    if not out.is_dir():
+        return
+    ours = {p.name for p in run_files(out).values()} | {PREVIOUS, PENDING}
+    held = sorted(p.name for p in out.iterdir() if p.name not in ours and not STAGING.fullmatch(p.name)
+                  and not OLD.fullmatch(p.name) and not p.name.startswith(".zoo-probe-"))
+    if run_files(out)["metrics"].is_file():
+        raise CheckpointError(f"{out} holds metrics.json but no zoo run (no model/ or last/ naming a model): it is "
+                              f"no finished run of {model} to set aside; move it, or train into another --out")
+    if held:
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise CheckpointError(f"{out} holds {shown} and no zoo run: train into a new or empty directory, or one "
+                              f"that holds a run of {model}")
+
+
+def check_previous(out: Path, model: str) -> None:
+    """Refuse a `previous/` in `out` that is not a run of `model` (a folder of the user's):
+    setting a finished run aside there would delete it."""
+    previous = out / PREVIOUS
+    if not previous.exists() or previous.is_dir() and not any(previous.iterdir()):
+        return
+    if not previous.is_dir() or run_owner(previous) != model:
+        raise CheckpointError(f"{previous} is not a run of {model}, and a new run here sets the finished run aside "
+                              f"there, replacing what it holds; nothing was moved: move it, or train into another "
+                              f"--out")
+
+
 def _sets_aside() -> bool:
     """Whether this process sets a finished run aside and puts it back: rank 0 alone, and
     none of the processes `zoo train --nproc` starts (it does that itself, around them)."""
@@ -92,11 +131,16 @@ def _sets_aside() -> bool:
 
 def commit_set_aside(out: Path) -> None:
     """The finished run set aside for this one becomes `out/previous`: called before the
-    new run writes its first checkpoint or resume point."""
+    new run writes its first checkpoint or resume point. A `previous/` that is no zoo run
+    (one made while this run trained) is refused, not deleted."""
     pending = out / PENDING
     if pending.is_dir():
-        shutil.rmtree(out / PREVIOUS, ignore_errors=True)
-        pending.rename(out / PREVIOUS)
+        previous = out / PREVIOUS
+        if previous.is_file() or (previous.is_dir() and any(previous.iterdir()) and run_owner(previous) is None):
+            raise CheckpointError(f"{previous} is not a zoo run, and the finished run set aside in {pending} would "
+                                  f"replace it: move it, and start this run again (the finished run is put back)")
+        shutil.rmtree(previous, ignore_errors=True)
+        pending.rename(previous)
 
 
 def restore_set_aside(out: Path) -> bool:

@@ -4,7 +4,8 @@
         model.safetensors, checkpoint.json   a complete checkpoint (exportable as is)
         training.safetensors                 optimizer tensors, RNG states
         training.json                        epoch, step, optimizer hyper-parameters,
-                                             scheduler and scaler state, run history
+                                             scheduler and scaler state, run history,
+                                             the sha256 of training.safetensors
 
 PyTorch's own `torch.save(optimizer.state_dict())` would pickle; here tensors go to
 safetensors and everything else must be plain JSON (the scheduler and optimizer states
@@ -26,11 +27,12 @@ from safetensors.torch import load_file, save_file
 
 from ..checkpoint import META, WEIGHTS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError
-from ..fsutil import atomic_directory
+from ..fsutil import atomic_directory, sha256_file
 from .options import run_files
 
 TENSORS = "training.safetensors"
 STATE = "training.json"
+TENSORS_SHA256 = "tensors_sha256"  # training.json's record of training.safetensors
 FORMAT = 1
 
 
@@ -73,13 +75,14 @@ def save_state(path: Path, state: TrainingState) -> Path:
             "optimizer": {"param_groups": state.optimizer["param_groups"], "scalars": opt_scalars},
             "scheduler": state.scheduler, "scaler": state.scaler, "run": state.run}
     try:
-        text = json.dumps(meta, indent=1)
+        json.dumps(meta)
     except TypeError as exc:
         raise CheckpointError(f"training state is not plain JSON ({exc}); the zoo does not pickle it") from None
     with atomic_directory(path) as tmp:
         state.checkpoint.write_into(tmp)
         save_file(tensors, str(tmp / TENSORS))
-        (tmp / STATE).write_text(text)
+        meta[TENSORS_SHA256] = sha256_file(tmp / TENSORS)  # a flipped bit there would load, and steer the run
+        (tmp / STATE).write_text(json.dumps(meta, indent=1))
     return path
 
 
@@ -94,7 +97,7 @@ def interrupted(out: Path, argv: list[str]) -> str:
     the progress bar stopped where it was)."""
     files = run_files(out)
     last = files["last"]
-    if files["metrics"].is_file():  # the finished run it had set aside, put back: it kept nothing
+    if files["metrics"].is_file() and "--resume" not in argv:  # the finished run it had set aside, put back
         return (f"interrupted before the run's first resume point (written after each epoch): nothing of it was "
                 f"kept, and the finished run in {out} is as it was")
     try:
@@ -112,6 +115,7 @@ def load_state(path: Path, model: str) -> TrainingState:
     checkpoint = load_checkpoint(path, expect_model=model)
     try:
         meta = json.loads((path / STATE).read_text())
+        _check_tensors_sha256(path, meta)
         tensors = load_file(str(path / TENSORS))
     except (json.JSONDecodeError, SafetensorError, OSError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"resume point {path} is corrupted: {exc}") from None
@@ -132,6 +136,20 @@ def load_state(path: Path, model: str) -> TrainingState:
                              meta.get("scheduler"), meta.get("scaler"), rng, dict(meta["run"]))
     except (KeyError, ValueError, TypeError) as exc:
         raise CheckpointError(f"resume point {path} is corrupted: missing or malformed {exc}") from None
+
+
+def _check_tensors_sha256(path: Path, meta: Any) -> None:
+    """Refuse a resume point whose training.safetensors is not the file its training.json
+    recorded: a flipped bit of the optimizer or generator state loads, and the run diverges."""
+    if not isinstance(meta, Mapping):
+        return  # refused below as not a resume point of this zoo's
+    recorded = meta.get(TENSORS_SHA256)
+    if not isinstance(recorded, str):
+        raise CheckpointError(f"resume point {path} is corrupted or from an older zoo: {STATE} records no sha256 of "
+                              f"{TENSORS}; start without --resume")
+    if recorded != sha256_file(path / TENSORS):
+        raise CheckpointError(f"resume point {path} is corrupted: {TENSORS} does not match the sha256 recorded in "
+                              f"{STATE}")
 
 
 def capture_rng(data: torch.Generator | None = None) -> dict[str, torch.Tensor]:

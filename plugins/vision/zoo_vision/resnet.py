@@ -9,6 +9,9 @@ verified too.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -102,15 +105,37 @@ class ResNet(nn.Module):
             nn.init.zeros_(m.last_bn.weight)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
-        """Recompute each residual block's activations in backward (timm's API). As in
-        timm, BatchNorm running statistics are updated again by the recomputation."""
+        """Recompute each residual block's activations in backward (timm's API). The
+        recomputation normalizes by the batch's statistics, as the forward did, but leaves
+        BatchNorm's running statistics alone (timm's updates them a second time), so
+        training with it reaches the same weights and running statistics as without."""
         self.grad_checkpointing = enable
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.stem(image)
         for block in self.layers:
             if self.grad_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=False,
+                               context_fn=lambda b=block: (contextlib.nullcontext(), _running_stats_frozen(b)))
             else:
                 x = block(x)
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+@contextlib.contextmanager
+def _running_stats_frozen(module: nn.Module) -> Iterator[None]:
+    """While `checkpoint` recomputes `module` in backward: its BatchNorms normalize by the batch
+    (training mode, the same computation and saved tensors as the forward's) with momentum 0,
+    which leaves the running mean and variance as they are, and their batch count is put back:
+    the forward already counted and averaged this batch."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    kept = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
+    for m in norms:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, (momentum, tracked) in zip(norms, kept):
+            m.momentum = momentum
+            with torch.no_grad():
+                m.num_batches_tracked.copy_(tracked)
