@@ -52,7 +52,8 @@ def test_fp32_export_load_verify(name, repository):
     m = art.manifest
     assert m["parity"]["passed"] and {c["batch"] for c in m["parity"]["checks"]} == set(spec.batch_sizes())
     assert {"1/model.xml", "1/model.bin"} <= set(m["files"])  # the weights are hashed with the graph
-    assert '\nbackend: "openvino"\n' in (art.path / "config.pbtxt").read_text()
+    # Triton's OpenVINO backend cannot be told f32 (zoo_openvino.backend.TRITON_CAVEAT): zoo's runner serves it
+    assert '\nbackend: "python"\n' in (art.path / "config.pbtxt").read_text()
     # Dynamic axes stay dynamic and fixed ones fixed, with the spec's names.
     model = ov.Core().read_model(str(art.path / "1" / "model.xml"))
     for t in spec.inputs:

@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2
 
 import zoo
 from zoo import registry
-from zoo.triton import model_config
+from zoo.triton import model_config, triton_form
 
 #: zoo dtype -> Triton DataType, written out here rather than taken from zoo.triton
 TRITON_TYPES = {
@@ -85,12 +85,13 @@ def test_cpu_backends_are_found():
 def test_name_and_runtime(exported):
     art, _, config = exported
     assert config.name == art.path.name
-    # the engine's own Triton backend where Triton has one, else Triton's Python backend
-    runtime = dict(zoo.get_backend(art.backend).triton) or {"backend": "python"}
+    # the engine's own Triton backend where Triton has one that serves the artifact as verified, else
+    # Triton's Python backend (zoo.triton.triton_form)
+    native = triton_form(zoo.get_backend(art.backend).triton, None) == "native"
+    runtime = dict(zoo.get_backend(art.backend).triton) if native else {"backend": "python"}
     assert set(runtime) <= {"platform", "backend"}
     assert {key: getattr(config, key) for key in runtime} == runtime
-    assert art.manifest["triton"] == {"form": "native" if zoo.get_backend(art.backend).triton else "python",
-                                      **runtime}
+    assert art.manifest["triton"] == {"form": "native" if native else "python", **runtime}
 
 
 def test_batching(exported):

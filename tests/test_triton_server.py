@@ -8,7 +8,7 @@ One repository holds an artifact of every backend that runs on the CPU here:
   asked for with `triton="python"` for ONNX Runtime and OpenVINO; a variable-length model
   (requests of different lengths in one batch), a model with a side input (Triton's
   `max_batch_size: 0`, unbatched), and one whose file was modified after export;
-- the native form (`onnxruntime_onnx`, `openvino`), whose backend libraries this Triton
+- the native form (`onnxruntime_onnx`; OpenVINO's only when asked), whose backend libraries this Triton
   build lacks: those models must fail for that reason alone, never for their configuration.
 
 Every READY model answers over tritonclient HTTP and gRPC the same values, bit for bit, as
@@ -38,7 +38,7 @@ import torch
 
 import zoo
 from zoo import registry
-from zoo.triton import batched
+from zoo.triton import batched, triton_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from tritonserver import Tritonserver, unavailable_reason  # noqa: E402
@@ -117,7 +117,8 @@ WEIGHTED = zoo.ModelSpec(
     axes={"batch": zoo.AxisRange(1, 4, 16)})
 
 CPU = sorted(name for name, backend in registry.backends().items() if backend.probe("cpu").ok)
-NATIVE = [name for name in CPU if registry.get_backend(name).triton]  # Triton has a backend for the engine
+#: Triton has a backend for the engine that serves its artifacts as verified: their default form
+NATIVE = [name for name in CPU if triton_form(registry.get_backend(name).triton, None) == "native"]
 RESNET = "resnet8.digits"
 
 

@@ -54,7 +54,6 @@ precision's `atol` that parity holds it relative to its scale instead
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +71,7 @@ from .train import ieee_fp32
 from .inputs import dataset_splits, load_split
 from .padding import PAD, padding_safe, ragged_axes
 from .triton import rows_batched
-from .vectors import check_ends
+from .vectors import INTEGER, check_ends, filled, range_ends
 from .verify import RELATIVE_BELOW
 
 
@@ -174,7 +173,7 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
             report.warnings += _small_outputs(spec, result, batch, precision)
     stateful = Check("state", at(typical), _state_changed(spec, module, state) + _unsaved_buffers(spec, module))
     report.checks.append(stateful)
-    integer = [t for t in spec.inputs if t.dtype in ("int64", "int32", "int8", "uint8")]
+    integer = [t for t in spec.inputs if t.dtype in INTEGER]
     bounded = [t for t in integer if t.value_range is not None]
     if report.passed and bounded and device == "cpu":  # on CUDA an id out of range is a device-side assert
         report.checks.append(Check("value_range", at(spec.axes["batch"].min), _range_ends(spec, module, bounded, seed)))
@@ -424,19 +423,10 @@ def _not_a_table(exc: BaseException, tables: list[int]) -> int | None:
     return int(found[1]) if found and int(found[1]) not in tables else None
 
 
-def _filled(spec: ModelSpec, seed: int, values: Mapping[str, int]) -> dict[str, Any]:
-    """The sample at the smallest batch with each input named in `values` filled with its value."""
-    inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
-    dtypes = {t.name: t.dtype for t in spec.inputs}
-    for name, value in values.items():
-        inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
-    return inputs
-
-
 def _raises(spec: ModelSpec, module: torch.nn.Module, seed: int, values: Mapping[str, int]) -> Exception | None:
-    """What the forward raises on `_filled`'s sample (None: it ran)."""
+    """What the forward raises on `filled`'s sample (None: it ran)."""
     try:
-        _run(module, spec, _filled(spec, seed, values), "cpu")
+        _run(module, spec, filled(spec, seed, values), "cpu")
     except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
         return exc
     return None
@@ -456,9 +446,8 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
     forward that runs there returns is held to the spec as the samples' outputs are: k = 10,
     the end of its range, had `torch.topk` answer 10 columns where the spec declares at most 5."""
     tables = _tables(module)
-    for which, ends in (("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
-                        ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})):
-        inputs = _filled(spec, seed, ends)
+    for which, ends in range_ends(spec):  # the values `zoo.vectors.record` stores a set at, for every backend
+        inputs = filled(spec, seed, ends)
         try:
             result = _run(module, spec, inputs, "cpu")
         except Exception as exc:  # noqa: BLE001 - the sample ran: only these values changed
@@ -477,7 +466,7 @@ def _range_ends(spec: ModelSpec, module: torch.nn.Module, bounded: list[TensorSp
 
 def _outputs_at(spec: ModelSpec, inputs: Mapping[str, Any], result: Mapping[str, Any], which: str,
                 values: Mapping[str, int]) -> list[str]:
-    """`_check_outputs` on a run of `_filled`'s sample, each line naming the values it had."""
+    """`_check_outputs` on a run of `filled`'s sample, each line naming the values it had."""
     batch, problems = spec.axes["batch"].min, []
     where = (f"{spec.name}: {f'at batch {batch} ' if spec.has_batch_axis else ''}with "
              + ", ".join(f"{name} = {value}" for name, value in values.items())

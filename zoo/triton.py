@@ -16,11 +16,18 @@ Two forms (`zoo export --triton native|python`):
   axis (Triton's `torch_aoti` platform serves batch 1 only). Any artifact can take it, an
   ONNX Runtime or OpenVINO one included; `model.py` opens the artifact as `zoo.load` does,
   so every file is checked against the manifest's sha256 before anything runs.
+
+A backend whose engine Triton has a backend for, but which cannot be configured to compute
+as the artifact was verified, states its `triton` as a `NativeOnRequest`: python by default,
+native only when asked, with a warning saying what Triton would compute instead. OpenVINO's
+is one: its CPU plugin computes float models in bf16 on CPUs with native bf16 unless told
+f32, and Triton's OpenVINO backend has no parameter that says f32 (docs/deploy.md).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Mapping
 
@@ -48,17 +55,32 @@ from zoo.triton_backend import TritonPythonModel  # noqa: F401
 '''
 
 
+class NativeOnRequest(dict):
+    """A backend's `triton` (Triton's platform or backend for its engine) where that Triton
+    backend cannot be configured to compute as the artifact was verified: `triton_form`
+    makes the python form the default and warns with `caveat` when the native one is asked
+    for. A plain mapping otherwise: what config.pbtxt and the manifest record of it."""
+
+    def __init__(self, runtime: Mapping[str, str], caveat: str) -> None:
+        super().__init__(runtime)
+        self.caveat = caveat
+
+
 def triton_form(runtime: Mapping[str, str], requested: str | None) -> str:
-    """The form an export takes: `requested`, else native where Triton has a backend."""
+    """The form an export takes: `requested`, else native where Triton has a backend that
+    serves the artifact as verified (not a `NativeOnRequest`)."""
     from .errors import UnsupportedError
 
+    caveat = getattr(runtime, "caveat", None)
     if requested is None:
-        return "native" if runtime else "python"
+        return "native" if runtime and caveat is None else "python"
     if requested not in FORMS:
         raise UnsupportedError(f"unknown Triton form {requested!r}; choose {' or '.join(FORMS)}")
     if requested == "native" and not runtime:
         raise UnsupportedError("Triton has no backend for this engine: its artifacts are served by Triton's "
                                "Python backend through zoo's runner (--triton python)")
+    if requested == "native" and caveat is not None:
+        logging.getLogger("zoo").warning("the native Triton form, as asked: %s", caveat)
     return requested
 
 

@@ -14,6 +14,20 @@ dynamic input axes besides the batch gets a fourth, those axes at different ends
 (`mixed_sizes`). A set stays under
 SET_BYTES: one that would exceed it is recorded at a smaller batch, and the manifest's
 `test_data.notes` say so.
+
+A model with integer inputs that declare a `value_range` gets up to two more sets (`range_ends`):
+the sample at the smallest batch with every such input filled with the low end of its range,
+then with the high end (the inputs `zoo check` runs there, `filled`), recorded with the values
+(`"values"` in the manifest's entry). An input whose end the sampled sets already hold is left
+as sampled in it: that value is verified there, and an attention mask filled with 0 is no input
+a tokenizer makes (every position masked, where PyTorch's SDPA and ONNX Runtime answered 4e-3
+apart, both meaningless). The sample may never reach values the server accepts:
+OpenVINO's CPU plugin computes an int64 `%` lossily (2**40 % 1000 answered 0, PyTorch 776) and
+such an export verified on its samples; the export and `zoo verify` run these sets on every
+backend, and a failure names the input, its value and the output that differs. Float inputs are
+not filled so: a constant at a float range's end is seldom an input at all (an atom mask of
+zeros is no molecule, an observation at the end of every dimension no state), and float error
+is held by parity on the samples; bool inputs declare no range.
 """
 
 from __future__ import annotations
@@ -38,6 +52,8 @@ SET_BYTES = 2 << 20
 SEED = 0
 ROLES = ("min", "opt", "max")
 MIXED = "mixed"  # a fourth set, dynamic axes at different ends (`mixed_sizes`)
+#: the dtypes whose declared `value_range` is run at its ends (`range_ends`), as `zoo check` runs it
+INTEGER = ("int64", "int32", "int8", "uint8")
 
 ArrayFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -48,13 +64,11 @@ class VectorSet:
     axes: dict[str, int]  # the size of every dynamic axis, "batch" included
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
+    values: dict[str, int] | None = None  # a set at a range's end (`range_ends`): each filled input's value
 
 
 def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[VectorSet], dict[str, Any]]:
     """Write the sets under `root`/test_data; them, and the manifest's "test_data" entry."""
-    import torch
-    from safetensors.torch import save_file
-
     from .bench.measure import lengths_of
 
     strings = [t.name for t in spec.inputs + spec.outputs if t.dtype == "string"]
@@ -83,24 +97,94 @@ def record(spec: ModelSpec, reference: ArrayFn, root: Path) -> tuple[list[Vector
             notes.append(f"the {role} set is recorded at batch {axes['batch']}, not {wanted}: it would exceed "
                          f"{SET_BYTES >> 20} MiB")
         sizes = {"batch": axes["batch"], **lengths_of(spec, inputs)}
-        if tuple(sorted(sizes.items())) in seen:
-            continue
-        seen.add(tuple(sorted(sizes.items())))
-        file = f"{TEST_DATA}/set_{len(sets)}.safetensors"
-        (root / TEST_DATA).mkdir(exist_ok=True)
-        # cloned: a model may return an input, or one tensor as two outputs, and safetensors
-        # refuses tensors that share memory
-        tensors = {f"input.{k}": v.detach().clone().contiguous() for k, v in inputs.items()}
-        tensors |= {f"output.{k}": torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in outputs.items()}
-        save_file(tensors, str(root / file), metadata={"axes": json.dumps(sizes), "seed": str(SEED)})
-        # as stored and as `read` gives them back: float16 stays float16 (a runner is given the
-        # declared types, zoo.inputs.as_declared), bfloat16 is float32
-        declared = {t.name: t.dtype for t in spec.inputs}
-        sets.append(VectorSet(file, sizes, {k: _as_declared(as_numpy(v), declared[k]) for k, v in inputs.items()},
-                              outputs))
-    entry = {"sets": [{"file": s.file, "axes": s.axes} for s in sets], "seed": SEED, "max_set_bytes": SET_BYTES,
-             "notes": notes}
+        if tuple(sorted(sizes.items())) not in seen:
+            seen.add(tuple(sorted(sizes.items())))
+            sets.append(_save(spec, root, len(sets), inputs, outputs, sizes))
+    for which, values in range_ends(spec):
+        # an end the sampled sets already hold is verified there (an attention mask's 0 and 1), and
+        # filled whole would make an input no caller sends (every position masked)
+        values = {name: value for name, value in values.items()
+                  if not any(np.any(vs.inputs[name] == value) for vs in sets)}
+        if values and all(vs.values != values for vs in sets):  # value_range=(5, 5): one set
+            inputs, outputs = _draw_filled(spec, reference, which, values)
+            sizes = {"batch": spec.axes["batch"].min, **lengths_of(spec, inputs)}
+            sets.append(_save(spec, root, len(sets), inputs, outputs, sizes, values))
+    entry = {"sets": [{"file": s.file, "axes": s.axes, **({"values": s.values} if s.values else {})} for s in sets],
+             "seed": SEED, "max_set_bytes": SET_BYTES, "notes": notes}
     return sets, entry
+
+
+def _save(spec: ModelSpec, root: Path, index: int, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray],
+          sizes: dict[str, int], values: dict[str, int] | None = None) -> VectorSet:
+    """Set number `index`, of these axis sizes, written under `root`."""
+    import torch
+    from safetensors.torch import save_file
+
+    file = f"{TEST_DATA}/set_{index}.safetensors"
+    (root / TEST_DATA).mkdir(exist_ok=True)
+    # cloned: a model may return an input, or one tensor as two outputs, and safetensors
+    # refuses tensors that share memory
+    tensors = {f"input.{k}": v.detach().clone().contiguous() for k, v in inputs.items()}
+    tensors |= {f"output.{k}": torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in outputs.items()}
+    metadata = {"axes": json.dumps(sizes), "seed": str(SEED), **({"values": json.dumps(values)} if values else {})}
+    save_file(tensors, str(root / file), metadata=metadata)
+    # as stored and as `read` gives them back: float16 stays float16 (a runner is given the
+    # declared types, zoo.inputs.as_declared), bfloat16 is float32
+    declared = {t.name: t.dtype for t in spec.inputs}
+    return VectorSet(file, sizes, {k: _as_declared(as_numpy(v), declared[k]) for k, v in inputs.items()}, dict(outputs),
+                     values)
+
+
+def range_ends(spec: ModelSpec) -> list[tuple[str, dict[str, int]]]:
+    """("low", values) and ("high", values): every integer input with a declared `value_range`
+    at that end of it (the sets `record` adds, the runs `zoo check` makes); [] for a model
+    with none."""
+    bounded = [t for t in spec.inputs if t.dtype in INTEGER and t.value_range is not None]
+    if not bounded:
+        return []
+    return [("low", {t.name: math.ceil(t.value_range[0]) for t in bounded}),
+            ("high", {t.name: math.floor(t.value_range[1]) for t in bounded})]
+
+
+def filled(spec: ModelSpec, seed: int, values: Mapping[str, int]) -> dict[str, Any]:
+    """The sample at the smallest batch with each input named in `values` filled with its value."""
+    inputs = dict(spec.sample(spec.axes["batch"].min, np.random.default_rng(seed)))
+    dtypes = {t.name: t.dtype for t in spec.inputs}
+    for name, value in values.items():
+        inputs[name] = np.full(np.shape(inputs[name]), value, dtype=dtypes[name])
+    return inputs
+
+
+def _draw_filled(spec: ModelSpec, reference: ArrayFn, which: str, values: Mapping[str, int]):
+    """`filled`'s inputs (torch, CPU) and the reference's outputs; `zoo check`, which every
+    export runs first, has refused a forward that raises there (on the CPU)."""
+    from .tensors import to_torch
+
+    typed = to_torch(filled(spec, SEED, values), spec)
+    try:
+        outputs = reference(typed)
+    except Exception as exc:  # the plugin's forward, at the ends of the ranges it declares
+        raise SpecError(f"{spec.name}: the forward fails with {_ends(spec, values, which)} ({type(exc).__name__}: "
+                        f"{first_line(exc)}); declare the range the forward takes") from exc
+    declared = {t.name: t.dtype for t in spec.outputs}
+    return typed, {k: _as_declared(as_numpy(v), declared[k]) for k, v in outputs.items()}
+
+
+def _ends(spec: ModelSpec, values: Mapping[str, int], which: str | None = None) -> str:
+    """"user_id = 1099511627776, the high end of its value_range (0, 1099511627776)": which
+    end each value is, read off the spec where not given."""
+    ranges = {t.name: t.value_range for t in spec.inputs}
+    parts = []
+    for name, value in values.items():
+        low, high = ranges.get(name) or (value, value)
+        end = which or ("low" if value == math.ceil(low) else "high" if value == math.floor(high) else None)
+        parts.append(f"{name} = {value}" + (f", the {end} end of its value_range ({_num(low)}, {_num(high)})"
+                                            if end else ""))
+    return "; ".join(parts)
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def mixed_sizes(spec: ModelSpec) -> dict[str, int] | None:
@@ -222,7 +306,12 @@ def read(art) -> list[VectorSet]:
         if sorted(inputs) != sorted(spec_inputs) or sorted(outputs) != sorted(spec_outputs):
             raise ArtifactError(f"artifact {art.name}: test vectors {item['file']} hold inputs {sorted(inputs)} "
                                 f"and outputs {sorted(outputs)}, not the signature's; re-export it")
-        sets.append(VectorSet(item["file"], dict(item["axes"]), inputs, outputs))
+        values = item.get("values")
+        if values is not None and not (isinstance(values, dict) and values
+                                       and all(type(v) is int and k in inputs for k, v in values.items())):
+            raise ArtifactError(f"artifact {art.name}: test vectors {item['file']} name values {values!r} that are "
+                                f"not integers of its inputs; re-export it")
+        sets.append(VectorSet(item["file"], dict(item["axes"]), inputs, outputs, values))
     return sets
 
 
@@ -236,6 +325,10 @@ def check(spec: ModelSpec, runner: ArrayFn, sets: Sequence[VectorSet], precision
             report = parity(stored, lambda inputs, vs=vs: vs.outputs, runner, precision,
                             batch_sizes=(vs.axes["batch"],))
         except VerificationError as exc:
+            if vs.values:  # the server takes every value in the declared range
+                raise type(exc)(f"test vectors {vs.file} ({_ends(spec, vs.values)}): {exc}; the server accepts every "
+                                f"value in the declared range: declare the range this backend computes exactly, "
+                                f"or export to another backend") from None
             sizes = ", ".join(f"{a}={n}" for a, n in vs.axes.items() if a != "batch")
             raise type(exc)(f"test vectors {vs.file}{f' ({sizes})' if sizes else ''}: {exc}") from None
         worst = max(worst, report["max_abs_error"])
@@ -251,7 +344,7 @@ def sampler(sets: Callable[[], Sequence[VectorSet]], inputs: Sequence[TensorSpec
     no sets, values synthesized within each input's dtype and value_range."""
 
     def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        found = sets()
+        found = [s for s in sets() if not s.values]  # not the range ends' constants
         if not found:
             return synthesize(inputs, axes, batch, rng)
         typical = [s for s in found if all(s.axes.get(a) == r.opt for a, r in axes.items() if a != "batch")]

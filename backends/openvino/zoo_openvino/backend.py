@@ -5,7 +5,8 @@ bfloat16 (AVX512_BF16, AMX) the CPU plugin runs float models in bf16 unless told
 otherwise, which would give an "fp32" artifact bf16 numerics. So fp32 and int8 compile
 with `inference_precision` f32 (int8's unquantized ops stay fp32), and bf16 is offered
 as its own precision, refused on CPUs without native bf16, where OpenVINO would quietly
-compute in fp32 instead.
+compute in fp32 instead. Triton's OpenVINO backend cannot be told f32 (`TRITON_CAVEAT`), so
+an artifact's Triton form is by default the python one, which serves it through this runner.
 
 openvino is imported only inside methods: the backend is listed, with the reason it
 cannot run, on machines without it.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from zoo.backend import Availability, Backend, device_kind, release
 from zoo.errors import ArtifactError, BackendUnavailableError, StaleArtifactError, UnsupportedError, first_line
+from zoo.triton import NativeOnRequest
 
 if TYPE_CHECKING:
     import openvino
@@ -32,6 +34,15 @@ if TYPE_CHECKING:
 NOT_INSTALLED = "openvino is not installed (pip install zoo-openvino)"
 #: OpenVINO's element type for the arithmetic of each zoo precision.
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # names of openvino.Type members
+#: why an OpenVINO artifact's Triton form is python unless asked (`zoo.triton.NativeOnRequest`):
+#: Triton's OpenVINO backend passes OpenVINO only the config.pbtxt parameters it names
+#: (INFERENCE_NUM_THREADS, COMPILATION_NUM_THREADS, NUM_STREAMS, PERFORMANCE_HINT, HINT_BF16) and
+#: refuses HINT_BF16 other than YES, so nothing there sets INFERENCE_PRECISION_HINT to f32
+TRITON_CAVEAT = ("Triton's OpenVINO backend compiles the model at the CPU plugin's default precision, bf16 on "
+                 "CPUs with native bfloat16 (AVX512_BF16, AMX), and has no parameter that makes it f32 (it takes "
+                 "HINT_BF16=YES only, which a bf16 artifact should be given: --triton-parameter HINT_BF16=YES); "
+                 "an fp32 or int8 artifact served so is not computed as it was verified. --triton python serves "
+                 "it through zoo's runner, which compiles it at its own precision")
 
 
 #: the CPU features whose int8 dot products add into int32, as /proc/cpuinfo names them:
@@ -68,8 +79,9 @@ class OpenVinoBackend(Backend):
     precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "cpu": ("fp32", "bf16", "int8") if cpu_has_vnni() else ("fp32", "bf16")}
     filename = "model.xml"  # the weights are model.bin beside it
-    # Triton's OpenVINO backend reads model.xml and model.bin from the version directory.
-    triton: ClassVar[Mapping[str, str]] = {"backend": "openvino"}
+    # Triton's OpenVINO backend reads model.xml and model.bin from the version directory, and
+    # compiles them at the CPU plugin's default precision: the python form unless asked.
+    triton: ClassVar[Mapping[str, str]] = NativeOnRequest({"backend": "openvino"}, TRITON_CAVEAT)
 
     def versions(self) -> dict[str, str]:
         # From the installed metadata: importing nncf takes seconds, and `zoo backends` asks.
