@@ -11,11 +11,15 @@ the exported ranges before every call (`shapes.check_shapes`).
 
 A package is native code for one machine: loading it runs its library, so the artifact's
 sha256 check is what stands between a modified file and the process. The C++ kernels
-use the CPU's vector ISA at build time; `load` refuses a package built for a wider ISA
-than this CPU has (e.g. AVX512 on an AVX2 machine), which would crash on an illegal
-instruction. Kernels are built with `cpp.dynamic_threads`, so the thread count is the
-loader's (`threads`, or PyTorch's intra-op setting) rather than the builder's. A CUDA
-package holds Triton kernels compiled for the exporting GPU's compute capability, which
+are compiled with `-march=native`, free to use every instruction set of the building CPU;
+the manifest records them (`cpu_flags`, from /proc/cpuinfo) with the vector ISA level, and
+`load` refuses a package built for a wider ISA than this CPU has (AVX512 on an AVX2
+machine) or using an instruction set it lacks (AVX512-VNNI from a Zen 4 on a Skylake-SP,
+both "AVX512"), naming them, rather than crash on an illegal instruction. Kernels are
+built with `cpp.dynamic_threads`, so the thread count is the loader's (`threads`, or
+PyTorch's intra-op setting) rather than the builder's: they read OpenMP's count of the
+calling thread, which the runner sets in each thread that calls it
+(`backend.threads_here`). A CUDA package holds Triton kernels compiled for the exporting GPU's compute capability, which
 the manifest records (with the GPU and CUDA version); `load` refuses it on another.
 On CUDA, `export` loads the new package in a child process before loading it here: on the
 first CUDA run (torch 2.11, H200), AOTInductor's loader crashed the process with SIGSEGV
@@ -33,6 +37,7 @@ and Triton's dynamic batcher.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -50,6 +55,30 @@ from .compiled import probe_inductor
 
 #: x86 vector ISAs as `torch.backends.cpu.get_cpu_capability()` names them, narrowest first
 X86_ISAS = ("DEFAULT", "AVX2", "AVX512")
+
+#: the x86 feature flags of /proc/cpuinfo naming instructions that code compiled with
+#: `-march=native` may contain: vector and matrix extensions, and the scalar ones gcc emits
+#: by itself or ATen's headers switch on by their macros (not flags a microcode update or
+#: hypervisor toggles without changing what compiled code can execute, such as rtm)
+_X86_ISA_FLAGS = re.compile(r"mmx|sse\w*|ssse3|pni|avx\w*|amx\w*|fma4?|f16c|xop|tbm|bmi[12]|abm|popcnt|movbe|cx16"
+                            r"|lahf_lm|3dnowprefetch|adx|aes|vaes|pclmulqdq|vpclmulqdq|gfni|sha_ni")
+
+
+def cpu_flags() -> list[str] | None:
+    """This CPU's instruction-set features that `-march=native` lets Inductor's C++ compiler
+    use (`cpp_builder._get_cpu_arch_cflags`, torch 2.13): on x86 the flags matching
+    `_X86_ISA_FLAGS`, on Arm every feature Linux lists; None where /proc/cpuinfo does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return sorted(f for f in set(value.split()) if _X86_ISA_FLAGS.fullmatch(f))
+                if key.strip() == "Features":
+                    return sorted(set(value.split()))
+    except OSError:
+        pass
+    return None
 
 
 def inductor_configs(device: str) -> dict[str, Any]:
@@ -84,8 +113,18 @@ def check_gpu(recorded: str | None, device: str, artifact: str) -> None:
                              f"with `zoo export --force`")
 
 
-def check_isa(recorded: str | None, artifact: str) -> None:
-    """Refuse a CPU package whose kernels use a wider vector ISA than this CPU's."""
+def check_isa(recorded: str | None, artifact: str, flags: list[str] | None = None) -> None:
+    """Refuse a CPU package whose kernels use a wider vector ISA than this CPU's, or any
+    instruction set of the CPU that built it (`flags`, its `cpu_flags()`) this one lacks:
+    ISA levels are too coarse for `-march=native` code (an AVX512 Zen 4 package uses
+    AVX512-VNNI and -BF16, which an AVX512 Skylake-SP lacks: SIGILL, not an error)."""
+    here = cpu_flags()
+    missing = sorted(set(flags) - set(here)) if flags and here is not None else []
+    if missing:
+        raise StaleArtifactError(f"artifact {artifact} was compiled for a CPU with instruction sets this one lacks "
+                                 f"({', '.join(missing)}): its kernels are built with -march=native and may use "
+                                 f"them, which would crash here on an illegal instruction; re-export it here with "
+                                 f"`zoo export --force`")
     current = torch.backends.cpu.get_cpu_capability()
     if recorded is None or recorded == current:
         return
@@ -130,6 +169,7 @@ class TorchAotiBackend(Backend):
                                 "build_seconds": round(time.perf_counter() - start, 3)}
         if device == "cpu":
             info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+            info["cpu_flags"] = cpu_flags()
             info["cxx"] = _compiler_version()
         else:
             info.update(gpu_facts(device))
@@ -140,7 +180,7 @@ class TorchAotiBackend(Backend):
         if not available.ok:
             raise BackendUnavailableError(f"backend {self.name} cannot run on {device} here: {available.reason}")
         if device == "cpu":
-            check_isa((info or {}).get("cpu_capability"), path.parent.parent.name)
+            check_isa((info or {}).get("cpu_capability"), path.parent.parent.name, (info or {}).get("cpu_flags"))
         else:
             check_gpu((info or {}).get("compute_capability"), device, path.parent.parent.name)
         check_no_pickle(path, compiled_code=True)
@@ -150,7 +190,7 @@ class TorchAotiBackend(Backend):
             package = torch._inductor.aoti_load_package(str(path), device_index=-1 if index is None else index)
         except Exception as exc:  # a file that hashed fine but that this libtorch cannot load
             raise ArtifactError(f"{path.name} is not a loadable AOTInductor package: {first_line(exc)}") from exc
-        return TorchRunner(package, spec, precision, device, compiled=True)
+        return TorchRunner(package, spec, precision, device, compiled=True, threads=threads)
 
 
 #: loads a package, in a child process (`load_in_a_child`)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -272,11 +273,13 @@ class TorchRunner:
     """Runs a torch callable in spec order; casts float inputs to the artifact's precision
     (fp16, bf16; at fp32 they stay as the spec declares them), float outputs back to the
     spec's dtypes (bfloat16 as float32, which numpy has), and checks shapes against the
-    exported ranges first (a compiled package does not check them itself)."""
+    exported ranges first (a compiled package does not check them itself). Each call runs
+    on `threads` intra-op threads (None: torch's process-wide count), in whichever thread
+    calls it (`threads_here`)."""
 
     def __init__(self, fn: Callable[..., Any], spec: ModelSpec, precision: str, device: str,
-                 compiled: bool = False) -> None:
-        self.fn, self.spec, self.device = fn, spec, device
+                 compiled: bool = False, threads: int | None = None) -> None:
+        self.fn, self.spec, self.device, self.threads = fn, spec, device, threads
         self.compiled = compiled  # compiled code: give it row-major inputs (see `shapes.row_major`)
         self.dtype = cast_dtype(precision)
         self.input_names = tuple(t.name for t in spec.inputs)
@@ -288,6 +291,7 @@ class TorchRunner:
 
     @torch.inference_mode()
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        threads_here(self.threads)
         on_device = any(isinstance(v, torch.Tensor) and v.is_cuda for v in inputs.values())
         out = self.outputs(self.run(self.prepare(inputs)))
         if self.device.startswith("cuda") and on_device:
@@ -329,9 +333,31 @@ def probe_torch(device: str) -> Availability:
 def use_threads(threads: int | None) -> None:
     """torch has one intra-op thread count per process, not one per module: `threads` sets
     it for the whole process, every torch model in it included, until something sets it
-    again (left alone where it already is `threads`, or is None)."""
-    if threads and threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
+    again (left alone where it is None); each runner sets its own again when called
+    (`threads_here`)."""
+    if threads:
+        threads_here(threads)
+
+
+#: the intra-op thread count `threads_here` last set in each thread
+_THREAD = threading.local()
+
+
+def threads_here(threads: int | None) -> None:
+    """Run this thread's torch and OpenMP work on `threads` threads (None: torch's count).
+
+    torch's count is per process, but OpenMP's (`omp_get_max_threads`, what a parallel
+    region starts with) is per thread: `torch.set_num_threads` sets it in the calling thread
+    only, and a new thread starts at OpenMP's default (every core, or $OMP_NUM_THREADS).
+    torch's own ops set it from torch's count on a thread's first parallel op, but an
+    AOTInductor package's kernels (`cpp.dynamic_threads`: bare `#pragma omp parallel`) do
+    not: called from a `zoo serve` worker thread, one loaded with `threads=1` ran on every
+    core. So each call sets it where this thread's last setting or torch's count differs
+    (once per thread, in the steady state: a thread-local and an int compare per call)."""
+    want = threads or torch.get_num_threads()
+    if getattr(_THREAD, "threads", None) != want or torch.get_num_threads() != want:
+        torch.set_num_threads(want)
+        _THREAD.threads = want
 
 
 class TorchBackend(Backend):
@@ -354,7 +380,7 @@ class TorchBackend(Backend):
         return {"exporter": "torch.export", "dtype": str(PRECISION_DTYPES[precision])}
 
     def load(self, path, spec, precision, device, threads=None, info=None):
-        return TorchRunner(self.load_module(path, device, threads), spec, precision, device)
+        return TorchRunner(self.load_module(path, device, threads), spec, precision, device, threads=threads)
 
     def load_module(self, path: Path, device: str, threads: int | None) -> torch.nn.Module:
         """The exported program as a module on `device`, after the no-pickle check."""

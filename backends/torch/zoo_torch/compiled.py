@@ -9,15 +9,19 @@ sets it around each call (`torch.compile(options=...)` reaches only Inductor and
 weights unfrozen). `fullgraph=True`: the exported program is one graph, so a graph break
 would mean part of it silently running eagerly; it fails instead.
 
-Compiling is just-in-time and costs seconds per graph, so `load` warms up at the typical,
-smallest and largest batch of the spec, marking the spec's dynamic axes with
-`torch._dynamo.maybe_mark_dynamic` so that a new batch size reuses a dynamic graph instead
-of recompiling. PyTorch still specializes size 1, and on CPU may guard on a range of batch
-sizes where its convolution backend choice changes, so a model compiles two or three
-graphs; each compile, with its input shapes and seconds, is recorded in `runner.compiles`.
+Compiling is just-in-time and costs seconds per graph, so `load` warms up at every
+combination of the typical, smallest and largest size of each dynamic axis of the spec
+(`warm_up_sizes`), marking the axes with `torch._dynamo.maybe_mark_dynamic` so that a new
+size reuses a dynamic graph instead of recompiling. PyTorch still specializes size 1 (a
+graph for each set of axes at 1: batch 1, seq 1, both), and on CPU may guard on a range of
+batch sizes where its convolution backend choice changes, so a model compiles two to five
+graphs, none of them at request time for sizes in the spec's ranges; each compile, with
+its input shapes, seconds and FX graph cache outcome, is recorded in `runner.compiles`.
+On CPU that cache is bypassed, and each process compiles again (`inductor_cache_dir`).
 The compiled kernels' thread count is fixed when they are compiled
 (`torch._inductor.config.cpp.threads`): `threads` is passed there, and defaults to
-PyTorch's intra-op thread count at load time.
+PyTorch's intra-op thread count at load time; the runner sets the same count for the
+torch ops around them in each thread that calls it (`backend.threads_here`).
 
 On CUDA, Inductor runs with the options of mode "max-autotune-no-cudagraphs" (autotuned
 GEMM templates and Triton kernels, `torch._inductor.list_mode_options`), and the runner
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import shutil
 import time
@@ -163,8 +168,15 @@ def inductor_cache_dir() -> str:
     and more for ResNet-50, and a `torch-compile` artifact compiles when loaded: once in
     the export's verification and again in each benchmark's measuring process. Inductor's
     FX graph cache and its autotuning cache (both on by default, set on explicitly in
-    `compile_options`) let every load after the first reuse that work, across processes,
-    when they share a directory. PyTorch's default is under the temporary directory, which
+    `compile_options`) let a load after the first reuse what they hold, across processes,
+    when they share a directory. Not on CPU: there freezing pre-packs the weights for oneDNN
+    (`torch._inductor.config.cpp.weight_prepack`), the packed weights are mkldnn tensors
+    the FX graph cache cannot pickle, and it bypasses every such graph (`runner.compiles`
+    records "bypass"), so each process compiles its graphs again (torch 2.13, 2 cores:
+    9.8 s resnet8.digits, 15 s MiniLM). Prepacking off made the graphs cacheable but saved
+    little (a hit still traces and freezes: resnet8.digits loaded in 17.0 s against 17.8 s)
+    and ran MiniLM slower (4.7 ms at batch 1 against 6.1 ms, fastest of 75 calls), so it
+    stays on. PyTorch's default is under the temporary directory, which
     containers and CI runners often empty between runs; the zoo keeps it with its other
     caches (the TensorRT timing cache). The directory holds code Inductor generated on
     this machine, never files from an artifact."""
@@ -175,12 +187,28 @@ def inductor_cache_dir() -> str:
     return os.path.join(base, "zoo", "inductor")
 
 
+def warm_up_sizes(spec: ModelSpec) -> list[dict[str, int]]:
+    """The sizes of the inputs' dynamic axes `CompiledRunner.warm_up` compiles at: each
+    axis's typical, smallest and largest, in every combination, all typical first (the
+    graph dynamic in every axis; the rest add only the graphs a call at those sizes would
+    compile, none where that one takes them). Dynamo specializes a size of 1, so a graph
+    for each set of axes at 1 where their ranges start at 1 (gru.pydoc: batch 1, seq 1,
+    both), and on CPU may guard on a range of sizes where its convolution backend changes:
+    warmed up at the typical batch and lengths alone, a first call at seq 1 compiled for
+    seconds inside the request."""
+    axes = {axis: spec.axes[axis] for t in spec.inputs for axis in t.dynamic_axes.values()}
+    typical = {axis: r.opt for axis, r in axes.items()}
+    combos = itertools.product(*(dict.fromkeys((r.opt, r.min, r.max)) for r in axes.values()))
+    return [typical] + [sizes for sizes in (dict(zip(axes, c)) for c in combos) if sizes != typical]
+
+
 class CompiledRunner(TorchRunner):
     """A `TorchRunner` over a `torch.compile`d module that records every compile and,
     on CUDA, replays a CUDA graph per input shape."""
 
-    def __init__(self, fn, spec: ModelSpec, precision: str, device: str, plan: Mapping[str, bool]) -> None:
-        super().__init__(fn, spec, precision, device, compiled=True)
+    def __init__(self, fn, spec: ModelSpec, precision: str, device: str, plan: Mapping[str, bool],
+                 threads: int | None = None) -> None:
+        super().__init__(fn, spec, precision, device, compiled=True, threads=threads)
         self.channels_last = bool(plan.get("channels_last"))
         #: the half type autocast runs convolutions and matmuls in, or None (a cast program)
         self.autocast = PRECISION_DTYPES[precision] if plan.get("autocast") else None
@@ -253,12 +281,11 @@ class CompiledRunner(TorchRunner):
 
     @torch.inference_mode()
     def warm_up(self) -> None:
-        """Compile at the typical, smallest and largest batch, dynamic axes marked; then,
-        on CUDA, capture a graph for each."""
+        """Compile at every combination of each dynamic axis's typical, smallest and largest
+        size (`warm_up_sizes`), dynamic axes marked; then, on CUDA, capture a graph for the
+        typical, smallest and largest batch at the sample's lengths."""
         start = time.perf_counter()
-        r = self.spec.axes["batch"]
-        examples = self._examples(dict.fromkeys((r.opt, r.min, r.max)))
-        for tensors in examples:
+        for tensors in self._at_sizes(warm_up_sizes(self.spec)):
             args = [self.cast(t) for t in tensors]
             for arg, t in zip(args, self.spec.inputs):
                 for axis in t.dynamic_axes:
@@ -270,7 +297,8 @@ class CompiledRunner(TorchRunner):
             except Exception as exc:  # the compiled code failing on valid inputs
                 raise self._failed(args, exc) from exc
         if self.graphs is not None:
-            self.graphs.capture(examples)
+            r = self.spec.axes["batch"]
+            self.graphs.capture(self._examples(dict.fromkeys((r.opt, r.min, r.max))))
         self.warmup_seconds = round(time.perf_counter() - start, 3)
 
     @torch.inference_mode()
@@ -285,6 +313,21 @@ class CompiledRunner(TorchRunner):
     def _examples(self, batch_sizes) -> list[list[torch.Tensor]]:
         rng = np.random.default_rng(0)
         return [list(to_torch(self.spec.sample(b, rng), self.spec, self.device).values()) for b in batch_sizes]
+
+    def _at_sizes(self, sizes: Sequence[Mapping[str, int]]) -> list[list[torch.Tensor]]:
+        """The spec's sample at each of these sizes: drawn at the batch, cut or repeated along
+        every other axis (as `zoo.bench.measure.at_length`: sampled content at that length)."""
+        examples = []
+        for each in sizes:
+            tensors = list(to_torch(self.spec.sample(each.get("batch", 1), np.random.default_rng(0)), self.spec,
+                                    self.device).values())
+            for i, t in enumerate(self.spec.inputs):
+                for dim, axis in t.dynamic_axes.items():
+                    if axis != "batch":
+                        index = torch.arange(each[axis], device=self.device) % tensors[i].shape[dim]
+                        tensors[i] = tensors[i].index_select(dim, index)
+            examples.append(tensors)
+        return examples
 
     def _failed(self, args: Sequence[torch.Tensor], exc: BaseException) -> ExportError:
         return ExportError(f"torch.compile could not compile {self.spec.name} for inputs {self._shapes(args)}: "
@@ -320,8 +363,9 @@ class TorchCompileBackend(TorchBackend):
         plan = {key: bool((info or {}).get(key)) for key in ("channels_last", "autocast")}
         module = self.load_module(path, device, threads)
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache_dir())  # read by Inductor when it compiles
-        options = compile_options(device, threads or torch.get_num_threads(), plan["channels_last"])
+        threads = threads or torch.get_num_threads()  # the kernels' count, fixed as they compile
+        options = compile_options(device, threads, plan["channels_last"])
         compiled = torch.compile(module, backend="inductor", fullgraph=True, options=options)
-        runner = CompiledRunner(compiled, spec, precision, device, plan)
+        runner = CompiledRunner(compiled, spec, precision, device, plan, threads)
         runner.warm_up()
         return runner
