@@ -156,6 +156,21 @@ def test_triton_parameters_are_the_configs_and_part_of_what_is_reused(repository
                for r in caplog.records), caplog.text
 
 
+def test_a_triton_parameter_nothing_reads_is_refused_in_the_python_form(repository):
+    """In the python form zoo's runner serves the artifact in Triton too, so a key its backend
+    does not read is read by no one: `--triton-parameter enable_mem_arena=0` on a torch export
+    was written and ignored. Refused before any work; the native form's keys stay (Triton's)."""
+    for backend, triton in (("torch", None), ("onnxruntime", "python")):
+        with pytest.raises(zoo.errors.UsageError, match="reads no config.pbtxt parameter bogus"):
+            zoo.export(SPEC, backend, repository=repository, random_init=True, triton=triton,
+                       triton_parameters={"bogus": "1"})
+    assert not repository.exists() or not any(repository.iterdir())  # refused before any work
+    art = zoo.export(SPEC, "onnxruntime", repository=repository, random_init=True, triton="python",
+                     triton_parameters={"enable_mem_arena": "0"})  # one the runner reads
+    assert art.manifest["triton"] == {**art.manifest["triton"], "form": "python",
+                                      "parameters": {"enable_mem_arena": "0"}}
+
+
 class Doubled(torch.nn.Module):
     """SPEC's module with a changed forward and the same weights (no new parameter)."""
 

@@ -145,6 +145,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     be = get_backend(backend)
     be.check_supported(precision, device)
     form, parameters = triton_form(be.triton, triton), check_parameters(triton_parameters)
+    _check_read(be, form, parameters)
     spec.tolerance(precision)
     if not (availability := probe(be, device)).ok:
         raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
@@ -257,6 +258,16 @@ def _kept_triton(final: Path, be) -> tuple[str, dict[str, str]] | None:
         return triton_form(be.triton, record["form"]), check_parameters(record.get("parameters"))
     except (OSError, ValueError, RecursionError, AttributeError, KeyError, TypeError, ZooError):
         return None
+
+
+def _check_read(be, form: str, parameters: Mapping[str, str]) -> None:
+    """In the python form, both servers run zoo's runner: a parameter it does not read is read
+    by no one, so it is refused rather than written (the native form's may be Triton's)."""
+    unread = sorted(set(parameters) - set(be.parameters))
+    if form == "python" and unread:
+        raise UsageError(f"backend {be.name} reads no config.pbtxt parameter {', '.join(unread)}, and its "
+                         f"Triton form is python, where zoo's runner serves it in Triton too: nothing would read "
+                         f"it (it reads {', '.join(be.parameters) or 'none'})")
 
 
 def _check_served(be, load_arguments: tuple, parameters: Mapping[str, str], vector_sets) -> None:
