@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 
 import httpx
@@ -98,3 +99,19 @@ def test_batch_sizes_are_observed(server, runners):
                          [encode_request(spec.sample(1, rng)) for _ in range(16)]))
     executions, rows = (a - b for a, b in zip(histogram(), before))
     assert rows == 16 and 0 < executions < 16
+
+
+def test_batch_settings_a_model_cannot_take_are_said_not_dropped_silently(caplog):
+    """`--max-batch-size 1000` and `--preferred-batch-sizes 0,4,128` are one setting for every
+    model served: a model whose batch axis ends at 32 was served at 32, and the sizes outside
+    1 to 32 left out, without a word."""
+    from zoo.serve.repository import ServeOptions, policy_for
+
+    spec = zoo.get_model("resnet8.digits").tiny()
+    top = spec.axes["batch"].max
+    with caplog.at_level(logging.WARNING, logger="zoo.serve"):
+        policy = policy_for(spec, ServeOptions(max_batch_size=top + 968, preferred_batch_sizes=(0, 4, top + 96)), "")
+    assert policy.max_batch_size == top and policy.preferred_batch_sizes == (4,)
+    said = [r.getMessage() for r in caplog.records]
+    assert f"model {spec.name} takes at most {top} rows: --max-batch-size {top + 968} is {top} for it" in said
+    assert f"model {spec.name} batches at most {top} rows: preferred batch sizes 0, {top + 96} left out" in said

@@ -97,9 +97,16 @@ def policy_for(spec, options: ServeOptions, config_text: str) -> BatchPolicy:
     axis_max = spec.axes["batch"].max
     can_batch = rows_batched(spec)
     max_batch = min(options.max_batch_size or config.get("max_batch_size") or axis_max, axis_max)
+    if options.max_batch_size and options.max_batch_size > axis_max:  # one setting for every model served
+        log.warning("model %s takes at most %d rows: --max-batch-size %d is %d for it", spec.name, axis_max,
+                    options.max_batch_size, axis_max)
     preferred = options.preferred_batch_sizes
     if preferred is None:
         preferred = config.get("preferred_batch_sizes", ())
+    dropped = [b for b in preferred if not 1 <= b <= max_batch]
+    if dropped:
+        log.warning("model %s batches at most %d rows: preferred batch sizes %s left out", spec.name, max_batch,
+                    ", ".join(map(str, dropped)))
     delay = options.max_queue_delay_ms
     if delay is None:
         delay = config.get("max_queue_delay_ms", 0.0)  # Triton's default
