@@ -86,3 +86,25 @@ def test_ctrl_c_while_the_report_is_written_says_what_is_left(tmp_path, monkeypa
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "interrupted while writing the report: r holds part of it (report.json, results.csv, report.md), each file "
         "complete")
+
+
+def test_a_run_that_fails_or_is_stopped_before_its_report_leaves_the_earlier_one(tmp_path, monkeypatch):
+    """The earlier report went before the run: Ctrl-C (or a crash) before any combination
+    finished then left no report at all. It goes only when the new one is written."""
+    monkeypatch.chdir(tmp_path)
+    run_with(monkeypatch, [ROW])
+    assert CliRunner().invoke(app, ARGS).exit_code == 0
+    (tmp_path / "r" / "notes.txt").write_text("mine")
+    earlier = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert "report.json" in earlier and "latency_vs_batch.png" in earlier
+    run_with(monkeypatch, [], interrupted=True)  # Ctrl-C before any combination finished
+    assert CliRunner().invoke(app, ARGS).exit_code == 130
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == earlier
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(zoo.bench, "benchmark", crash)
+    assert CliRunner().invoke(app, ARGS).exit_code != 0
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == earlier
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["results"] == [ROW]

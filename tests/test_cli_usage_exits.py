@@ -109,10 +109,64 @@ def test_plugin_after_the_command_says_where_it_goes(tmp_path, monkeypatch, caps
     assert code == 2 and lines == [want], lines
 
 
+@pytest.mark.parametrize("args, code, message", [
+    (["--device", "gpu"], 2, "--device: unknown 'gpu'; choose from cpu"),
+    (["--precision", "FP32"], 2, "--precision: unknown 'FP32'; choose from fp32"),
+    (["--precision", "int9"], 2, "--precision: unknown 'int9'; choose from fp32"),
+])
+def test_check_refuses_a_device_or_precision_nothing_knows_with_exit_2(tmp_path, monkeypatch, capsys, args, code,
+                                                                        message):
+    """An unknown device was an internal error; an unknown precision passed ("meets its spec")."""
+    got, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "check", "resnet8.digits", "--random-init", *args)
+    assert got == code and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+
+
+def test_check_on_cuda_without_cuda_is_the_machines_error(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "check", "resnet8.digits", "--random-init",
+                             "--device", "cuda")
+    assert code == 1 and lines == ["error: --device cuda: CUDA is not available here (torch.cuda.is_available() is "
+                                   "False); check on cpu"], lines
+
+
+def test_check_refuses_a_config_its_checkpoint_was_not_trained_at(tmp_path, monkeypatch, capsys):
+    """`-c width=8 --checkpoint DIR` of a width=32 checkpoint checked the width=32 model and
+    said it met its spec."""
+    from zoo import registry
+
+    spec = registry.get_model("resnet8.digits")
+    zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict()).save(tmp_path / "ckpt")
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "check", "resnet8.digits", "-c", "width=8",
+                             "--checkpoint", "ckpt")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: --config width=8 disagrees with --checkpoint ckpt, trained with width=32"), lines
+
+
 def test_serve_says_a_repository_that_is_a_file_is_one(tmp_path, monkeypatch, capsys):
     code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "afile", "--port", "0", "--grpc-port", "0")
     assert code == 2 and len(lines) == 1, lines
     assert "afile is a file, not a directory" in lines[0] and "export a model first" not in lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--request-timeout", "0"], "--request-timeout must be a finite number > 0, got 0.0"),
+    (["--request-timeout", "-1"], "--request-timeout must be a finite number > 0, got -1.0"),
+    (["--request-timeout", "nan"], "--request-timeout must be a finite number > 0, got nan"),
+    (["--max-queue-delay-ms", "nan"], "--max-queue-delay-ms must be a finite number >= 0, got nan"),
+    (["--max-queue-delay-ms", "inf"], "--max-queue-delay-ms must be a finite number >= 0, got inf"),
+    (["--max-queue-delay-ms", "-1"], "--max-queue-delay-ms must be a finite number >= 0, got -1.0"),
+    (["--shutdown-timeout", "-5"], "--shutdown-timeout must be a finite number >= 0, got -5.0"),
+    (["--shutdown-timeout", "inf"], "--shutdown-timeout must be a finite number >= 0, got inf"),
+    (["--log-level", "bogus"], "--log-level: unknown 'bogus'; choose from debug, info, warning, error, critical"),
+])
+def test_serve_refuses_a_time_or_log_level_no_request_can_be_served_under(tmp_path, monkeypatch, capsys, args,
+                                                                           message):
+    """Each of these started a server that broke every request (or an internal error)."""
+    (tmp_path / "repo").mkdir()
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "repo", "--grpc-port", "0", *args)
+    assert code == 2 and lines == [f"error: {message}"], lines
 
 
 def test_serve_says_an_empty_repository_holds_nothing_to_serve(tmp_path, monkeypatch, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -240,10 +241,13 @@ def check(model: str, config: List[str] = typer.Option([], "--config", "-c", hel
     Exits non-zero, with one line per problem, where `zoo export` would refuse."""
     from .check import check_model
 
-    spec = registry.get_model(model, **_config(config))
+    overrides = _config(config)
+    spec = registry.get_model(model, **overrides)
+    _check_check_choices(precision, device)
     if checkpoint is None and spec.config != registry.get_model(model).config:
         random_init = True  # checkpoints/MODEL holds the default config (`zoo train --config` needs --out)
-    report, source = check_model(spec, checkpoint, random_init, precision, device)
+    weights = _checkpoint_at_config(spec, overrides, checkpoint, random_init)
+    report, source = check_model(spec, weights, random_init, precision, device)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
     if as_json:
@@ -258,6 +262,39 @@ def check(model: str, config: List[str] = typer.Option([], "--config", "-c", hel
     report.raise_for_failures()
     if not as_json:
         out.print("[green]meets its spec[/green]")
+
+
+def _check_check_choices(precision: str, device: str) -> None:
+    """`zoo check`: a precision or device no export knows is a usage error (exit 2), as in
+    `zoo export` and `zoo bench`; CUDA that this machine lacks, the machine's (exit 1)."""
+    from .bench.matrix import check_names
+
+    check_names([precision], [device])
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ZooError(f"--device {device}: CUDA is not available here (torch.cuda.is_available() is False); "
+                           "check on cpu")
+
+
+def _checkpoint_at_config(spec, overrides: dict[str, Any], checkpoint: Optional[Path], random_init: bool):
+    """The checkpoint `zoo check` loads, read once (None: the default, or no checkpoint); a usage
+    error where a `-c` override disagrees with the config it was trained at: its weights would
+    build the checkpoint's model, and the check would pass for a model other than the one named."""
+    if checkpoint is None or not overrides:
+        return checkpoint
+    from .export import at_checkpoint_config
+
+    _, loaded = at_checkpoint_config(spec, checkpoint, random_init)
+    trained = loaded.config if loaded is not None else {}
+    differ = [k for k in overrides if k in trained and trained[k] != spec.config.get(k)]
+    if differ:
+        raise UsageError(f"--config {', '.join(f'{k}={spec.config.get(k)!r}' for k in differ)} disagrees with "
+                         f"--checkpoint {checkpoint}, trained with {', '.join(f'{k}={trained[k]!r}' for k in differ)}: "
+                         "drop --config to check the checkpoint's model, or check that config with --random-init "
+                         "instead of --checkpoint")
+    return loaded if loaded is not None else checkpoint
 
 
 @app.command()
@@ -689,7 +726,7 @@ def serve(ctx: typer.Context,
                                              "artifacts by name over /v2/repository/models/NAME/(un)load."),
           request_timeout: float = typer.Option(60.0, help="Seconds a request may wait for its model (504 after)."),
           shutdown_timeout: float = typer.Option(30.0, help="Seconds in-flight requests get to finish on shutdown."),
-          log_level: str = typer.Option("info", help="debug, info, warning or error."),
+          log_level: str = typer.Option("info", help="debug, info, warning, error or critical."),
           require_signature: Optional[Path] = typer.Option(
               None, help="A PEM public key: load only artifacts signed with its private key (`zoo sign`); "
                          "the others are listed as unloadable, with the reason.")):
@@ -708,8 +745,7 @@ def serve(ctx: typer.Context,
                         "--max-queue-size": max_queue_size, "--max-request-size": max_request_size}.items():
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
-    if max_queue_delay_ms is not None and max_queue_delay_ms < 0:
-        raise UsageError(f"--max-queue-delay-ms must be >= 0, got {max_queue_delay_ms}")
+    _check_serve_times(max_queue_delay_ms, request_timeout, shutdown_timeout, log_level)
     padding = _max_padding(max_padding)
     _check_port_numbers(port, grpc_port)
     if shared_memory not in ("none", "system"):
@@ -736,6 +772,24 @@ def serve(ctx: typer.Context,
                  request_timeout=request_timeout, shutdown_timeout=shutdown_timeout, host=host, grpc_port=grpc_port,
                  shared_memory=shared_memory == "system"),
         host=host, port=port, log_level=log_level.lower())
+
+
+#: `zoo serve --log-level`: the levels both uvicorn and the standard logging module know
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _check_serve_times(max_queue_delay_ms: Optional[float], request_timeout: float, shutdown_timeout: float,
+                       log_level: str) -> None:
+    """Refuse a time no request could be served under (a zero or negative --request-timeout
+    times every request out; a NaN delay never batches) and a log level nothing knows, before
+    the server starts."""
+    for name, value, zero_ok in (("--max-queue-delay-ms", max_queue_delay_ms, True),
+                                 ("--request-timeout", request_timeout, False),
+                                 ("--shutdown-timeout", shutdown_timeout, True)):
+        if value is not None and not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+            raise UsageError(f"{name} must be a finite number {'>= 0' if zero_ok else '> 0'}, got {value}")
+    if log_level.lower() not in LOG_LEVELS:
+        raise UsageError(f"--log-level: unknown {log_level!r}; choose from {', '.join(LOG_LEVELS)}")
 
 
 def _refuse_unused_batching(ctx: typer.Context, no_batching: bool, no_ragged: bool) -> None:

@@ -174,10 +174,10 @@ def bench(ctx: typer.Context,
     from .bench.matrix import Interrupted
 
     made = not directory.exists()
-    if not made:  # a reused directory: the earlier report's files go, so that it never holds two runs
+    if not made and scenario is not None:  # LoadGen logs into loadgen/: an earlier run's go first
         from .bench.report import clear_report
 
-        clear_report(directory)
+        clear_report(directory, names=[])
     try:
         report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     except Interrupted as exc:
@@ -230,16 +230,19 @@ def _write(report: dict[str, Any], directory: Path) -> str:
     """Write the report; the names written, as the "report:" line lists them (loadgen/ with
     LoadGen's logs too). Ctrl-C while it is written (the plots take a while) exits 130 with
     a line saying what is there: each file is written whole or not at all (zoo.fsutil)."""
-    from .bench.report import LOADGEN_DIR, report_files, write_report
+    from .bench.report import LOADGEN_DIR, clear_report, report_files, report_snapshot, unreplaced, write_report
 
-    try:
-        written = [p.name for p in write_report(report, directory).values()]
+    before = report_snapshot(directory)  # a reused directory: the earlier report's files go once this one's are
+    try:                                 # written (a run that fails or is stopped first leaves them), so that
+        written = [p.name for p in write_report(report, directory).values()]  # it never holds two runs
     except KeyboardInterrupt:
+        clear_report(directory, unreplaced(directory, before), loadgen=not report.get("loadgen"))
         there = [name for name in report_files() if (directory / name).is_file()]
         err.print(f"interrupted while writing the report: {directory} holds "
                   + (f"part of it ({', '.join(there)}), each file complete" if there else "none of it"),
                   highlight=False)
         raise typer.Exit(130) from None
+    clear_report(directory, unreplaced(directory, before), loadgen=not report.get("loadgen"))
     if report.get("loadgen") and (directory / LOADGEN_DIR).is_dir():
         written.append(f"{LOADGEN_DIR}/")
     return ", ".join(written)

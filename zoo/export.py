@@ -144,8 +144,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     spec = _quantized(declared, precision, quantization)
     be = get_backend(backend)
     be.check_supported(precision, device)
-    form, parameters = triton_form(be.triton, triton), check_parameters(triton_parameters)
-    _check_read(be, form, parameters)
+    form, parameters = _triton_settings(be, triton, triton_parameters)
     spec.tolerance(precision)
     if not (availability := probe(be, device)).ok:
         raise BackendUnavailableError(f"backend {be.name} cannot run on {device} here: {availability.reason}")
@@ -260,14 +259,17 @@ def _kept_triton(final: Path, be) -> tuple[str, dict[str, str]] | None:
         return None
 
 
-def _check_read(be, form: str, parameters: Mapping[str, str]) -> None:
-    """In the python form, both servers run zoo's runner: a parameter it does not read is read
-    by no one, so it is refused rather than written (the native form's may be Triton's)."""
+def _triton_settings(be, triton: str | None, triton_parameters: Mapping[str, str] | None) -> tuple[str, dict]:
+    """The Triton form and config.pbtxt parameters of the export. In the python form, both
+    servers run zoo's runner: a parameter it does not read is read by no one, so it is refused
+    rather than written (the native form's may be Triton's backend's)."""
+    form, parameters = triton_form(be.triton, triton), check_parameters(triton_parameters)
     unread = sorted(set(parameters) - set(be.parameters))
     if form == "python" and unread:
         raise UsageError(f"backend {be.name} reads no config.pbtxt parameter {', '.join(unread)}, and its "
                          f"Triton form is python, where zoo's runner serves it in Triton too: nothing would read "
                          f"it (it reads {', '.join(be.parameters) or 'none'})")
+    return form, parameters
 
 
 def _check_served(be, load_arguments: tuple, parameters: Mapping[str, str], vector_sets) -> None:

@@ -3,12 +3,13 @@ in one directory, and the reader that checks a report before anything compares w
 
 Each file is written through a temporary sibling and renamed (zoo.fsutil), so a CI job
 killed mid-write never leaves a half-written baseline. Only the report's own files are
-replaced, or removed (`clear_report`, before a run into a directory that holds an earlier
-report): the directory may hold other things (`--report-dir .`).
+replaced, or removed (`clear_report`, once a run into a directory that holds an earlier
+report has written its own): the directory may hold other things (`--report-dir .`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -122,17 +123,39 @@ def report_files() -> list[str]:
     return ["report.json", "results.csv", "report.md", *(name for name, _ in PLOTS.values())]
 
 
-def clear_report(directory: str | Path) -> None:
-    """Remove an earlier report from `directory`: the files `write_report` writes and
-    `loadgen/`, nothing else. A run into a reused directory would otherwise leave the
-    plots (or LoadGen logs) of the earlier run that this one does not make beside its own."""
+def report_snapshot(directory: str | Path) -> dict[str, tuple[int, int]]:
+    """The report files in `directory` now, each by identity (inode, mtime): what a write
+    that replaces a file (through a renamed temporary, zoo.fsutil) changes."""
+    snapshot = {}
+    for name in report_files():
+        with contextlib.suppress(OSError):
+            st = (Path(directory) / name).lstat()
+            snapshot[name] = (st.st_ino, st.st_mtime_ns)
+    return snapshot
+
+
+def unreplaced(directory: str | Path, before: Mapping[str, tuple[int, int]]) -> list[str]:
+    """The names in `before` (a `report_snapshot`) that are still the same files: an earlier
+    report's that the write since has not replaced."""
+    now = report_snapshot(directory)
+    return [name for name, identity in before.items() if now.get(name) == identity]
+
+
+def clear_report(directory: str | Path, names: list[str] | None = None, loadgen: bool = True) -> None:
+    """Remove an earlier report from `directory`: the files `write_report` writes (or those of
+    them in `names`) and, with `loadgen`, `loadgen/`; nothing else. Called once the new report
+    is written (an interrupted or failed run leaves the earlier report whole): a run into a
+    reused directory would otherwise leave the plots (or LoadGen logs) of the earlier run that
+    this one does not make beside its own."""
     import shutil
 
     directory = Path(directory)
     try:
-        for name in report_files():  # files only: a directory of that name is not a report's (writing says so)
-            if (directory / name).is_file() or (directory / name).is_symlink():
+        for name in report_files() if names is None else names:  # files only: a directory of that name is not
+            if (directory / name).is_file() or (directory / name).is_symlink():  # a report's (writing says so)
                 (directory / name).unlink()
+        if not loadgen:
+            return
         if (directory / LOADGEN_DIR).is_symlink():
             (directory / LOADGEN_DIR).unlink()
         elif (directory / LOADGEN_DIR).is_dir():
