@@ -108,3 +108,50 @@ def test_a_run_that_fails_or_is_stopped_before_its_report_leaves_the_earlier_one
     assert CliRunner().invoke(app, ARGS).exit_code != 0
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == earlier
     assert json.loads((tmp_path / "r" / "report.json").read_text())["results"] == [ROW]
+
+
+def test_a_report_write_that_fails_part_way_leaves_no_file_of_the_earlier_run(tmp_path, monkeypatch):
+    """A full disk while the plots were written left the new report.json beside the earlier
+    run's plots: one directory, two runs. What the new report did not replace goes then too."""
+    import errno
+
+    import zoo.bench.report
+
+    monkeypatch.chdir(tmp_path)
+    run_with(monkeypatch, [ROW])
+    assert CliRunner().invoke(app, ARGS).exit_code == 0
+    assert (tmp_path / "r" / "latency_vs_batch.png").is_file()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zoo.bench.report, "atomic_write_bytes", full)
+    run_with(monkeypatch, [{**ROW, "p50_ms": 9.99}])
+    assert CliRunner().invoke(app, ARGS).exit_code == 1
+    left = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert not [name for name in left if name.endswith(".png")], left
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["results"][0]["p50_ms"] == 9.99
+
+
+def test_a_loadgen_run_that_fails_keeps_the_earlier_runs_logs(tmp_path, monkeypatch):
+    """A --scenario run cleared loadgen/ before it ran (LoadGen writes there as it runs): one
+    that failed left the earlier report without the logs it names. They wait aside now."""
+    import zoo.cli_bench
+    from zoo.errors import ZooError
+
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "r" / "loadgen"
+    logs.mkdir(parents=True)
+    (logs / "mlperf_log_summary.txt").write_text("earlier")
+    (tmp_path / "r" / "report.json").write_text(json.dumps({"loadgen": {"scenarios": []}}))
+
+    def failing(o, directory):
+        (directory / "loadgen").mkdir(exist_ok=True)
+        (directory / "loadgen" / "mlperf_log_detail.txt").write_text("partial")
+        raise ZooError("LoadGen failed")
+
+    monkeypatch.setattr(zoo.cli_bench, "_loadgen", failing)
+    result = CliRunner().invoke(app, ARGS + ["--scenario", "offline"])
+    assert result.exit_code == 1, result.output
+    assert sorted(p.name for p in logs.iterdir()) == ["mlperf_log_summary.txt"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["loadgen", "report.json"]

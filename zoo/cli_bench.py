@@ -174,16 +174,58 @@ def bench(ctx: typer.Context,
     from .bench.matrix import Interrupted
 
     made = not directory.exists()
-    if not made and scenario is not None:  # LoadGen logs into loadgen/: an earlier run's go first
-        from .bench.report import clear_report
-
-        clear_report(directory, names=[])
+    aside = _loadgen_aside(directory) if not made and scenario is not None else None
     try:
         report = _loadgen(o, directory) if scenario is not None else _artifacts(o) if artifact else _matrix(o)
     except Interrupted as exc:
+        _loadgen_back(directory, aside, exc.report.get("results") or exc.report.get("loadgen"))
         _interrupted(exc.report, directory if made else None, directory, output, as_json)
+    except BaseException:
+        _loadgen_back(directory, aside, False)
+        raise
+    _loadgen_back(directory, aside, True)
     _report(report, directory, baseline, output, as_json, sigmas=sigmas, min_change=min_change, strict=strict,
             compare_path=compare)
+
+
+#: where an earlier run's LoadGen logs wait while a --scenario run writes its own into loadgen/
+LOADGEN_ASIDE = ".loadgen-earlier"
+
+
+def _loadgen_aside(directory: Path) -> Optional[Path]:
+    """Move an earlier run's loadgen/ aside (LoadGen writes its logs there as it runs), so that a
+    run that fails keeps the earlier report whole (`_loadgen_back`)."""
+    import shutil
+
+    from .bench.report import LOADGEN_DIR
+
+    logs = directory / LOADGEN_DIR
+    if logs.is_symlink() or not logs.is_dir():
+        return None
+    aside = directory / LOADGEN_ASIDE
+    try:
+        shutil.rmtree(aside, ignore_errors=True)
+        logs.rename(aside)
+    except OSError as exc:
+        raise ZooError(f"cannot move the earlier LoadGen logs in {directory} aside: {exc.strerror or exc}") from None
+    return aside
+
+
+def _loadgen_back(directory: Path, aside: Optional[Path], replaced: bool) -> None:
+    """The earlier logs `_loadgen_aside` moved: dropped where this run has a report of its own
+    to write (`replaced`), else put back in place of what this run left in loadgen/."""
+    import shutil
+
+    from .bench.report import LOADGEN_DIR
+
+    if aside is None:
+        return
+    if replaced:
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    shutil.rmtree(directory / LOADGEN_DIR, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        aside.rename(directory / LOADGEN_DIR)
 
 
 def _baseline(compare: Path) -> dict[str, Any]:
@@ -242,6 +284,9 @@ def _write(report: dict[str, Any], directory: Path) -> str:
                   + (f"part of it ({', '.join(there)}), each file complete" if there else "none of it"),
                   highlight=False)
         raise typer.Exit(130) from None
+    except BaseException:  # a write that failed part-way (a full disk): none of the earlier run's files stay
+        clear_report(directory, unreplaced(directory, before), loadgen=not report.get("loadgen"))
+        raise
     clear_report(directory, unreplaced(directory, before), loadgen=not report.get("loadgen"))
     if report.get("loadgen") and (directory / LOADGEN_DIR).is_dir():
         written.append(f"{LOADGEN_DIR}/")

@@ -144,7 +144,8 @@ def unreplaced(directory: str | Path, before: Mapping[str, tuple[int, int]]) -> 
 def clear_report(directory: str | Path, names: list[str] | None = None, loadgen: bool = True) -> None:
     """Remove an earlier report from `directory`: the files `write_report` writes (or those of
     them in `names`) and, with `loadgen`, `loadgen/`; nothing else. Called once the new report
-    is written (an interrupted or failed run leaves the earlier report whole): a run into a
+    is written (an interrupted or failed run leaves the earlier report whole; a --scenario run
+    moves the earlier loadgen/ aside while LoadGen writes its own, `cli_bench._loadgen_aside`): a run into a
     reused directory would otherwise leave the plots (or LoadGen logs) of the earlier run that
     this one does not make beside its own."""
     import shutil
