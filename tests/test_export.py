@@ -161,7 +161,7 @@ def test_a_triton_parameter_nothing_reads_is_refused_in_the_python_form(reposito
     does not read is read by no one: `--triton-parameter enable_mem_arena=0` on a torch export
     was written and ignored. Refused before any work; the native form's keys stay (Triton's)."""
     for backend, triton in (("torch", None), ("onnxruntime", "python")):
-        with pytest.raises(zoo.errors.UsageError, match="reads no config.pbtxt parameter bogus"):
+        with pytest.raises(zoo.errors.UsageError, match="parameter bogus: in the python form neither"):
             zoo.export(SPEC, backend, repository=repository, random_init=True, triton=triton,
                        triton_parameters={"bogus": "1"})
     assert not repository.exists() or not any(repository.iterdir())  # refused before any work
@@ -169,6 +169,10 @@ def test_a_triton_parameter_nothing_reads_is_refused_in_the_python_form(reposito
                      triton_parameters={"enable_mem_arena": "0"})  # one the runner reads
     assert art.manifest["triton"] == {**art.manifest["triton"], "form": "python",
                                       "parameters": {"enable_mem_arena": "0"}}
+    # one Triton's Python backend reads itself: the packed environment model.py runs in
+    env = {"EXECUTION_ENV_PATH": "$$TRITON_MODEL_DIRECTORY/zoo-env.tar.gz"}
+    art = zoo.export(SPEC, "torch", repository=repository, random_init=True, triton_parameters=env)
+    assert art.manifest["triton"]["parameters"] == env
 
 
 class Doubled(torch.nn.Module):

@@ -259,16 +259,21 @@ def _kept_triton(final: Path, be) -> tuple[str, dict[str, str]] | None:
         return None
 
 
+#: the model configuration parameters Triton's Python backend itself reads (its README:
+#: "Using Custom Python Execution Environments", "Input Tensor Device Placement")
+PYTHON_BACKEND_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
+
+
 def _triton_settings(be, triton: str | None, triton_parameters: Mapping[str, str] | None) -> tuple[str, dict]:
     """The Triton form and config.pbtxt parameters of the export. In the python form, both
     servers run zoo's runner: a parameter it does not read is read by no one, so it is refused
     rather than written (the native form's may be Triton's backend's)."""
     form, parameters = triton_form(be.triton, triton), check_parameters(triton_parameters)
-    unread = sorted(set(parameters) - set(be.parameters))
+    unread = sorted(set(parameters) - set(be.parameters) - set(PYTHON_BACKEND_PARAMETERS))
     if form == "python" and unread:
-        raise UsageError(f"backend {be.name} reads no config.pbtxt parameter {', '.join(unread)}, and its "
-                         f"Triton form is python, where zoo's runner serves it in Triton too: nothing would read "
-                         f"it (it reads {', '.join(be.parameters) or 'none'})")
+        raise UsageError(f"config.pbtxt parameter {', '.join(unread)}: in the python form neither backend {be.name}'s "
+                         f"runner (it reads {', '.join(be.parameters) or 'none'}) nor Triton's Python backend (it "
+                         f"reads {', '.join(PYTHON_BACKEND_PARAMETERS)}) reads it")
     return form, parameters
 
 
