@@ -272,6 +272,20 @@ def test_resume_refuses_another_model_corruption_and_changed_settings(tmp_path):
         zoo.train(MLP, out=tmp_path / "mlp", epochs=1, progress=False, options=resume)
 
 
+def test_a_resume_point_of_an_earlier_zoo_without_the_sha256_resumes_with_a_warning(tmp_path, caplog):
+    """Resume points written before they recorded their tensors' sha256 (the same format 1)
+    were refused as corrupted: the epochs trained were lost for an upgrade."""
+    zoo.train(MLP, out=tmp_path / "mlp", epochs=2, progress=False, options=TrainOptions(max_steps=25))
+    meta_path = tmp_path / "mlp" / "last" / "training.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["tensors_sha256"]
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level("WARNING", logger="zoo"):
+        resumed = zoo.train(MLP, out=tmp_path / "mlp", epochs=2, progress=False, options=TrainOptions(resume=True))
+    assert resumed.metrics["epochs"] == 2
+    assert any("written by an earlier zoo" in r.getMessage() for r in caplog.records), caplog.text
+
+
 def test_gradient_accumulation_takes_the_same_steps_as_the_large_batch(tmp_path):
     big = zoo.train(MLP, out=tmp_path / "big", epochs=2, progress=False)
     accumulated = zoo.train(MLP, out=tmp_path / "acc", epochs=2, progress=False,

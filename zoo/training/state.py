@@ -16,6 +16,7 @@ is replaced atomically, so a crash while saving leaves the previous resume point
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,13 @@ def _check_tensors_sha256(path: Path, meta: Any) -> None:
     recorded: a flipped bit of the optimizer or generator state loads, and the run diverges."""
     if not isinstance(meta, Mapping):
         return  # refused below as not a resume point of this zoo's
+    if TENSORS_SHA256 not in meta:  # written before resume points recorded it (the format is the same)
+        logging.getLogger("zoo").warning("resume point %s was written by an earlier zoo, which recorded no sha256 of "
+                                         "%s: its optimizer and generator state are taken unchecked", path, TENSORS)
+        return
     recorded = meta.get(TENSORS_SHA256)
     if not isinstance(recorded, str):
-        raise CheckpointError(f"resume point {path} is corrupted or from an older zoo: {STATE} records no sha256 of "
-                              f"{TENSORS}; start without --resume")
+        raise CheckpointError(f"resume point {path} is corrupted: {STATE}'s {TENSORS_SHA256} is no sha256")
     if recorded != sha256_file(path / TENSORS):
         raise CheckpointError(f"resume point {path} is corrupted: {TENSORS} does not match the sha256 recorded in "
                               f"{STATE}")
