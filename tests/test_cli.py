@@ -417,9 +417,14 @@ def test_generate_bounds_max_new_tokens_by_the_models_context(zoo_cli, fails):
     spec = zoo.get_model("gpt.pydoc").tiny()
     zoo.Checkpoint(spec.name, dict(spec.config), spec.build().state_dict()).save(zoo_cli.cwd / "gpt")
     context = spec.axes["seq"].max
-    for n in (context + 1, 100000, 0):
+    for n in (context + 1, 100000):
         assert fails("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(n)) == \
             f"--max-new-tokens must be from 1 to {context} (gpt.pydoc's context), got {n}"
+    # usage errors (exit 2, as SettingError says), the count before the model is loaded
+    for option, value, said in (("-n", "0", "--max-new-tokens must be at least 1, got 0"),
+                                ("--temperature", "inf", "--temperature must be a finite number, got inf")):
+        result = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", option, value)
+        assert result.returncode == 2 and result.stderr.strip() == f"error: {said}", result.stderr
     longest = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(context))
     assert succeeds(longest).startswith("hi")
 

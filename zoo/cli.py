@@ -668,16 +668,19 @@ def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
              checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
              device: Optional[str] = DEVICE):
     """Continue PROMPT with a language model, greedily or by sampling at a temperature."""
-    from .errors import InputError
     from .predict import generate as run
 
+    if max_new_tokens is not None and max_new_tokens < 1:  # before the model is loaded
+        raise UsageError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    if not math.isfinite(temperature):
+        raise UsageError(f"--temperature must be a finite number, got {temperature}")
     spec, fn, _ = _predictor(model, artifact, repository, checkpoint, device)
     context = _context(spec)
     if max_new_tokens is None:
         max_new_tokens = min(100, context or 100)
-    elif context is not None and not 1 <= max_new_tokens <= context:
+    elif context is not None and max_new_tokens > context:
         # each token is a forward pass over up to `context` tokens: an unbounded -n runs for hours
-        raise InputError(f"--max-new-tokens must be from 1 to {context} ({spec.name}'s context), "
+        raise UsageError(f"--max-new-tokens must be from 1 to {context} ({spec.name}'s context), "
                          f"got {max_new_tokens}")
     print(prompt + run(spec, fn, prompt, max_new_tokens, temperature, seed))
 
