@@ -278,3 +278,12 @@ def test_what_needs_no_pytorch_is_answered_without_importing_it(tmp_path, args, 
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert message in done.stderr, done.stderr
     assert done.stdout.split()[-3:] == ["exit", str(code), "False"], (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", ""])
+def test_backends_refuses_a_device_no_backend_offers(tmp_path, monkeypatch, capsys, device):
+    """`zoo backends --device gpu` exited 0 with a row per backend saying "does not run on gpu",
+    and `--device ''` listed every device."""
+    code, err, out = run_cli(tmp_path, monkeypatch, capsys, "backends", "--device", device)
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --device: unknown {device!r}"), err
+    assert "cpu" in err[0] and not out

@@ -99,6 +99,9 @@ def info(model: str, as_json: bool = JSON):
 @app.command()
 def backends(device: Optional[str] = typer.Option(None, help="Only this device: cpu or cuda."), as_json: bool = JSON):
     """Every backend plugin: can it run here, library versions, devices, precisions; if not, why."""
+    known = sorted({dev for be in registry.backends().values() for dev in be.devices})
+    if device is not None and device not in known:  # "gpu", "cuda:0", "": a device no backend offers
+        raise UsageError(f"--device: unknown {device!r}; the backends offer {', '.join(known)}")
     rows = []
     for be in registry.backends().values():
         try:  # a third-party backend's versions() or probe that raises must not take the listing down
