@@ -287,3 +287,47 @@ def test_backends_refuses_a_device_no_backend_offers(tmp_path, monkeypatch, caps
     code, err, out = run_cli(tmp_path, monkeypatch, capsys, "backends", "--device", device)
     assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --device: unknown {device!r}"), err
     assert "cpu" in err[0] and not out
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0,-1", "--preferred-batch-sizes: batch sizes are at least 1, got -1"),
+    ("1,,2", "--preferred-batch-sizes '1,,2' has an empty item"),
+    ("x", "--preferred-batch-sizes: expected whole numbers separated by commas, got 'x'"),
+    ("4,4", "--preferred-batch-sizes names 4 twice"),
+    ("", "--preferred-batch-sizes is empty"),
+])
+def test_serve_refuses_preferred_batch_sizes_no_batcher_can_use(tmp_path, monkeypatch, capsys, value, message):
+    """`0,-1` and `1,,2` started a server (the batcher dropped what it could not use) and
+    `x` was an exit-1 error: all usage errors before the server starts."""
+    (tmp_path / "repo").mkdir()
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "serve", "repo", "--grpc-port", "0",
+                             "--preferred-batch-sizes", value)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backends", ""], "--backends is empty"),
+    (["--backends", "onnxruntime,,torch"], "--backends 'onnxruntime,,torch' has an empty item"),
+    (["--backends", "nosuch"], "unknown backend 'nosuch'"),
+    (["--min-time", "0"], "--min-time must be a finite number > 0, got 0.0"),
+    (["--min-time", "nan"], "--min-time must be a finite number > 0, got nan"),
+])
+def test_demo_refuses_its_options_before_it_trains(tmp_path, monkeypatch, capsys, args, message):
+    """These were found after the training (or `--backends ''` ran every default backend)."""
+    import zoo.demo
+
+    def train(*a, **k):
+        raise AssertionError("the demo trained: the option should have been refused first")
+
+    monkeypatch.setattr(zoo.demo, "train", train)
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "demo", *args)
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_optimize_refuses_an_empty_item_in_its_lists(tmp_path, monkeypatch, capsys):
+    """`--backends onnxruntime,,torch` was read as two backends."""
+    code, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "optimize", "resnet8.digits", "--random-init",
+                             "--backends", "onnxruntime,,torch")
+    assert code == 2 and lines == ["error: --backends 'onnxruntime,,torch' has an empty item: separate the values "
+                                   "with single commas"], lines

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from . import registry
 from .backend import Availability, library_versions
-from .cli_common import JSON, REPOSITORY, _artifact_path, _csv, _emit_json, _table, app, err, given_options, out
+from .cli_common import JSON, REPOSITORY, _artifact_path, _emit_json, _table, app, err, given_options, out
 from .errors import PluginError, Terminated, UnknownModelError, UsageError, ZooError, raise_on_sigterm, was_terminated
 from .fsutil import check_destination
 
@@ -752,6 +752,7 @@ def serve(ctx: typer.Context,
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
     _check_serve_times(max_queue_delay_ms, request_timeout, shutdown_timeout, log_level)
+    preferred = _preferred(preferred_batch_sizes)
     padding = _max_padding(max_padding)
     _check_port_numbers(port, grpc_port)
     if shared_memory not in ("none", "system"):
@@ -770,14 +771,26 @@ def serve(ctx: typer.Context,
         _check_not_empty(repository)
     _check_ports(host, port, grpc_port)
     options = ServeOptions(max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms,
-                           preferred_batch_sizes=tuple(_csv(preferred_batch_sizes, int)) if preferred_batch_sizes
-                           else None, instances=instances, max_queue_size=max_queue_size,
+                           preferred_batch_sizes=preferred, instances=instances, max_queue_size=max_queue_size,
                            batching=not no_batching, ragged=not no_ragged, max_padding=padding, threads=threads,
                            require_signature=require_signature)
     run(Settings(repository, options, max_request_bytes=max_request_size, model_control=model_control,
                  request_timeout=request_timeout, shutdown_timeout=shutdown_timeout, host=host, grpc_port=grpc_port,
                  shared_memory=shared_memory == "system"),
         host=host, port=port, log_level=log_level.lower())
+
+
+def _preferred(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    """--preferred-batch-sizes as batch sizes, each at least 1: `0,-1` and `1,,2` were taken
+    (the batcher dropped what it could not use), `x` was an exit-1 error."""
+    from .bench.options import items
+
+    if text is None:
+        return None
+    sizes = items("--preferred-batch-sizes", text, "batch size", int)
+    if min(sizes) < 1:
+        raise UsageError(f"--preferred-batch-sizes: batch sizes are at least 1, got {min(sizes)}")
+    return tuple(sizes)
 
 
 #: `zoo serve --log-level`: the levels both uvicorn and the standard logging module know
@@ -880,8 +893,19 @@ def demo(repository: Path = REPOSITORY, min_time: float = typer.Option(0.5, help
 
     from .cli_bench import print_bench
 
-    check_destination(repository, "--repository")  # before the training and exports
-    print_bench(run(repository, min_time=min_time, console=out, only=_csv(backends_) if backends_ else None))
+    from .bench.options import items
+
+    # before the training: a bad value found after it costs the training
+    from .registry import known_backend
+
+    only = None if backends_ is None else items("--backends", backends_, "backend (or all)")
+    for name in only or ():
+        if name != "all":
+            known_backend(name, "--backends")
+    if not (math.isfinite(min_time) and min_time > 0):
+        raise UsageError(f"--min-time must be a finite number > 0, got {min_time}")
+    check_destination(repository, "--repository")
+    print_bench(run(repository, min_time=min_time, console=out, only=only))
 
 
 deploy_app = typer.Typer(no_args_is_help=True, help="Manifests that serve a repository past one machine.")

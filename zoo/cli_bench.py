@@ -301,7 +301,7 @@ def _check_values(o: SimpleNamespace) -> None:
     `o.concurrencies` and `o.scenarios` (None where the option is not given)."""
     from .bench.options import items
 
-    if o.models is not None and not _csv(o.models):
+    if o.models is not None and not _csv(o.models, "MODEL", "model"):
         raise UsageError(f"MODEL {o.models!r} names no model: give a name, a glob ('resnet*') or 'all'")
     o.names = None if o.models is None else items("MODEL", o.models, "model")
     if o.report_dir is not None and not o.report_dir.strip():
@@ -560,7 +560,7 @@ _ONLY_WITH_COMPARE = ("sigmas", "min_change")
 def _refuse_ignored(ctx: typer.Context, url: Optional[str], scenario: Optional[str], artifacts: bool,
                     find_qps: bool = False) -> None:
     given = given_options(ctx)
-    server = scenario is not None and "server" in map(_scenario_key, _csv(scenario))
+    server = scenario is not None and "server" in map(_scenario_key, _csv(scenario, "--scenario", "scenario"))
     for mode, active, names, why in (
             ("without --compare", ctx.params.get("compare") is None, _ONLY_WITH_COMPARE,
              "it sets the regression gate's threshold"),
@@ -617,8 +617,10 @@ def optimize(model: str, device: str = typer.Option("cpu", help="cpu or cuda."),
     with _progress() as progress:
         progress.add_task(f"optimizing {model} for {objective} on {device}", total=None)
         result = run(model, device, objective, max_metric_drop, repository, checkpoint=checkpoint,
-                     random_init=random_init, backends=None if backends_ is None else _csv(backends_),
-                     precisions=None if precisions is None else _csv(precisions), batch=batch, threads=threads,
+                     random_init=random_init,
+                     backends=None if backends_ is None else _csv(backends_, "--backends", "backend"),
+                     precisions=None if precisions is None else _csv(precisions, "--precisions", "precision"),
+                     batch=batch, threads=threads,
                      min_time=min_time, on_result=lambda row: progress.console.print(
                          _row_line(row) if row.get("precision") else
                          f"[yellow]{escape(row['backend'])}: {escape(row.get('error', 'unavailable'))}[/]",

@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import ZooError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A plugin-based model zoo: train, export, verify, serve and benchmark models.")
@@ -35,11 +34,13 @@ def given_options(ctx: typer.Context) -> list:
     return [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
 
 
-def _csv(text: str, kind=str) -> list:
-    try:
-        return [kind(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ZooError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
+def _csv(text: str, option: str, what: str = "value", kind: type = str) -> list:
+    """OPTION's comma-separated `text` as a list of `kind`: [] when it names nothing (`,`),
+    for the caller to refuse in its own words; else `zoo.bench.options.items`' reading
+    (a usage error for an empty item in a list, a value not of `kind`, one named twice)."""
+    from .bench.options import items
+
+    return [] if not text.replace(",", "").strip() else items(option, text, what, kind)
 
 
 def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
