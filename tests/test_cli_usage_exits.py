@@ -331,3 +331,24 @@ def test_optimize_refuses_an_empty_item_in_its_lists(tmp_path, monkeypatch, caps
                              "--backends", "onnxruntime,,torch")
     assert code == 2 and lines == ["error: --backends 'onnxruntime,,torch' has an empty item: separate the values "
                                    "with single commas"], lines
+
+
+@pytest.mark.parametrize("value, shown", [("", False), ("0", False), ("false", False), ("off", False),
+                                          ("1", True), ("yes", True)])
+def test_zoo_debug_0_leaves_tracebacks_out_as_unset_does(tmp_path, monkeypatch, capsys, value, shown):
+    """`ZOO_DEBUG=0` turned tracebacks on: any value counted."""
+    def broken():
+        raise RuntimeError("a failure no ZooError names")
+
+    monkeypatch.setenv("ZOO_DEBUG", value)
+    monkeypatch.setattr(cli, "app", broken)
+    monkeypatch.setattr(sys, "argv", ["zoo", "list"])
+    if shown:
+        with pytest.raises(RuntimeError, match="a failure no ZooError names"):
+            cli.main()
+        return
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip() == ("internal error: a failure no ZooError names (set ZOO_DEBUG=1 for the "
+                                               "traceback)")

@@ -18,7 +18,8 @@ from rich.markup import escape
 from . import registry
 from .backend import Availability, library_versions
 from .cli_common import JSON, REPOSITORY, _artifact_path, _emit_json, _table, app, err, given_options, out
-from .errors import PluginError, Terminated, UnknownModelError, UsageError, ZooError, raise_on_sigterm, was_terminated
+from .errors import (PluginError, Terminated, UnknownModelError, UsageError, ZooError, debugging, raise_on_sigterm,
+                     was_terminated)
 from .fsutil import check_destination
 
 
@@ -1014,7 +1015,7 @@ def main() -> None:
             sys.exit(Terminated.exit_code)
         raise
     except Exception as exc:
-        if os.environ.get("ZOO_DEBUG"):
+        if debugging():
             raise
         err.print(f"[red]internal error:[/red] {escape(str(exc))} (set ZOO_DEBUG=1 for the traceback)", highlight=False)
         sys.exit(1)

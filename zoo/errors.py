@@ -4,8 +4,15 @@ never a traceback (see ``zoo.cli``)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+
+
+def debugging() -> bool:
+    """ZOO_DEBUG set to anything but empty, 0, false, no or off: tracebacks and the
+    libraries' own output are shown. `ZOO_DEBUG=0` turned it on."""
+    return os.environ.get("ZOO_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 class ZooError(Exception):

@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import io
 import logging
-import os
 import re
 import warnings
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from .errors import SpecError, first_line
+from .errors import SpecError, debugging, first_line
 from .inputs import check_names
 from .spec import ModelSpec
 
@@ -71,7 +70,7 @@ def export_quiet() -> Iterator[None]:
     prints to stderr (`print(e.partial_fx_graph, file=sys.stderr)`, forty lines of torch's
     IR for a branch on a tensor value, twice) and its loggers' lines, before the one-line
     error that names the cause (`export_reason`). All of it stays with ZOO_DEBUG set."""
-    if os.environ.get("ZOO_DEBUG"):
+    if debugging():
         yield
         return
     loggers = [logging.getLogger(name) for name in _EXPORT_LOGGERS]

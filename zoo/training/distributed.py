@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import Terminated, UsageError, ZooError
+from ..errors import Terminated, UsageError, ZooError, debugging
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     # torchrun sets one OpenMP thread per process; give each process its share of the cores instead
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     env[LAUNCHED] = "1"  # check_launch prepared the run directory: the processes leave it as it is
-    if os.environ.get("ZOO_DEBUG"):
+    if debugging():
         return subprocess.call(command, env=env), False
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:
         assert process.stderr is not None
