@@ -352,3 +352,16 @@ def test_zoo_debug_0_leaves_tracebacks_out_as_unset_does(tmp_path, monkeypatch, 
     assert exited.value.code == 1
     assert capsys.readouterr().err.strip() == ("internal error: a failure no ZooError names (set ZOO_DEBUG=1 for the "
                                                "traceback)")
+
+
+def test_version_prints_the_installed_version_without_importing_pytorch(tmp_path):
+    from importlib.metadata import version
+
+    script = ("import runpy, sys\n"
+              "sys.argv = ['zoo', '--version']\n"
+              "try:\n"
+              "    runpy.run_module('zoo', run_name='__main__')\n"
+              "except SystemExit as exc:\n"
+              "    print('exit', exc.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == [f"zoo {version('zoo')}", "exit 0 False"], (done.stdout, done.stderr)

@@ -23,8 +23,18 @@ from .errors import (PluginError, Terminated, UnknownModelError, UsageError, Zoo
 from .fsutil import check_destination
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .version import __version__
+
+        print(f"zoo {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a local plugin file (repeatable).")) -> None:
+def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a local plugin file (repeatable)."),
+             version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                          help="Print zoo's version and exit.")) -> None:
     for file in plugin:
         registry.load_plugin_file(file, warn=True)  # one that fails to import must not hide the others
 
