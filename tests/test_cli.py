@@ -422,7 +422,7 @@ def test_generate_bounds_max_new_tokens_by_the_models_context(zoo_cli, fails):
             f"--max-new-tokens must be from 1 to {context} (gpt.pydoc's context), got {n}"
     # usage errors (exit 2, as SettingError says), the count before the model is loaded
     for option, value, said in (("-n", "0", "--max-new-tokens must be at least 1, got 0"),
-                                ("--temperature", "inf", "--temperature must be a finite number, got inf")):
+                                ("--temperature", "inf", "--temperature must be a finite number >= 0, got inf")):
         result = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", option, value)
         assert result.returncode == 2 and result.stderr.strip() == f"error: {said}", result.stderr
     longest = zoo_cli("generate", spec.name, "-p", "hi", "--checkpoint", "gpt", "-n", str(context))

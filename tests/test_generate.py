@@ -73,8 +73,11 @@ def test_the_cli_says_what_was_wrong_in_one_line(gpt, tmp_path):
     env = {**os.environ, "ZOO_DEBUG": ""}
     # a bad prompt is a bad input (exit 1); a setting no run can use a usage error (exit 2)
     for args, message, code in (([os.fsencode("-p"), b"caf\xe9"], "not valid UTF-8", 1),
-                                (["-p", "abc", "--seed", "-1"], "seed must be an integer >= 0", 2),
-                                (["-p", "abc", "--temperature", "-1"], "temperature must be >= 0", 2)):
+                                (["-p", "abc", "--temperature", "1", "--seed", "-1"], "seed must be an integer >= 0",
+                                 2),
+                                (["-p", "abc", "--temperature", "-1"], "--temperature must be a finite number >= 0", 2),
+                                # greedy decoding draws nothing: the seed was ignored silently
+                                (["-p", "abc", "--seed", "3"], "--seed does nothing at --temperature 0", 2)):
         result = subprocess.run([sys.executable, "-m", "zoo", "generate", spec.name, "--checkpoint", str(path),
                                  "-n", "2", *args], capture_output=True, cwd=tmp_path, env=env, timeout=300)
         stderr = result.stderr.decode(errors="replace").strip()

@@ -673,12 +673,12 @@ def _read_file(path: Path) -> bytes:
 
 
 @app.command()
-def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
+def generate(ctx: typer.Context, model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
              max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="Tokens to add, "
                                                           "at most the model's context (its sequence axis maximum, "
                                                           "`zoo info`); default 100, or the context if shorter."),
              temperature: float = typer.Option(0.0, help="0: greedy; higher: more random sampling."),
-             seed: int = 0, artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
+             seed: int = typer.Option(0, help="The sampling's seed (with --temperature above 0)."), artifact: Optional[str] = ARTIFACT, repository: Path = REPOSITORY,
              checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default checkpoints/MODEL)."),
              device: Optional[str] = DEVICE):
     """Continue PROMPT with a language model, greedily or by sampling at a temperature."""
@@ -686,8 +686,11 @@ def generate(model: str, prompt: str = typer.Option(..., "--prompt", "-p"),
 
     if max_new_tokens is not None and max_new_tokens < 1:  # before the model is loaded
         raise UsageError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    if not math.isfinite(temperature):
-        raise UsageError(f"--temperature must be a finite number, got {temperature}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise UsageError(f"--temperature must be a finite number >= 0, got {temperature}")
+    if temperature == 0 and "seed" in (p.name for p in given_options(ctx)):
+        raise UsageError("--seed does nothing at --temperature 0: greedy decoding draws nothing; give a "
+                         "--temperature above 0 to sample")
     spec, fn, _ = _predictor(model, artifact, repository, checkpoint, device)
     context = _context(spec)
     if max_new_tokens is None:
