@@ -18,7 +18,8 @@ from zoo.cli import app
 ROW = {"model": "resnet8.digits", "backend": "onnxruntime", "precision": "fp32", "device": "cpu", "batch": 1,
        "lengths": {}, "status": "ok", "p50_ms": 0.67, "p90_ms": 0.7, "p99_ms": 0.8, "throughput": 1500.0,
        "noise": 0.02}
-ARGS = ["bench", "resnet8.digits", "--backends", "onnxruntime", "--batch-sizes", "1", "--report-dir", "r"]
+ARGS = ["bench", "resnet8.digits", "--random-init", "--backends", "onnxruntime", "--batch-sizes", "1",
+        "--report-dir", "r"]
 
 
 def run_with(monkeypatch, rows: list[dict], interrupted: bool = False):

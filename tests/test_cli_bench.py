@@ -321,7 +321,8 @@ def test_strict_fails_the_gate_on_a_row_too_noisy_to_judge(tmp_path, monkeypatch
     monkeypatch.setattr(zoo.bench, "benchmark", lambda *a, **k: {"models": ["resnet8.digits"], "options": {},
                                                                    "environment": {"cpu": "x"}, "results": [now]})
     _baseline(tmp_path, p50_ms=0.1, noise=57.4)
-    args = ["bench", "resnet8.digits", "--backends", "onnxruntime", "--batch-sizes", "1", "--compare", "base.json"]
+    args = ["bench", "resnet8.digits", "--random-init", "--backends", "onnxruntime", "--batch-sizes", "1", "--compare",
+            "base.json"]
     lenient = CliRunner().invoke(app, [*args, "--report-dir", "a"], terminal_width=250)
     assert lenient.exit_code == 0, (lenient.exception, lenient.output)
     assert "too noisy: 1, unchanged: 0" in lenient.output and "--strict fails the gate on them" in lenient.output
@@ -347,7 +348,8 @@ def test_ctrl_c_writes_the_report_of_what_finished_or_nothing_and_exits_130(tmp_
 
     monkeypatch.setattr(scenarios, "loadgen", interrupted)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["zoo", "bench", "resnet8.digits", "--backends", "onnxruntime", "--scenario",
+    monkeypatch.setattr(sys, "argv", ["zoo", "bench", "resnet8.digits", "--random-init", "--backends", "onnxruntime",
+                                      "--scenario",
                                       "offline", "--report-dir", "lg"])
     with pytest.raises(SystemExit) as exit_:
         main()
@@ -372,7 +374,7 @@ def test_ctrl_c_in_the_matrix_keeps_the_finished_combinations(tmp_path, monkeypa
 
     monkeypatch.setattr(matrix, "combination", combination)
     with pytest.raises(matrix.Interrupted) as caught:
-        zoo.benchmark("resnet8.digits", ["onnxruntime", "openvino", "torch"], [1], repository=tmp_path)
+        zoo.benchmark("resnet8.digits", ["onnxruntime", "openvino", "torch"], [1], repository=tmp_path, random_init=True)
     report = caught.value.report
     assert report["interrupted"] and [(r["backend"], r["status"]) for r in report["results"]] == [
         ("onnxruntime", "failed")]

@@ -365,3 +365,19 @@ def test_version_prints_the_installed_version_without_importing_pytorch(tmp_path
               "    print('exit', exc.code, 'torch' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines() == [f"zoo {version('zoo')}", "exit 0 False"], (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--checkpoint", "nonexist"], 1, "no checkpoint at nonexist"),
+    (["--checkpoint", "nonexist", "--random-init"], 2, "--random-init and --checkpoint nonexist name different weights"),
+    (["--checkpoint", "nonexist", "--scenario", "singlestream"], 1, "no checkpoint at nonexist"),
+    ([], 1, "no checkpoint for resnet8.digits at checkpoints/resnet8.digits: run `zoo train resnet8.digits` first"),
+])
+def test_bench_refuses_weights_every_combination_would_refuse_before_the_run(tmp_path, monkeypatch, capsys, args,
+                                                                             code, message):
+    """Each row of the run failed with this line, after a report directory was made."""
+    monkeypatch.setattr("zoo.checkpoint.default_path", lambda model: Path("checkpoints") / model)
+    code_, lines, _ = run_cli(tmp_path, monkeypatch, capsys, "bench", "resnet8.digits", "--backends", "onnxruntime",
+                              "--batch-sizes", "1", "--min-time", "0.05", *args)
+    assert code_ == code and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no report, no export

@@ -416,7 +416,8 @@ def _loadgen(o: SimpleNamespace, directory: Path) -> dict[str, Any]:
         from .bench.matrix import checked_models, default_batch_sizes
 
         sizes = o.sizes or default_batch_sizes(o.names, defaults=(8,))
-        checked_models(o.names, o.backends, sizes, o.precisions, o.devices, checkpoint=o.checkpoint)
+        checked_models(o.names, o.backends, sizes, o.precisions, o.devices, checkpoint=o.checkpoint,
+                       random_init=o.random_init)
     with _progress() as progress:
         progress.add_task("MLPerf LoadGen", total=None)
         return loadgen(o.names, o.backends, o.precisions, o.devices, sizes[0], o.scenarios, directory / "loadgen",
@@ -473,7 +474,7 @@ def _matrix(o: SimpleNamespace) -> dict[str, Any]:
 
     sizes, lengths = o.sizes or default_batch_sizes(o.names), o.length_values
     # every usage error (a model's range, --lengths without its axis) before the progress bar
-    specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint)
+    specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint, o.random_init)
     with _progress() as progress:
         task = progress.add_task("benchmarking", total=None)
         return benchmark(

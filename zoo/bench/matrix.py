@@ -311,8 +311,28 @@ def checkpoint_path(checkpoint):
     return checkpoint.path
 
 
+def _check_weights(specs: list[ModelSpec], checkpoint, random_init: bool) -> None:
+    """Weights every combination would refuse, refused once before any runs, where each row
+    failed with the same line: --checkpoint with --random-init, a --checkpoint that is not
+    there or is another model's, and one trainable model with neither and no checkpoint at
+    its default path (as `zoo export` and `zoo optimize` refuse it)."""
+    from ..export import one_source
+
+    one_source(checkpoint, random_init)
+    if checkpoint is not None:
+        from ..checkpoint import load_checkpoint
+
+        load_checkpoint(checkpoint, specs[0].name)
+    elif not random_init and len(specs) == 1 and specs[0].trainable:
+        from ..checkpoint import default_path, missing
+
+        if not default_path(specs[0].name).exists():
+            raise missing(specs[0].name, "benchmark untrained weights with --random-init")
+
+
 def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], precisions: Sequence[str],
-                   devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None) -> list[ModelSpec]:
+                   devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None,
+                   random_init: bool = False) -> list[ModelSpec]:
     """The specs of a run's models, after every check that needs no process: names, the
     lengths axis, and with one model its batch and length ranges (usage errors, before
     anything is exported; with several models a range is one model's hole in the matrix).
@@ -322,7 +342,7 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
         raise UsageError("name at least one model to benchmark")
     check_names(precisions, devices, backends)
     if checkpoint is not None and len(specs) > 1:
-        raise ZooError("--checkpoint names one model's weights; benchmark one model with it, or none")
+        raise UsageError("--checkpoint names one model's weights; benchmark one model with it, or none")
     if lengths and not any(length_axis(s) for s in specs):
         raise UsageError(f"--lengths {','.join(map(str, lengths))}: {', '.join(s.name for s in specs)} "
                          f"{'has' if len(specs) == 1 else 'have'} no sequence or atom axis to measure at; leave it out")
@@ -335,6 +355,7 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
         error = _out_of_range(specs[0], batch_sizes, lengths)
         if error is not None:
             raise error
+    _check_weights(specs, checkpoint, random_init)
     return specs
 
 
@@ -375,7 +396,7 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
     devices = items("--device", device, "device")
     lengths = None if lengths in (None, [], ()) else items("--lengths", lengths, "length", int)
     checkpoint = checkpoint_path(checkpoint)
-    specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint)
+    specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint, random_init)
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     planned = []  # (base row, job) per combination; job None with the row where the combination is a hole

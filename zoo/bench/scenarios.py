@@ -110,7 +110,8 @@ def loadgen(model, backends: Sequence[str], precisions: Sequence[str], devices: 
                 # against a server, the server decides the backend, precision and device: none is recorded
                 "options": {"batch": batch, "scenarios": names, **settings, "url": url},
                 "results": [], "loadgen": results}
-    specs = checked_models(model, backends, [batch], precisions, devices, checkpoint=checkpoint)
+    specs = checked_models(model, backends, [batch], precisions, devices, checkpoint=checkpoint,
+                           random_init=random_init)
 
     def report() -> dict[str, Any]:
         return {"models": [s.name for s in specs], "environment": environment(threads),
