@@ -542,6 +542,23 @@ def test_a_random_buffer_no_export_saves_is_refused_by_check(tmp_path):
     assert torch.equal(torch.rand(1), first)  # the second build drew from a random state of its own
 
 
+def test_random_plain_attributes_no_checkpoint_saves_are_refused_by_check_and_export(tmp_path):
+    """A tensor kept as a plain attribute (`self.scale = torch.rand(1)`) is in no state dict:
+    a model trained with it exported with another draw (test RMSE 1.58 trained, 0.64 exported,
+    "change +0.0000" against a reference rebuilt with that same other draw), `zoo check` said
+    it met its spec, and `zoo verify` blamed a changed forward."""
+    spec = SPECS["scaled.attribute"]
+    assert check(spec, spec.build().eval()).failures == [
+        f"scaled.attribute: attribute {name!r} is a {kind} held as a plain attribute (not a parameter or a "
+        f"buffer), so no checkpoint or export saves it, and two builds of the module give it different values: "
+        f"the weights trained with one draw are exported with another. Register it as a buffer "
+        f"(self.register_buffer({name!r}, ...)), or compute it the same on every build (a seeded "
+        f"torch.Generator, or a formula)" for name, kind in (("scale", "tensor"), ("shift", "number"))]
+    with pytest.raises(SpecError, match="attribute 'scale' is a tensor held as a plain attribute"):
+        zoo.export(spec, backend="onnxruntime", random_init=True, repository=tmp_path)
+    assert not list(tmp_path.rglob("*.onnx"))
+
+
 def test_a_time_major_input_pads_its_sequence_axis_not_the_batch(tmp_path, capfd):
     """(seq, batch, 4): the batch axis is second. The check padded it as a ragged axis and
     warned "output logits has shape [5, 3] padded, [2, 3] not", for a model the server

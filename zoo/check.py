@@ -54,6 +54,7 @@ precision's `atol` that parity holds it relative to its scale instead
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,28 +273,57 @@ def _scripted(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
 
 
 def _unsaved_buffers(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
-    """Non-persistent buffers (`register_buffer(..., persistent=False)`) that differ between
-    two builds: they are not in the weights an export saves, so `zoo verify`'s rebuilt
-    reference drew its own (a random projection) and blamed a changed forward. Built once
-    more only where the module has such buffers."""
+    """State no checkpoint or export saves that differs between two builds: non-persistent
+    buffers (`register_buffer(..., persistent=False)`), tensors and numbers kept as plain
+    attributes (`self.scale = torch.rand(1)`). `zoo verify`'s rebuilt reference drew its own
+    (a random projection) and blamed a changed forward; a model trained with one draw was
+    exported with another, and the export's metric, measured against a reference with that
+    same other draw, said nothing. Built once more only where the module has such state."""
     saved = set(module.state_dict())
-    unsaved = {name: b for name, b in module.named_buffers() if name not in saved}
+    unsaved = {name: ("buffer", b) for name, b in module.named_buffers() if name not in saved}
+    unsaved.update({name: ("tensor" if isinstance(v, torch.Tensor) else "number", v)
+                    for name, v in _plain_attributes(module).items()})
     if not unsaved:
         return []
     try:
         with torch.random.fork_rng(devices=[]):  # the caller's random state as it was
-            other = dict(built(spec).named_buffers())
+            again = built(spec)
     except Exception:  # noqa: BLE001 - the plugin's build: the check that built it first reports on it
         return []
+    other = {**dict(again.named_buffers()), **_plain_attributes(again)}
     problems = []
-    for name, value in unsaved.items():
-        again = other.get(name)
-        if again is not None and not _same(value.detach().cpu(), again.detach().cpu()):
+    for name, (kind, value) in unsaved.items():
+        if name not in other or _equal(value, other[name]):
+            continue
+        if kind == "buffer":
             problems.append(f"{spec.name}: buffer {name!r} is not persistent (register_buffer(..., persistent=False)), "
                             f"so no export saves it, and two builds of the module give it different values: every "
                             f"rebuilt reference computes something else. Register it persistent, or compute it the "
                             f"same on every build (a seeded torch.Generator, or a formula)")
+        else:
+            problems.append(f"{spec.name}: attribute {name!r} is a {kind} held as a plain attribute (not a parameter "
+                            f"or a buffer), so no checkpoint or export saves it, and two builds of the module give it "
+                            f"different values: the weights trained with one draw are exported with another. Register "
+                            f"it as a buffer (self.register_buffer({name.rpartition('.')[2]!r}, ...)), or compute it "
+                            f"the same on every build (a seeded torch.Generator, or a formula)")
     return problems
+
+
+def _plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
+    """The tensors and numbers (not flags) the module's submodules hold as plain attributes."""
+    found = {}
+    for prefix, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if (not attr.startswith("_") and attr != "training" and not isinstance(value, bool)
+                    and isinstance(value, (torch.Tensor, int, float))):
+                found[f"{prefix}.{attr}" if prefix else attr] = value
+    return found
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return _same(a.detach().cpu(), b.detach().cpu())
+    return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
 
 
 def _state(module: torch.nn.Module) -> dict[str, tuple[Any, Any]]:

@@ -193,6 +193,20 @@ class Fourier(torch.nn.Module):
         return self.out(torch.cat([torch.sin(z), torch.cos(z)], -1))
 
 
+class ScaledAttribute(torch.nn.Module):
+    """A random scale held as a plain tensor attribute (neither a parameter nor a buffer), and
+    a random Python float: no checkpoint or export saves either, and each build draws its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = torch.nn.Linear(6, 3)
+        self.scale = torch.rand(1) * 4 + 0.5
+        self.shift = float(torch.rand(()))
+
+    def forward(self, x):
+        return self.out(x) * self.scale + self.shift
+
+
 class Positive(torch.nn.Module):
     """The (row, column) of every positive value: as many as the values make."""
 
@@ -317,7 +331,7 @@ def zoo_register_models(register):
             outputs=(zoo.TensorSpec("logits", "float32", ("batch", 2)),),
             build=build, sample=padded_sequences, axes={"batch": zoo.AxisRange(1, 4, 8)}))
     for name, build in (("script.submodule", WithScript), ("script.whole", lambda: torch.jit.script(Fourier())),
-                        ("fourier.randbuf", Fourier)):
+                        ("fourier.randbuf", Fourier), ("scaled.attribute", ScaledAttribute)):
         register(zoo.ModelSpec(
             name=name, domain="tabular", task="regression",
             inputs=(zoo.TensorSpec("x", "float32", ("batch", 6)),),
