@@ -109,3 +109,28 @@ def test_concurrent_requests_to_a_row_dependent_model_each_get_what_they_get_alo
     assert "requests are not merged, each runs as its own batch" in caplog.text and plain.name not in caplog.text
     assert not batching[centered.name] and sizes[centered.name] == {2}  # each request its own batch
     assert batching[plain.name] and max(sizes[plain.name]) > 2  # the control keeps merging
+
+
+def test_the_export_of_a_row_dependent_model_gives_triton_no_dynamic_batching(tmp_path, caplog):
+    """The exported config.pbtxt had `dynamic_batching` for the centred model, so Triton (and
+    KServe, which runs it) merged requests and each answer depended on the others in flight,
+    while `zoo serve` ran them alone. The check warns, the config leaves dynamic batching out
+    (Triton then runs each request as sent) and says why, the manifest records it; a
+    row-independent model keeps it."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    repo = tmp_path / "exports"
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        for backend in ("onnxruntime", "torch"):
+            centered = zoo.export(CENTERED, backend, repository=repo, random_init=True)
+            config = text_format.Parse((centered.path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+            assert config.max_batch_size == 32 and not config.HasField("dynamic_batching"), config
+            assert "# rows are not independent (a row's output y changes" in (centered.path / "config.pbtxt").read_text()
+            assert centered.manifest["triton"]["rows_dependent"].startswith("a row's output y changes when batched")
+    assert "rows.centered: rows are not independent (a row's output y changes when batched with others" in caplog.text
+    assert "Triton does not merge requests either" in caplog.text
+    plain = zoo.export(PLAIN, "onnxruntime", repository=repo, random_init=True)
+    config = text_format.Parse((plain.path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert config.HasField("dynamic_batching") and "rows_dependent" not in plain.manifest["triton"]
+    assert zoo.verify(centered.path)["parity"]["passed"]

@@ -70,7 +70,7 @@ from .checkpoint import built
 from .tensors import TORCH_DTYPES, call_module, to_torch
 from .train import ieee_fp32
 from .inputs import dataset_splits, load_split
-from .padding import PAD, padding_safe, ragged_axes
+from .padding import PAD, padding_safe, ragged_axes, rows_independent
 from .triton import rows_batched
 from .vectors import INTEGER, check_ends, filled, range_ends
 from .verify import RELATIVE_BELOW
@@ -101,6 +101,7 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # facts about what ran, neither problems nor warnings
+    rows_dependent: str | None = None  # why a row's outputs change batched with others (`_rows_dependent`)
 
     @property
     def failures(self) -> list[str]:
@@ -180,6 +181,8 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
         report.checks.append(Check("value_range", at(spec.axes["batch"].min), _range_ends(spec, module, bounded, seed)))
     if report.passed and len(bounded) < len(integer) and device == "cpu":
         report.warnings += _unbounded_ids(spec, module, [t for t in integer if t.value_range is None], seed)
+    if report.passed and rows_batched(spec):
+        report.rows_dependent = _rows_dependent(spec, module, device, precision, report.warnings)
     if report.passed and ragged_axes(spec):
         report.checks.append(Check("sizes", at(spec.axes["batch"].min), _other_sizes(spec, module, device, seed)))
     if report.passed and ragged_axes(spec) and rows_batched(spec):  # else the server never pads: no batches
@@ -193,6 +196,27 @@ def check(spec: ModelSpec, module: torch.nn.Module, precision: str = "fp32", dev
                                f"{spec.tolerances[ungated[0]].metric_drop:g}), and it has no `metric` to measure it: "
                                f"the bound is not applied (give it a metric and a dataset, or leave metric_drop out)")
     return report
+
+
+def _rows_dependent(spec: ModelSpec, module: torch.nn.Module, device: str, precision: str,
+                    warnings: list[str]) -> str | None:
+    """Why a row's outputs change when it runs batched with other rows (a statistic over the
+    batch: `x - x.mean(0)`), with a warning; None where they do not. `zoo serve` runs such a
+    model's requests alone, and the export's config.pbtxt has no dynamic batching, which
+    would merge Triton's requests into one execution and change each answer by the others."""
+    rows = min(4, spec.axes["batch"].max)
+    if rows < 2:
+        return None
+    try:
+        independent, why = rows_independent(spec, lambda x: _run(module, spec, x, device),
+                                             spec.sample(rows, np.random.default_rng(1)), precision)
+    except Exception:  # noqa: BLE001 - the forward's own failures are the forward check's to report
+        return None
+    if independent:
+        return None
+    warnings.append(f"{spec.name}: rows are not independent ({why}): `zoo serve` runs each request alone, and the "
+                    f"export's config.pbtxt has no dynamic batching, so Triton does not merge requests either")
+    return why
 
 
 def check_model(spec: ModelSpec, checkpoint: str | Path | None = None, random_init: bool = False,

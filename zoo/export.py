@@ -163,7 +163,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
     if reused is not None:
         return reused
 
-    _check_module(spec, module, precision, device)
+    dependent = _check_module(spec, module, precision, device)  # why rows are not independent, or None
 
     start = time.perf_counter()
     with _replacing(final, resign) as tmp:
@@ -183,7 +183,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
         _check_served(be, (model_file, spec, precision, device, threads, info), parameters, vector_sets)
         save_file(state, str(tmp / WEIGHTS))
         name = final.name
-        write_repository_files(tmp, name, spec, be.triton, be.filename, device, form, parameters)
+        write_repository_files(tmp, name, spec, be.triton, be.filename, device, form, parameters, dependent)
         files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {
             "format": FORMAT, "name": name, "zoo_version": __version__,
@@ -192,7 +192,7 @@ def export(model: str | ModelSpec, backend: str = "onnxruntime", precision: str 
             "weights": {"sha256": provenance["weights_sha256"], "source": source, "file": WEIGHTS},
             "backend": {"name": be.name, "versions": provenance["versions"], "info": info, **backend_record(be.name)},
             "precision": precision, "quantization": provenance["quantization"], "device": device,
-            "triton": _triton_record(be, form, parameters),
+            "triton": _triton_record(be, form, parameters, dependent),
             "device_name": provenance["device_name"], "compute_capability": provenance["compute_capability"],
             "signature": described["signature"], "model_file": f"{VERSION_DIR}/{be.filename}", "files": files,
             "test_data": test_data,
@@ -226,18 +226,22 @@ def _backend_export(be, module, spec: ModelSpec, example, model_file: Path, prec
     return info
 
 
-def _check_module(spec: ModelSpec, module, precision: str, device: str) -> None:
-    """What every step of an export relies on, before any backend work: one line per departure."""
+def _check_module(spec: ModelSpec, module, precision: str, device: str) -> str | None:
+    """What every step of an export relies on, before any backend work: one line per departure.
+    Returns why the model's rows are not independent (None where they are)."""
     checked = check(spec, module, precision, device)
     for warning in checked.warnings:
         log.warning("%s", warning)
     checked.raise_for_failures()
+    return checked.rows_dependent
 
 
-def _triton_record(be, form: str, parameters: Mapping[str, str]) -> dict[str, Any]:
-    """The manifest's `triton`: the form, Triton's platform or backend, the config's parameters."""
+def _triton_record(be, form: str, parameters: Mapping[str, str], rows_dependent: str | None = None) -> dict[str, Any]:
+    """The manifest's `triton`: the form, Triton's platform or backend, the config's parameters,
+    and why its config has no dynamic batching where the model's rows are not independent."""
     return {"form": form, **(dict(be.triton) if form == "native" else {"backend": "python"}),
-            **({"parameters": dict(parameters)} if parameters else {})}
+            **({"parameters": dict(parameters)} if parameters else {}),
+            **({"rows_dependent": rows_dependent} if rows_dependent is not None else {})}
 
 
 def _provenance(state, spec: ModelSpec, be, precision: str, device: str, form: str,

@@ -312,8 +312,10 @@ def _install(spec: ModelSpec, staged: Path, final: Path, evidence: Mapping[str, 
         for entry in staged.iterdir():
             os.rename(entry, tmp / entry.name)
         # Triton requires `name:` to match the model's directory
-        form = triton_form(be.triton, (staged_art.manifest.get("triton") or {}).get("form"))
-        write_repository_files(tmp, final.name, spec, be.triton, be.filename, staged_art.device, form)
+        record = staged_art.manifest.get("triton") or {}
+        form = triton_form(be.triton, record.get("form"))
+        write_repository_files(tmp, final.name, spec, be.triton, be.filename, staged_art.device, form,
+                               rows_dependent=record.get("rows_dependent"))
         manifest = dict(staged_art.manifest)
         manifest["files"] = {**manifest["files"], "config.pbtxt": sha256_file(tmp / "config.pbtxt")}
         manifest.update(name=final.name, optimize={**evidence, "source": staged.name})

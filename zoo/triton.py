@@ -106,8 +106,10 @@ def check_parameters(parameters: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str,
-                           device: str, form: str, parameters: Mapping[str, str] | None = None) -> None:
-    """`config.pbtxt` (and for the python form `1/model.py`) inside artifact `directory`."""
+                           device: str, form: str, parameters: Mapping[str, str] | None = None,
+                           rows_dependent: str | None = None) -> None:
+    """`config.pbtxt` (and for the python form `1/model.py`) inside artifact `directory`;
+    `rows_dependent`: why the model's rows are not independent (no dynamic batching)."""
     from pathlib import Path
 
     directory = Path(directory)
@@ -116,9 +118,9 @@ def write_repository_files(directory, name: str, spec: ModelSpec, runtime: Mappi
             (directory / label_file(t)).write_text("".join(f"{label}\n" for label in t.labels))
     if form == "python":
         (directory / "1" / "model.py").write_text(MODEL_PY)
-        text = model_config(name, spec, PYTHON_RUNTIME, None, device, parameters)
+        text = model_config(name, spec, PYTHON_RUNTIME, None, device, parameters, rows_dependent)
     else:
-        text = model_config(name, spec, runtime, filename, device, parameters)
+        text = model_config(name, spec, runtime, filename, device, parameters, rows_dependent)
     (directory / CONFIG).write_text(text)
 
 
@@ -179,9 +181,11 @@ def _tensor(t: TensorSpec, drop_batch: bool) -> str:
 
 
 def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filename: str | None,
-                 device: str, parameters: Mapping[str, str] | None = None) -> str:
+                 device: str, parameters: Mapping[str, str] | None = None, rows_dependent: str | None = None) -> str:
     """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`
-    (`filename`: the model file Triton loads; None for the Python backend's `model.py`)."""
+    (`filename`: the model file Triton loads; None for the Python backend's `model.py`).
+    `rows_dependent`: why a row's outputs change batched with others (`zoo.check`): then
+    no dynamic batching, and Triton runs each request as its client sent it."""
     is_batched = batched(spec)
     r = spec.axes["batch"]
     lines = [f"name: {json.dumps(name)}"]
@@ -194,7 +198,10 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     lines.append(f"max_batch_size: {r.max if is_batched else 0}")
     lines.append("input [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.outputs) + "\n]")
-    if is_batched:  # Triton's recommended start: batches as large as the queue holds when an instance frees, no
+    if is_batched and rows_dependent is not None:
+        lines.append(f"# rows are not independent ({' '.join(rows_dependent.split())}): no dynamic batching, as "
+                     "merged requests would change each other's answers")
+    elif is_batched:  # Triton's recommended start: batches as large as the queue holds when an instance frees, no
         # delay and no preferred sizes (a preferred size sends that many at once and leaves the rest waiting)
         lines.append("dynamic_batching {\n  max_queue_delay_microseconds: 0\n}")
     kind = "KIND_GPU" if device.startswith("cuda") else "KIND_CPU"
