@@ -646,7 +646,8 @@ def _nondeterministic(spec: ModelSpec, module: torch.nn.Module, inputs: Mapping[
     name, worst, atol = differs
     return [f"{spec.name}: at batch {batch}: output {name!r} differs by up to {worst:.3g} between two runs of the "
             f"same inputs (fp32 atol {atol:g}): the forward is not deterministic in eval mode (dropout called with "
-            f"training=True, random sampling); no export can match it"]
+            f"training=True, random sampling, or state kept outside the module: a global or class attribute it "
+            f"updates); no export can match it"]
 
 
 def _differs(spec: ModelSpec, a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, float, float] | None:
