@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import struct
@@ -125,3 +126,30 @@ def test_config_pbtxt_must_name_the_model_as_its_directory_does(copy):
     config.write_text(config.read_text().replace(f'name: "{NAME}"', f'name: "{renamed.name}"', 1))
     rehash(renamed, "config.pbtxt")
     assert Artifact.open(renamed).name == renamed.name
+
+
+@pytest.mark.parametrize("named, says", [
+    ("/tmp/weights.safetensors", "manifest path '/tmp/weights.safetensors' escapes the artifact directory"),
+    ("../other/weights.safetensors", "manifest path '../other/weights.safetensors' escapes the artifact directory"),
+    ("test_data/set_1.safetensors", "manifest field weights.file is 'test_data/set_1.safetensors', while an "
+                                    "artifact's reference weights are its own weights.safetensors; re-export it"),
+], ids=["absolute", "escaping", "another-member"])
+def test_weights_file_must_name_the_artifacts_own_weights(copy, tmp_path, named, says):
+    """weights.file was never read (the weights are always weights.safetensors), so a manifest
+    naming other weights there was verified, and signed, as it stood."""
+    from zoo.signing import sign
+
+    edit(copy, lambda m: m["weights"].update(file=named))
+    with pytest.raises(ArtifactError, match=rf"^artifact {NAME}: {re.escape(says)}"):
+        zoo.verify(copy)
+    with pytest.raises(ArtifactError, match=rf"^artifact {NAME}: {re.escape(says)}"):
+        sign(copy, tmp_path / "key.pem")  # refused before any key is read
+
+
+@pytest.mark.parametrize("make, kind", [(os.mkfifo, "a FIFO"), (os.mkdir, "a directory")])
+def test_a_listed_member_that_is_no_regular_file_is_not_called_missing(copy, make, kind):
+    (copy / "weights.safetensors").unlink()
+    make(copy / "weights.safetensors")
+    with pytest.raises(ArtifactError, match=rf"^artifact {NAME}: file weights.safetensors is not a regular file "
+                                            rf"\(it is {kind}\); re-export it$"):
+        zoo.verify(copy)

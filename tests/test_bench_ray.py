@@ -91,6 +91,22 @@ def test_a_ray_sweep_has_the_local_runs_rows(tmp_path, failing_backends, local_r
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
 
 
+def test_each_row_names_its_node_and_the_report_that_nodes_environment(tmp_path, failing_backends, local_ray):
+    """The report's environment was the driver's, whatever machines measured (a CPU head
+    titled the GPU workers' rows). Each task returns its node's, read in the Ray worker."""
+    report = zoo.benchmark(MODELS, ["onnxruntime", "broken-test"], repository=tmp_path, random_init=True,
+                           ray="local", **{**FAST, "batch_sizes": [1]})
+    host = socket.gethostname()
+    assert [(r["backend"], r["status"], r["node"]) for r in report["results"]] == [
+        ("onnxruntime", "ok", host), ("broken-test", "failed", host)]  # a failed row names its node too
+    env = report["environment"]
+    node = env["nodes"][host]
+    assert (node["hostname"], node["node_id"]) == (host, ray.get_runtime_context().get_node_id())
+    assert "command" not in node and env["command"]  # a Ray worker's command line is no one's
+    assert {k: env[k] for k in node if k not in ("hostname", "node_id", "ip")} == {
+        k: v for k, v in node.items() if k not in ("hostname", "node_id", "ip")}
+
+
 
 class _Cluster:
     """`ray.nodes()` of a cluster whose nodes are unlike the driver (and one node lost)."""

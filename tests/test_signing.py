@@ -424,6 +424,24 @@ def test_symbolic_links_are_refused_in_zoos_words(artifact, keys, tmp_path):
         verify_signature(artifact, public)
 
 
+def test_a_signature_that_is_a_symbolic_link_is_refused_with_a_key_or_without(artifact, keys, tmp_path):
+    """A linked model.sig was "present ... not checked" without a key and "not signed" with
+    one, while every other link in an artifact is refused in one line naming it."""
+    private, public = keys["owner"]
+    sign(artifact, private)
+    kept = tmp_path / "elsewhere.sig"
+    shutil.move(artifact / SIGNATURE, kept)
+    (artifact / SIGNATURE).symlink_to(kept)
+    says = f"artifact {ONNX}: 'model.sig' is a symbolic link, which is refused"
+    for check in (lambda: verify_signature(artifact, public), lambda: signer(artifact),
+                  lambda: Artifact.open(artifact)):
+        with pytest.raises(zoo.ZooError, match=f"^{says}$"):
+            check()
+    for key in ((), ("--public-key", str(public))):
+        result = cli("verify", str(artifact), *key, cwd=tmp_path)
+        assert result.returncode == 1 and result.stderr.strip().splitlines() == [f"error: {says}"], result.stderr
+
+
 def test_a_signature_copied_from_another_artifact_names_it(artifact, keys):
     private, public = keys["owner"]
     other = artifact.parent / "other.onnxruntime.fp32"

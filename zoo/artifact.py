@@ -21,6 +21,8 @@ import errno
 import json
 import marshal
 import os
+import re
+import stat
 import sys
 import types
 from dataclasses import dataclass
@@ -155,10 +157,11 @@ class Artifact:
         files = manifest["files"]
         if not isinstance(files, dict) or manifest["model_file"] not in files or WEIGHTS not in files:
             raise ArtifactError(f"artifact {label}: manifest does not list its model file and weights")
+        _check_weights_file(path, manifest["weights"], label)
         for rel, digest in files.items():
             member = safe_member(path, rel, label)
             if not member.is_file():
-                raise ArtifactError(f"artifact {label}: file {rel} is missing; re-export it")
+                raise ArtifactError(f"artifact {label}: file {rel} {_not_a_file(member)}; re-export it")
             if check_hashes and sha256_file(member) != digest:
                 raise ArtifactError(f"artifact {label}: file {rel} does not match its sha256 in the manifest "
                                     f"(corrupted or modified); re-export it with `zoo export --force`")
@@ -227,6 +230,35 @@ def not_safetensors(artifact: str, rel: str, exc: Exception) -> ArtifactError:
     return ArtifactError(f"artifact {artifact}: {rel} is not a valid safetensors file ({why}); re-export it")
 
 
+def _check_weights_file(root: Path, weights: dict[str, Any], label: str) -> None:
+    """Refuse a manifest whose `weights.file` names anything but the artifact's own
+    `weights.safetensors`: the weights are read from that name whatever the field says, so
+    a field naming another file (`../other/weights.safetensors`, an absolute path) would be
+    verified, and signed, as a lie about what the reference is."""
+    if "file" not in weights:
+        return
+    rel = weights["file"]
+    safe_member(root, rel, label)  # an invalid or escaping path, or a link, said as for every manifest path
+    if rel != WEIGHTS:
+        raise ArtifactError(f"artifact {label}: manifest field weights.file is {shown(rel)}, while an artifact's "
+                            f"reference weights are its own {WEIGHTS}; re-export it")
+
+
+def _not_a_file(path: Path) -> str:
+    """Why a listed member that is no regular file is refused: missing, or what it is instead
+    (reading a FIFO to hash it would wait for a writer for ever)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"is unreadable ({exc.strerror or type(exc).__name__})"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    kind = next((name for test, name in kinds if test(mode)), None)
+    return "is not a regular file" + (f" (it is {kind})" if kind else "")
+
+
 def refuse_link_or_missing(path: Path) -> None:
     """Refuse an artifact directory given as a symbolic link, as every link inside an artifact is:
     the directory's name is the artifact's (its manifest's, Triton's model name), and a link named
@@ -280,13 +312,17 @@ def _check_unlisted(root: Path, files: dict[str, Any], label: str) -> None:
     `2/model.py` is a version Triton serves in place of `1/` (its default policy is the
     latest version), and an added `configs/` or `__pycache__/*.pyc` changes what runs.
     The one exception is the bytecode Triton's Python backend writes beside a listed
-    `model.py` when it imports it, accepted only where it is that file's own compilation."""
+    `model.py` when it imports it, accepted only where it is that file's own compilation
+    (`_own_bytecode`). A signature (`model.sig`) that is a symbolic link is refused, as
+    every link in an artifact is: what it points to is not the artifact's."""
     listed = {str(PurePosixPath(rel)) for rel in files if isinstance(rel, str)} | UNLISTED_ALLOWED
     folders = {str(parent) for rel in listed for parent in PurePosixPath(rel).parents if str(parent) != "."}
     for dirpath, dirnames, filenames in os.walk(root):
         here = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
         for entry in sorted(dirnames) + sorted(filenames):
             rel = str(here / entry) if str(here) != "." else entry
+            if rel in UNLISTED_ALLOWED and (root / rel).is_symlink():
+                raise ArtifactError(f"artifact {label}: {shown(rel)} is a symbolic link, which is refused")
             if rel in listed or (entry in dirnames and rel in folders):
                 continue
             if here.name == "__pycache__" and _own_bytecode(root, here, entry, listed) \
@@ -294,22 +330,44 @@ def _check_unlisted(root: Path, files: dict[str, Any], label: str) -> None:
                 continue  # a __pycache__ folder: each file in it is checked as the walk reaches it
             hint = (" (Triton's Python backend writes __pycache__ when it imports model.py, which is accepted only "
                     "where each file compiles a listed source with this Python)" if "__pycache__" in rel else "")
+            if here.name == "__pycache__" and (tag := _foreign_tag(entry)):
+                raise ArtifactError(f"artifact {label} holds {rel}, {tag}'s bytecode of {here.parent / 'model.py'} "
+                                    f"(Triton's container runs its own Python), which this Python "
+                                    f"({sys.implementation.cache_tag}) cannot compile to compare: nothing here "
+                                    f"vouches for its code, yet that Python would run it; remove {here} (Triton "
+                                    f"writes it again), and serve the repository read-only to keep it unwritten")
             raise ArtifactError(f"artifact {label} holds {rel}, which its manifest does not list: nothing vouches "
                                 f"for it, yet Triton would serve it{hint}; remove it, or re-export the artifact")
 
 
+#: another CPython's bytecode of a module: `model.cpython-310.pyc`, `model.cpython-312.opt-1.pyc`
+_FOREIGN_PYC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.(cpython-3[0-9]{1,2})(\.opt-[12])?\.pyc")
+
+
+def _foreign_tag(entry: str) -> str | None:
+    """The cache tag of `entry` where it is another CPython's bytecode (`cpython-310`)."""
+    m = _FOREIGN_PYC.fullmatch(entry)
+    return m[1] if m and m[1] != sys.implementation.cache_tag else None
+
+
 def _own_bytecode(root: Path, folder: PurePosixPath, entry: str, listed: set[str]) -> bool:
-    """Whether `folder/entry` (in a `__pycache__`) is what this Python compiles from a listed
-    source beside it: `model.<cache tag>[.opt-N].pyc` for a listed `model.py`, holding the
-    same code. Code objects compare by their instructions, constants, names and line
-    table, not their file name, so the path Triton imported it from does not matter."""
+    """Whether `folder/entry` (in a `__pycache__`) is Python's cache of a listed source beside
+    it: `model.<cache tag>[.opt-N].pyc` for a listed `model.py`. One with this Python's tag
+    must hold the code this Python compiles from the source (code objects compare by their
+    instructions, constants, names and line table, not their file name, so the path Triton
+    imported it from does not matter). Another CPython's (Triton's container runs its own
+    Python: 24.08 writes `cpython-310`) cannot be compiled here to compare, and its header
+    vouches for nothing (a planted file copies the source's time, size or hash into it, and
+    that Python runs its code): it is refused, saying so (`_foreign_tag`)."""
     parts = entry.split(".")
-    if len(parts) not in (3, 4) or parts[-1] != "pyc" or parts[1] != sys.implementation.cache_tag:
+    if len(parts) not in (3, 4) or parts[-1] != "pyc":
         return False
     optimize = {3: 0, 4: {"opt-1": 1, "opt-2": 2}.get(parts[2], -1)}[len(parts)]
     source = folder.parent / f"{parts[0]}.py"
     path = root / folder / entry
     if str(source) not in listed or optimize < 0 or path.is_symlink() or not path.is_file():
+        return False
+    if parts[1] != sys.implementation.cache_tag:  # another CPython's: not compiled here
         return False
     try:
         code = marshal.loads(path.read_bytes()[16:])  # after the header: magic, flags, mtime/hash, size

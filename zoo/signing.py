@@ -17,7 +17,9 @@ names the signing key even without `--public-key`, and a signature by another ke
 refused naming both.
 
 Triton's Python backend writes `1/__pycache__/` beside a python-form `model.py` when it
-loads it: verify before handing an artifact to Triton, or load it from a read-only copy.
+loads it, with its own Python (`model.cpython-310.pyc` in tritonserver 24.08), which a
+verifier on another Python cannot compile to compare and refuses: verify before handing an
+artifact to Triton, or load it from a read-only copy.
 """
 
 from __future__ import annotations
@@ -111,9 +113,10 @@ def _hashing(hashing, root: Path, *also: Path):
     """Every file under `root` but the signature (and `also`), symbolic links refused.
 
     `__pycache__` folders are left out too: Triton's Python backend writes one beside
-    `1/model.py` when it imports it, after the artifact was signed. Nothing in them goes
-    unchecked: `Artifact.open`, which every load runs after the signature, accepts a
-    cached file only where it is the compilation of a listed, hashed (so signed) source."""
+    `1/model.py` when it imports it, after the artifact was signed. `Artifact.open`, which
+    every load runs after the signature, accepts a cached file only where it is this
+    Python's compilation of a listed, hashed (so signed) source; another Python's (Triton's
+    container runs its own), which cannot be compiled here to compare, is refused."""
     config = hashing.Config()
     caches = sorted(p for p in root.rglob("__pycache__") if p.is_dir() and not p.is_symlink())
     config.set_ignored_paths(paths=[root / SIGNATURE, *caches, *also], ignore_git_paths=False)
@@ -151,15 +154,29 @@ def sign(path: str | Path, private_key: str | Path, password: str | None = None)
     return {"signed": True, "signature": SIGNATURE, "key": identity}
 
 
+def _signature(path: str | Path) -> Path:
+    """The artifact's signature file, refused where it is a symbolic link (as every link in
+    an artifact is, `zoo.artifact`): what it points to was not written into the artifact,
+    and reading it would vouch for, or name the key of, a signature kept elsewhere."""
+    file = Path(path) / SIGNATURE
+    if file.is_symlink():
+        raise SignatureError(f"artifact {Path(path).resolve().name}: {SIGNATURE!r} is a symbolic link, "
+                             f"which is refused")
+    return file
+
+
 def signed(path: str | Path) -> bool:
-    return (Path(path) / SIGNATURE).is_file()
+    """Whether the artifact has a signature (unchecked); `SignatureError` where it is a link."""
+    return _signature(path).is_file()
 
 
 def signer(path: str | Path) -> str | None:
     """The fingerprint of the key the artifact's signature names (unchecked), or None:
-    unsigned, unreadable, or a signature that names no key."""
+    unsigned, unreadable, or a signature that names no key. `SignatureError` where the
+    signature is a symbolic link."""
+    file = _signature(path)
     try:
-        bundle = json.loads((Path(path) / SIGNATURE).read_text())
+        bundle = json.loads(file.read_text())
         hint = bundle["verificationMaterial"]["publicKey"]["hint"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
@@ -175,7 +192,7 @@ def verify_signature(path: str | Path, public_key: str | Path) -> dict[str, Any]
     identity = fingerprint(pem, f"public key {public_key}")
     refuse_link_or_missing(Path(path))
     root = Path(path).resolve()
-    if (root / SIGNATURE).is_symlink() or not signed(root):
+    if not signed(root):  # a linked model.sig refused in its own words
         raise SignatureError(f"artifact {root.name} is not signed (no {SIGNATURE}); a signature by key "
                              f"{identity} is required: sign it with `zoo sign`")
     _refuse_links(root)

@@ -157,9 +157,11 @@ def in_this_process(spec: ModelSpec, job: dict[str, Any]) -> tuple[str, Any]:
     return "ok", (facts, measured)
 
 
-def _outcomes(planned, local: dict[int, ModelSpec], timeout: float | None, ray: str | None):
+def _outcomes(planned, local: dict[int, ModelSpec], timeout: float | None, ray: str | None,
+              nodes: dict[str, dict[str, Any]] | None = None):
     """Each planned combination's outcome, lazily (None for a hole): in fresh processes, on
-    Ray, or here for the combinations in `local` (by index) that only this process can run."""
+    Ray (each node's environment added to `nodes`), or here for the combinations in `local`
+    (by index) that only this process can run."""
     if ray is None:
         return (None if job is None else in_this_process(local[i], job) if i in local else combination(job, timeout)
                 for i, (_, job) in enumerate(planned))
@@ -170,11 +172,14 @@ def _outcomes(planned, local: dict[int, ModelSpec], timeout: float | None, ray: 
                          "without ray")
     from .ray_sweep import run_on_ray
 
-    return run_on_ray([job for _, job in planned], timeout, ray)
+    return run_on_ray([job for _, job in planned], timeout, ray, nodes)
 
 
-def rows_of(base: dict[str, Any], outcome: tuple[str, Any]) -> list[dict[str, Any]]:
-    status, payload = outcome
+def rows_of(base: dict[str, Any], outcome: tuple) -> list[dict[str, Any]]:
+    """The rows of one combination's outcome: (status, payload), or on Ray (status, payload,
+    node), the node that ran it named in each row."""
+    status, payload, *node = outcome
+    base = {**base, "node": node[0]} if node else base
     if status != "ok":
         return [{**base, "status": status, "error": payload}]
     facts, measured = payload
@@ -269,15 +274,26 @@ def int8_method(spec: ModelSpec, precision: str) -> str | None:
 
 def job_for(spec: ModelSpec, backend: str, precision: str, device: str, repository, checkpoint, random_init: bool,
             threads: int | None) -> dict[str, Any]:
-    """What a combination's worker processes need to rebuild the spec and export it."""
+    """What a combination's worker processes need to rebuild the spec and export it. Its paths
+    are absolute (`_absolute`), the default checkpoint's included where this process found one."""
+    from ..checkpoint import default_path
     from ..registry import plugin_files
 
+    if checkpoint is None and not random_init and spec.trainable and default_path(spec.name).exists():
+        checkpoint = default_path(spec.name)  # the one `_check_weights` found here, not under a worker's directory
     return {"model": spec.name, "config": dict(spec.config), "backend": backend, "precision": precision,
             # the worker rebuilds the spec from the registry: the method travels explicitly, so
             # a spec passed in with another method is measured (and named) as that method
-            "quantization": int8_method(spec, precision), "device": device, "repository": str(repository),
-            "checkpoint": None if checkpoint is None else str(checkpoint), "random_init": random_init,
+            "quantization": int8_method(spec, precision), "device": device, "repository": _absolute(repository),
+            "checkpoint": None if checkpoint is None else _absolute(checkpoint), "random_init": random_init,
             "plugin_files": list(plugin_files), "threads": threads}
+
+
+def _absolute(path: str | Path) -> str:
+    """A path as a worker takes it: absolute, so a Ray worker on another node (or in another
+    directory) finds what this process meant, not the same relative path under its own
+    working directory. Not resolved: a link that every node mounts stays as named."""
+    return str(Path(path).absolute())
 
 
 #: `zoo bench`'s batch sizes where none are given (`default_batch_sizes`)
@@ -414,11 +430,12 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
             planned.append((base, {**job_for(spec, name, prec, dev, repository, checkpoint, random_init, threads),
                                    "batch_sizes": list(batch_sizes),
                                    "lengths": list(lengths) if lengths and length_axis(spec) else None, **options}))
-    outcomes = _outcomes(planned, local, timeout, ray)
+    nodes: dict[str, dict[str, Any]] = {}  # on Ray: the environment of each node that ran a combination
+    outcomes = _outcomes(planned, local, timeout, ray, nodes)
     rows: list[dict[str, Any]] = []
 
     def report() -> dict[str, Any]:
-        return {"models": [s.name for s in specs], "environment": environment(threads),
+        return {"models": [s.name for s in specs], "environment": _environment(threads, ray, nodes),
                 "options": {"backends": list(backends), "precisions": precisions, "devices": devices,
                             "batch_sizes": list(batch_sizes), "lengths": list(lengths or []),
                             "random_init": random_init, **options, **({"ray": ray} if ray is not None else {})},
@@ -438,6 +455,16 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
     except KeyboardInterrupt:
         raise Interrupted(report()) from None
     return report()
+
+
+def _environment(threads: int | None, ray: str | None, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A run's report environment: this machine's, or on Ray the nodes' that measured
+    (`zoo.bench.ray_sweep.cluster_environment`), not the driver's, which measured nothing."""
+    if ray is None:
+        return environment(threads)
+    from .ray_sweep import cluster_environment
+
+    return cluster_environment(environment(threads), nodes)
 
 
 def _refuse_alike(arts) -> None:

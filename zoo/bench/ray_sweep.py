@@ -21,6 +21,13 @@ its own artifacts. Every node needs zoo and the plugins the sweep uses installed
 Ray `runtime_env`); a plugin file given with `--plugin` must be at the same path on every
 node.
 
+Every task also returns the environment of the node that ran it (`node_environment`: its
+host name, CPU, GPU and library versions, and the thread settings Ray gave the task), read
+there after the combination: each row names its `node`, the report lists every node's
+environment under `environment.nodes`, and the report's own machine facts are the nodes'
+(`cluster_environment`), not those of the driver, which measured nothing (a laptop, or a
+head node without the workers' GPUs).
+
 A combination that no live node of the cluster could take (a GPU where no node has one)
 is a failed row at once, saying what the cluster lacks: Ray would keep its task pending
 until such a node joins, and the sweep would wait for it in silence.
@@ -37,6 +44,7 @@ for "local", "auto" and its own address; another explicit address is a usage err
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -49,6 +57,8 @@ from ..errors import UnsupportedError, UsageError, ZooError
 FORMS = "local, auto, ray://HOST:PORT (a Ray client server) or HOST:PORT (a head node's GCS)"
 PROBE_TIMEOUT = 5.0  # seconds a head node has to accept a TCP connection
 _RESOURCE = {"num_cpus": "CPU", "num_gpus": "GPU"}  # ray.remote's argument: ray.nodes()'s resource name
+#: what names a node in its environment (`node_environment`), rather than describing it
+NODE_NAMES = ("hostname", "node_id", "ip")
 
 
 def endpoint(address: str) -> tuple[str, int] | None:
@@ -145,12 +155,67 @@ def _ray():
     return ray
 
 
-def _combination(job: dict[str, Any], timeout: float | None) -> tuple[str, Any]:
+def _combination(job: dict[str, Any], timeout: float | None) -> tuple[str, Any, dict[str, Any]]:
     """The task body, in a Ray worker: the local run's own code, its processes spawned
-    (a forkserver started from a Ray worker hangs its children)."""
+    (a forkserver started from a Ray worker hangs its children), and the environment of
+    the node it ran on, read after the combination (reading the GPU's name makes a CUDA
+    context, which the worker should not hold while its child measures)."""
     from .matrix import combination
 
-    return combination(job, timeout, start_method="spawn")
+    status, payload = combination(job, timeout, start_method="spawn")
+    return status, payload, node_environment(job.get("threads"))
+
+
+def node_environment(threads: int | None) -> dict[str, Any]:
+    """This node's environment, as a local run records its own machine's (`environment`),
+    named by host name, Ray node id and address; not the driver's command line (a Ray
+    worker's). A node whose facts cannot be read says why, and its rows still count."""
+    import ray
+
+    from .env import environment
+
+    names = {"hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+             "ip": ray.util.get_node_ip_address()}
+    try:
+        env = environment(threads)
+    except Exception as exc:  # the facts are a report's notes: a measured row is not lost for them
+        return {**names, "error": f"the environment could not be read: {type(exc).__name__}: {exc}"}
+    env.pop("command", None)
+    return {**names, **env}
+
+
+def _node_name(nodes: dict[str, dict[str, Any]], env: dict[str, Any]) -> str:
+    """The name `env`'s node goes by in the report (its host name; with its address where
+    another node has that host name too), its environment added to `nodes` under it. A
+    node's later tasks only add what its first did not see (a GPU hidden from a CPU task)."""
+    name = str(env.get("hostname") or env.get("ip") or "unknown")
+    if name in nodes and nodes[name].get("node_id") != env.get("node_id"):
+        name = f"{name} ({env.get('ip') or env.get('node_id')})"
+    for key, value in env.items():
+        nodes.setdefault(name, {}).setdefault(key, value)
+    return name
+
+
+def cluster_environment(driver: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A Ray sweep's report environment: the driver's command, with each machine fact
+    (CPU, cores, GPU, threads, library versions) the nodes' that measured, one value where
+    they agree and "NODE: value; ..." where they differ, and every node's own under "nodes".
+    The driver's own facts stand only where no task ran on any node (nothing was measured).
+    `--compare` compares these facts as it compares a local run's."""
+    if not nodes:
+        return {**driver, "nodes": {}}
+    env: dict[str, Any] = {"command": driver.get("command")}
+    own = {*NODE_NAMES, "libraries", "error"}  # a node's name, and why its facts are missing, stay its own
+    keys = dict.fromkeys(k for facts in nodes.values() for k in facts if k not in own)
+    for key in keys:
+        values = {name: facts[key] for name, facts in sorted(nodes.items()) if key in facts}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) == 1:
+            env[key] = next(iter(values.values()))
+        else:
+            env[key] = "; ".join(f"{name}: {json.dumps(v, sort_keys=True) if isinstance(v, dict) else v}"
+                                 for name, v in values.items())
+    env["libraries"] = sorted({lib for facts in nodes.values() for lib in facts.get("libraries") or ()})
+    return {**env, "nodes": nodes}
 
 
 def _resources(ray, job: dict[str, Any]) -> dict[str, float]:
@@ -182,8 +247,12 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(TERMINATED)
 
 
-def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, address: str) -> Iterator[Any]:
-    """Submit every job (None: a hole, answered None), then yield each outcome in order."""
+def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, address: str,
+               nodes: dict[str, dict[str, Any]] | None = None) -> Iterator[Any]:
+    """Submit every job (None: a hole, answered None), then yield each outcome in order:
+    (status, payload, node) for one a node ran, node the name it has in `nodes`, where its
+    environment is added (`_node_name`); (status, reason) for one no node ran or returned."""
+    nodes = {} if nodes is None else nodes
     ray = _ray()
     started = False
     if ray.is_initialized():
@@ -207,21 +276,21 @@ def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, add
         remote = ray.remote(max_calls=1, max_retries=0)(_combination)
         # a backstop for a task that never returns (its node lost): two processes' timeouts, and a minute
         limit = None if timeout is None else 2 * timeout + 60
-        nodes = ray.nodes()
+        cluster = ray.nodes()
         refs: list[Any] = []  # per job: None (a hole), a failed outcome (no node could run it), or its task
         for job in jobs:
             if job is None:
                 refs.append(None)
                 continue
             asked = _resources(ray, job)
-            lacking = _lacking(nodes, asked)
+            lacking = _lacking(cluster, asked)
             refs.append(("failed", lacking) if lacking else remote.options(**asked).remote(job, timeout))
         for ref in refs:
             if ref is None or isinstance(ref, tuple):
                 yield ref
                 continue
             try:
-                yield ray.get(ref, timeout=limit)
+                status, payload, env = ray.get(ref, timeout=limit)
             except SystemExit:  # SIGTERM while waiting: `ray.get` re-raises the handler's exit as status 1
                 raise SystemExit(TERMINATED) from None
             except ray.exceptions.GetTimeoutError:
@@ -229,6 +298,8 @@ def run_on_ray(jobs: Sequence[dict[str, Any] | None], timeout: float | None, add
                 yield "failed", f"timed out after {limit:g} s on Ray"
             except ray.exceptions.RayError as exc:  # the worker died, the node was lost, the task failed
                 yield "failed", f"the Ray task failed: {str(exc).strip().splitlines()[-1][:300]}"
+            else:
+                yield status, payload, _node_name(nodes, env)
     finally:
         if started:
             ray.shutdown()

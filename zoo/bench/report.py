@@ -342,6 +342,9 @@ def markdown(report: Mapping[str, Any]) -> str:
                   "finished before it are here.", ""]
     lines += ["## Environment", ""]
     for key, value in (report.get("environment") or {}).items():
+        if key == "nodes" and isinstance(value, dict):  # a Ray sweep's: each node's environment, a line each
+            lines += ["- nodes (Ray):", *(f"  - {name}: {json.dumps(facts)}" for name, facts in value.items())]
+            continue
         text = json.dumps(value) if isinstance(value, (dict, list)) else value
         lines.append(f"- {key}: `{text}`" if key == "command" else f"- {key}: {text}")
     if report.get("options"):
