@@ -358,6 +358,19 @@ def test_two_content_length_headers_are_refused_and_head_answers_as_get(server):
 
 
 def test_a_request_timeout_parameter_is_honoured(server):
+    # Triton's dynamic batcher refuses a request whose timeout expired with UNAVAILABLE, "Request
+    # timeout expired" (dynamic_batch_scheduler.cc): 503 over HTTP, UNAVAILABLE over gRPC (zoo
+    # answered 504 / DEADLINE_EXCEEDED, a code clients read as their own deadline passing)
+    import tritonclient.grpc as triton_grpc
+    from tritonclient.utils import InferenceServerException
+
+    words = f"request timeout expired: model {ONNX} did not answer within 1e-06 s"
     response = httpx.post(f"{server.url}/v2/models/{ONNX}/infer", content=body(IMAGE, parameters={"timeout": 1}))
-    check_error(response, 504, "did not answer within")
+    check_error(response, 503, words)
+    with triton_grpc.InferenceServerClient(server.grpc_url) as client:
+        image_input = triton_grpc.InferInput("image", [1, 1, 8, 8], "FP32")
+        image_input.set_data_from_numpy(np.full((1, 1, 8, 8), 0.5, np.float32))
+        with pytest.raises(InferenceServerException) as info:
+            client.infer(ONNX, [image_input], timeout=1)
+    assert (info.value.status(), info.value.message()) == ("StatusCode.UNAVAILABLE", words)
     check_still_serving(server)

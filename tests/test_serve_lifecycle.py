@@ -201,6 +201,35 @@ def test_model_control_by_name_only(faulty_server):
     assert infer(faulty_server, 0.5, model=ONNX).status_code == 200
 
 
+def test_a_bare_model_name_is_no_artifact_to_unload_and_an_unknown_name_unloads_nothing(faulty_server):
+    """Inference takes a bare model name for the one artifact serving it (`orphan.model`), load
+    refuses it (no artifact by that name); unload answered OK and left the model serving, over
+    HTTP and gRPC. It is refused as load refuses it, naming the artifacts to unload instead; and
+    so is a model several artifacts serve. A name the server never heard of is still unloaded
+    as Triton unloads it: OK, nothing done (model_repository_manager.cc: an unload finds nothing
+    to delete and succeeds)."""
+    import tritonclient.grpc as triton_grpc
+    from tritonclient.utils import InferenceServerException
+
+    url, orphan = faulty_server.url, "orphan.onnxruntime.fp32"
+    for name, served in (("orphan.model", orphan), (DIGITS, f"{FAULTY}, {ONNX}")):
+        words = (f"no artifact named {name!r} in the model repository; model {name} is served by {served}: "
+                 "load or unload an artifact by its name")
+        for action in ("unload", "load"):
+            answer = httpx.post(f"{url}/v2/repository/models/{name}/{action}", timeout=60)
+            assert (answer.status_code, answer.json()) == (404, {"error": words}), (action, answer.text)
+        with triton_grpc.InferenceServerClient(faulty_server.grpc_url) as client:
+            for action in (client.unload_model, client.load_model):
+                with pytest.raises(InferenceServerException) as info:
+                    action(name)
+                assert (info.value.status(), info.value.message()) == ("StatusCode.NOT_FOUND", words)
+            assert httpx.post(f"{url}/v2/repository/models/nope/unload").status_code == 200
+            client.unload_model("nope")
+    index = {row["name"]: row["state"] for row in httpx.post(f"{url}/v2/repository/index").json()}
+    assert index[orphan] == index[FAULTY] == index[ONNX] == "READY"
+    assert infer(faulty_server, 0.5, model="orphan.model").status_code == 200  # still served
+
+
 def test_reloading_a_served_model_never_leaves_its_name_unserved(faulty_server, plugin):
     """A load of a model already served swaps the new one in once it is ready, as Triton
     does: while the old one still works through slow requests (3 x 1.5 s: one running,

@@ -744,7 +744,8 @@ def serve(ctx: typer.Context,
           max_request_size: int = typer.Option(64 << 20, help="Largest request body in bytes; larger get 413."),
           model_control: bool = typer.Option(False, "--model-control", help="Allow loading and unloading "
                                              "artifacts by name over /v2/repository/models/NAME/(un)load."),
-          request_timeout: float = typer.Option(60.0, help="Seconds a request may wait for its model (504 after)."),
+          request_timeout: float = typer.Option(60.0, help="Seconds a request may wait for its model (then 503 "
+                                                "\"request timeout expired\", as Triton answers)."),
           shutdown_timeout: float = typer.Option(30.0, help="Seconds in-flight requests get to finish on shutdown."),
           log_level: str = typer.Option("info", help="debug, info, warning, error or critical."),
           require_signature: Optional[Path] = typer.Option(

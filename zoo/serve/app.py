@@ -39,6 +39,7 @@ from .errors import (
     UnsupportedMediaError,
     message_for,
     status_for,
+    too_large,
 )
 from .http import client_left
 from .metrics import Metrics
@@ -396,8 +397,7 @@ class Guard:
             if not length.isdigit():
                 return ProtocolError("Content-Length must be a non-negative integer")
             if int(length) > self.limit:
-                return PayloadTooLargeError(f"the request body ({int(length)} bytes) exceeds the limit of "
-                                            f"{self.limit} bytes")
+                return too_large(int(length), self.limit)
         if encoding is not None:
             codings = [c.decode("latin-1") for c in (c.strip() for c in encoding.lower().split(b",")) if c]
             if set(codings) <= {"identity"} or (inference and len(codings) == 1 and codings[0] in CODINGS):

@@ -58,6 +58,12 @@ class PayloadTooLargeError(ZooError):
     """The request body exceeds the configured limit (413)."""
 
 
+def too_large(size: int, limit: int) -> PayloadTooLargeError:
+    """A body (an HTTP request's, a gRPC message's) of `size` bytes over the limit, in the
+    words both front ends use."""
+    return PayloadTooLargeError(f"the request body ({size} bytes) exceeds the limit of {limit} bytes")
+
+
 class FeatureOffError(ZooError):
     """An extension the server offers but was started without (403): model control,
     system shared memory. The message names the flag that turns it on."""
@@ -96,7 +102,9 @@ class RequestFailedError(InputError):
 
 
 class RequestTimeoutError(ZooError):
-    """The model did not answer within the request timeout (504)."""
+    """The model did not answer within the request's timeout (503): UNAVAILABLE, as Triton's
+    dynamic batcher answers a request whose timeout expired ("Request timeout expired",
+    dynamic_batch_scheduler.cc), over HTTP and gRPC alike."""
 
 
 #: exception type -> HTTP status; the first match along the exception's MRO wins, so
@@ -115,7 +123,7 @@ STATUS: dict[type[BaseException], int] = {
     BackendFailureError: 500,
     ModelNotReadyError: 503,
     QueueFullError: 503,
-    RequestTimeoutError: 504,
+    RequestTimeoutError: 503,
     ZooError: 500,  # any other typed zoo failure: its message is written for users
 }
 

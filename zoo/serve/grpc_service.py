@@ -5,9 +5,10 @@ generated from it ship in `tritonclient[grpc]` (`service_pb2`, `service_pb2_grpc
 `model_config_pb2`): the same messages Triton's own server and every tritonclient
 speak, none written by hand. It is served by grpcio's asyncio server on the event loop
 of the HTTP front end, on its own port, over the same `service.Server`: the same loaded
-models, batcher, queue limit, request size limit (`grpc.max_receive_message_length`),
-timeout, metrics, statistics and shared-memory regions, and the same error messages,
-with the status code Triton gives each (`CODES`, `OWN_CODES`).
+models, batcher, queue limit, request size limit (checked on each message, in HTTP's words;
+grpc core's own cap, `receive_cap`, is above it), timeout, metrics, statistics and
+shared-memory regions, and the same error messages, with the status code Triton gives each
+(`CODES`, `OWN_CODES`). It listens on the addresses HTTP binds for the host (`addresses`).
 
 Inputs arrive in `raw_input_contents` (one entry per input not in shared memory, in
 order, as Triton takes them; BYTES as length-prefixed items), in typed `contents` or in
@@ -16,7 +17,8 @@ A domain-native request is one BYTES input named for the model's raw kind (`text
 `image`, ...), as over HTTP.
 
 ModelStreamInfer takes a stream of requests and answers each as it completes (an
-error as `error_message` on that response, the stream going on). An error of a request
+error as `error_message` on that response, the stream going on); it stops reading the
+stream while `--max-queue-size` answers are unsent (`Service._stream`). An error of a request
 against the model's configuration starts `[request id: ID] ` (`<id_unknown>` without an
 id) in a stream as in a unary call and over HTTP, as Triton's core words those
 (`errors.InputMismatchError`); tritonclient hands a stream's callback only the message,
@@ -43,6 +45,7 @@ import contextlib
 import functools
 import logging
 import math
+import socket
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -60,11 +63,13 @@ from .errors import (
     FeatureOffError,
     InputMismatchError,
     ModelNotFoundError,
+    PayloadTooLargeError,
     ProtocolError,
     RegionExistsError,
     message_for,
     named,
     status_for,
+    too_large,
 )
 from .protocol import (
     InferRequest,
@@ -125,6 +130,7 @@ def _answers(method: Callable) -> Callable:
                 self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, "UNAVAILABLE").inc()
                 await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
             try:
+                await self._check_size(raw, method.__name__)
                 response = await method(self, parsed(request_type, raw), context)
             except asyncio.CancelledError:  # the client cancelled the call, or its deadline passed
                 self.zoo.metrics.child(self.zoo.metrics.grpc, method.__name__, _ended(context)).inc()
@@ -360,6 +366,28 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
         return await self._infer(request)
 
+    async def _check_size(self, raw: bytes, method: str) -> None:
+        """Refuse a message over --max-request-size as HTTP refuses a body over it, in its words
+        (grpc core lets messages up to `receive_cap` through to be refused here): RESOURCE_EXHAUSTED,
+        counted among the method's answers, and an inference request also as a request of the
+        model it names that failed (reason bad_request), as an HTTP body cut off at the limit is."""
+        limit = self.zoo.settings.max_request_bytes
+        if len(raw) <= limit:
+            return
+        error = too_large(len(raw), limit)
+        if method in ("ModelInfer", "ModelStreamInfer"):
+            try:
+                message = await asyncio.to_thread(pb.ModelInferRequest.FromString, raw)
+            except DecodeError:
+                raise error from None
+
+            async def refused(model) -> InferRequest:
+                raise error
+
+            with contextlib.suppress(PayloadTooLargeError, ModelNotFoundError, ProtocolError):
+                await self.zoo.infer(message.model_name, message.model_version or None, refused)
+        raise error
+
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
         async def decoded(model) -> InferRequest:
             if sum(map(len, message.raw_input_contents)) > (1 << 16):  # typed contents stay small
@@ -379,12 +407,21 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                     yield response
 
     async def _stream(self, request_iterator: AsyncIterator, context) -> AsyncIterator:
+        """The answers of a stream, as they complete. At most `max_queue_size` requests of the
+        stream are being answered or have answers grpc has not taken yet (grpc takes one only as
+        the client's flow-control window lets it out): past that, the stream is not read until
+        the client reads, so a client that writes and never reads holds that many answers, not
+        one per request it wrote (Triton bounds them with --grpc-max-response-pool-size). As
+        many as a model queues: a stream that took more for one model would only have them
+        refused as a full queue."""
         answers: asyncio.Queue = asyncio.Queue()
+        room = asyncio.Semaphore(self.zoo.settings.options.max_queue_size)
         taken = 0  # requests read from the stream
 
         async def answer(raw: bytes) -> None:
             message = pb.ModelInferRequest()
             try:
+                await self._check_size(raw, "ModelStreamInfer")
                 message = parsed(pb.ModelInferRequest, raw)
                 response = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
                 self.zoo.metrics.child(self.zoo.metrics.grpc, "ModelStreamInfer", "OK").inc()
@@ -404,11 +441,15 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def read() -> None:
             nonlocal taken
-            tasks = []
+            tasks: set[asyncio.Future] = set()  # the answers in progress (a done one is let go)
             try:
+                await room.acquire()
                 async for message in self._until_draining(request_iterator):
-                    tasks.append(asyncio.ensure_future(answer(message)))
+                    task = asyncio.ensure_future(answer(message))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
                     taken += 1
+                    await room.acquire()  # before the next request is read
                 await asyncio.gather(*tasks)
             finally:
                 for task in tasks:  # the stream ended early: nobody reads their answers
@@ -418,7 +459,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         reader = asyncio.ensure_future(read())
         try:
             while (response := await answers.get()) is not None:
-                yield response
+                yield response  # back once grpc has taken it
+                room.release()
             await reader  # a broken stream surfaces here
         finally:
             reader.cancel()
@@ -536,8 +578,32 @@ def _handlers(service: Service) -> dict[str, grpc.RpcMethodHandler]:
     return handlers
 
 
+def receive_cap(limit: int) -> int:
+    """The largest message grpc core takes, for a request size limit of `limit` bytes. Core holds
+    a message whole before a method sees it, so this cap is what bounds a call's memory; a
+    message over `limit` but within it reaches the method, to be refused as HTTP refuses a body
+    over the limit (`Service._check_size`: RESOURCE_EXHAUSTED in those words, and counted). Twice
+    the limit (and 64 KiB for the message's other fields): a message up to twice over it is
+    answered so; a larger one core refuses in its own words ("Received message larger than max"),
+    before any method runs, and uncounted."""
+    return 2 * limit + (64 << 10)
+
+
+def addresses(host: str, port: int) -> list[str]:
+    """What gRPC listens on for `host`: the addresses the HTTP front end binds, which asyncio's
+    create_server (under uvicorn) finds as every address getaddrinfo gives for the name. grpc
+    core resolves names its own way: given `localhost`, it listened on [::1] too where the
+    system resolves the name to 127.0.0.1 alone, and HTTP on 127.0.0.1 only."""
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ZooError(f"gRPC cannot listen on {host}: {exc.strerror}") from None
+    found = dict.fromkeys(str(info[4][0]) for info in infos)  # each once, in the resolver's order
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in found]
+
+
 async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
-    """The gRPC front end, listening on `host:port`; ZooError when it cannot."""
+    """The gRPC front end, listening on `host:port` (each address HTTP binds for `host`); ZooError when it cannot."""
     from .http import Limits
 
     # a connection that has not finished HTTP/2's handshake within the HTTP front end's read
@@ -545,7 +611,7 @@ async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     # past the connection cap, grpc core closes a new connection as it is accepted (the
     # client sees UNAVAILABLE), so open files are left for HTTP, shared memory and models
     limits = Limits.from_environment()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", zoo.settings.max_request_bytes),
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", receive_cap(zoo.settings.max_request_bytes)),
                                       ("grpc.max_send_message_length", -1),
                                       ("grpc.server_handshake_timeout_ms", int(limits.read_timeout * 1000)),
                                       ("grpc.max_allowed_incoming_connections", limits.max_grpc_connections),
@@ -554,14 +620,15 @@ async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     handlers = _handlers(service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
     server.add_registered_method_handlers(SERVICE.full_name, handlers)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if not bound:
-        raise ZooError(f"gRPC cannot listen on {address}: the port is in use or the address is not this machine's; "
-                       "pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
+    listening = addresses(host, port)
+    for address in listening:
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise ZooError(f"gRPC cannot listen on {address}: the port is in use or the address is not this "
+                           "machine's; pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
     await server.start()
-    log.info("gRPC listening on %s", address)
+    log.info("gRPC listening on %s", ", ".join(listening))
     return GrpcFront(server, service)

@@ -154,7 +154,8 @@ class ServedModel:
 
     def _expire(self, future: asyncio.Future, timeout: float) -> None:
         if not future.done():  # the batcher skips it from now on, as an abandoned request
-            future.set_exception(RequestTimeoutError(f"model {self.name} did not answer within {timeout:g} s"))
+            future.set_exception(RequestTimeoutError(f"request timeout expired: model {self.name} did not answer "
+                                                     f"within {timeout:g} s"))
             self.batcher.abandoned()
 
     def raw_request(self, body: bytes) -> InferRequest:

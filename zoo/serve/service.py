@@ -190,7 +190,21 @@ class Server:
             raise ModelControlDisabledError("loading and unloading models over the API is off; "
                                             "start the server with --model-control to allow it")
 
+    async def _refuse_model_name(self, name: str) -> None:
+        """Refuse a bare model name (`resnet8.digits`) that names served artifacts' model and no
+        artifact: load and unload take artifact names (as Triton's model control takes the
+        repository's directory names), and an unload of one answered OK would leave the model
+        it names serving. NOT_FOUND, in the words load refuses any other name with, and which
+        artifacts to name instead."""
+        served = sorted(m.name for m in self.models.values() if m.spec.name == name)
+        if name in self.models or not served:
+            return
+        if name not in await asyncio.to_thread(repository.artifact_names, self.settings.repository):
+            raise ModelNotFoundError(f"no artifact named {name!r} in the model repository; model {name} is served "
+                                     f"by {', '.join(served)}: load or unload an artifact by its name")
+
     async def load(self, name: str) -> None:
+        await self._refuse_model_name(name)
         path = repository.find_artifact(self.settings.repository, name)
         async with self.control[name]:
             served = self.models.get(name)
@@ -227,9 +241,12 @@ class Server:
                                                                            if name in self.models else ""))
 
     async def unload(self, name: str) -> None:
+        await self._refuse_model_name(name)
         async with self.control[name]:
             model = self.models.pop(name, None)
-            if model is None:  # as Triton answers: nothing to unload is done (Model Analyzer unloads to clean up)
+            # as Triton answers a name it does not serve, even one it never heard of (model_repository_manager.cc:
+            # nothing to unload is done, OK); Model Analyzer unloads to clean up
+            if model is None:
                 return
             self._alias()
             # requests that arrive while the queued ones finish are told why, as the index says
