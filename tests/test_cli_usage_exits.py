@@ -381,3 +381,13 @@ def test_bench_refuses_weights_every_combination_would_refuse_before_the_run(tmp
                               "--batch-sizes", "1", "--min-time", "0.05", *args)
     assert code_ == code and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no report, no export
+
+
+@pytest.mark.parametrize("given, why", [("nosuch.py", "no such file"), ("afile", "not a .py file")])
+def test_a_plugin_path_that_names_no_python_file_is_a_usage_error(tmp_path, monkeypatch, capsys, given, why):
+    """`zoo --plugin /nonexistent.py list` warned and listed the models without it, exit 0:
+    a path typed on the command line is a typo there (ZOO_PLUGINS, set once, still warns)."""
+    code, lines, out = run_cli(tmp_path, monkeypatch, capsys, "--plugin", given, "list")
+    assert code == 2 and lines == [f"error: --plugin {given}: {why}; a plugin file is a Python module (README.md, "
+                                   f"\"Writing a model plugin\")"], lines
+    assert not out

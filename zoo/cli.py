@@ -35,6 +35,10 @@ def _version(value: bool) -> None:
 def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a local plugin file (repeatable)."),
              version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                           help="Print zoo's version and exit.")) -> None:
+    for file in plugin:  # a path typed on this command line that names no file is a typo: exit 2, before any work
+        if file.expanduser().suffix != ".py" or not file.expanduser().is_file():
+            raise UsageError(f"--plugin {file}: {'no such file' if not file.expanduser().exists() else 'not a .py file'}"
+                             f"; a plugin file is a Python module (README.md, \"Writing a model plugin\")")
     for file in plugin:
         registry.load_plugin_file(file, warn=True)  # one that fails to import must not hide the others
 
