@@ -93,6 +93,25 @@ def _main_hidden():
         sys.modules["__main__"] = main
 
 
+#: seconds a worker that Ctrl-C reached too has to finish being interrupted
+INTERRUPT_GRACE_S = 5.0
+
+
+def _stop(proc, interrupt: KeyboardInterrupt) -> None:
+    """The worker, stopped on Ctrl-C. A terminal's Ctrl-C reaches the whole process group, so
+    the worker is being interrupted too: it is given `INTERRUPT_GRACE_S` to finish, which
+    removes its export's staging directory (`atomic_directory`); killed at once, it left
+    `.NAME.tmp-XXXXXXXX` in the user's repository until the next write there swept it.
+    SIGTERM (`Terminated`) reaches this process alone: the worker is killed at once, as it
+    is past the grace. Nothing it sends after this is read: no report holds it."""
+    from ..errors import Terminated
+
+    if not isinstance(interrupt, Terminated):
+        proc.join(INTERRUPT_GRACE_S)
+    if proc.is_alive():
+        proc.kill()
+
+
 def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method: str | None = None):
     """`fn(job)` in a freshly spawned process; its result, or `_Failed` with the reason."""
     ctx = _context(start_method)
@@ -110,8 +129,8 @@ def _in_own_process(fn, job: dict[str, Any], timeout: float | None, start_method
         except EOFError:
             proc.join()
             raise _Failed("failed", f"the benchmark process crashed ({exit_cause(proc.exitcode)})") from None
-    except KeyboardInterrupt:  # Ctrl-C reaches the child too, but a signal to this process alone does not
-        proc.kill()  # at once: nothing it writes after this belongs to any report
+    except KeyboardInterrupt as exc:
+        _stop(proc, exc)
         raise
     finally:
         receive.close()
