@@ -68,7 +68,7 @@ def _context(start_method: str | None = None):
     if start_method == "spawn" or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "zoo", "zoo.bench.measure"])
+    ctx.set_forkserver_preload(["zoo.bench.forkserver_quiet", "torch", "zoo", "zoo.bench.measure"])
     return ctx
 
 
