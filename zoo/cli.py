@@ -200,9 +200,9 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         raise
     if ckpt.path is None:  # not rank 0 of a distributed run
         return
-    out.print(f"checkpoint {ckpt.path}: " + ", ".join(
+    out.print(f"checkpoint {ckpt.path}: " + ", ".join(  # one line, however long (a script reads it)
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ckpt.metrics.items()
-        if not isinstance(v, (list, dict))))
+        if not isinstance(v, (list, dict))), soft_wrap=True, highlight=False)
 
 
 def _train_under_torchrun(spec, options, run_dir: Path, nproc: int, device: str, say_interrupted) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..checkpoint import META, PENDING, PREVIOUS, Checkpoint, load_checkpoint
@@ -245,10 +246,12 @@ class Run:
 
     @contextlib.contextmanager
     def progress(self, total: int, description: str | None = None) -> Iterator[Callable[..., None]]:
-        """A progress bar (rank 0); yields `update(advance=1, status="...")`."""
+        """A progress bar (rank 0) on stderr, where a command's progress goes: on stdout it was
+        among the results a script reads (`zoo train ... > log`); yields
+        `update(advance=1, status="...")`."""
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                       TimeElapsedColumn(), disable=not (self.show_progress and self.world.main),
-                      transient=False) as bar:
+                      transient=False, console=Console(stderr=True)) as bar:
             task = bar.add_task(description or f"train {self.spec.name}", total=total, status="")
 
             def update(advance: int = 1, status: str | None = None) -> None:
