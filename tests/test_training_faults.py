@@ -331,11 +331,11 @@ def test_a_missed_target_is_warned_once(cli):
     done = cli("train", "mlp.digits-target", "--out", "target", "--max-steps", "2")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("short of its recipe's target") == 1 and "warning: mlp.digits-target reached test accuracy" in done.stderr
-    # stdout is the result, one line however long (it was hard-wrapped at 200 columns), the progress bar on stderr
-    # (it was on stdout, among the results a script reads)
+    # stdout is the result, one line however long (it was hard-wrapped at 200 columns); the progress bar is drawn
+    # on a terminal's stderr only (it was on stdout, among the results a script reads)
     lines = done.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("checkpoint target/model: train_loss "), done.stdout
-    assert "samples/s" not in done.stdout and "train mlp.digits-target" in done.stderr, done.stderr
+    assert "samples/s" not in done.stdout and "train mlp.digits-target" not in done.stderr, done.stderr
 
 
 # -- the plugin's metric ---------------------------------------------------------------

@@ -246,12 +246,14 @@ class Run:
 
     @contextlib.contextmanager
     def progress(self, total: int, description: str | None = None) -> Iterator[Callable[..., None]]:
-        """A progress bar (rank 0) on stderr, where a command's progress goes: on stdout it was
-        among the results a script reads (`zoo train ... > log`); yields
-        `update(advance=1, status="...")`."""
+        """A progress bar (rank 0) on stderr, where a command's progress goes, and only where
+        stderr is a terminal (as `zoo bench`'s): on stdout it was among the results a script
+        reads (`zoo train ... > log`), and in a log it is a line before an error's one line;
+        yields `update(advance=1, status="...")`."""
+        console = Console(stderr=True)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                      TimeElapsedColumn(), disable=not (self.show_progress and self.world.main),
-                      transient=False, console=Console(stderr=True)) as bar:
+                      TimeElapsedColumn(), disable=not (self.show_progress and self.world.main and console.is_terminal),
+                      transient=False, console=console) as bar:
             task = bar.add_task(description or f"train {self.spec.name}", total=total, status="")
 
             def update(advance: int = 1, status: str | None = None) -> None:
