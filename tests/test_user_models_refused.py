@@ -577,6 +577,32 @@ def test_a_time_major_input_pads_its_sequence_axis_not_the_batch(tmp_path, capfd
         zoo.export(spec, backend="torch", random_init=True, repository=tmp_path)
 
 
+def test_a_gru_exported_after_another_keeps_its_sequence_axis_dynamic(tmp_path, monkeypatch):
+    """Each export in one process as in a fresh one. After one GRU's ONNX export, the next
+    GRU's capture ran torch's unrolled GRU, not the while_loop the capture asks for, and
+    fixed seq to the example's 7: "Got invalid dimensions for input: x" at seq = 2, only
+    where xdist gave one worker both tests. And a capture whose graph the ONNX cache served
+    left the while_loop in place, so the torch backend then took the GRU it refuses."""
+    import onnx
+    from zoo_onnx.export import export_onnx
+
+    monkeypatch.setenv("ZOO_ONNX_CACHE_DIR", str(tmp_path / "cache"))  # empty: the first exports are translated
+    monkeypatch.delenv("ZOO_ONNX_CACHE", raising=False)
+    rng = np.random.default_rng(0)
+    modules = {name: SPECS[name].build().eval() for name in ("gru.lastvalid", "timemajor.gru")}
+    answers = []
+    for n, name in enumerate(("gru.lastvalid", "timemajor.gru", "timemajor.gru")):
+        spec = SPECS[name]
+        example = {k: torch.from_numpy(v) for k, v in spec.sample(4, rng).items()}
+        answers.append(export_onnx(modules[name], spec, example, tmp_path / f"{n}.onnx"))
+        x = onnx.load(str(tmp_path / f"{n}.onnx")).graph.input[0]
+        dims = [d.dim_param or d.dim_value for d in x.type.tensor_type.shape.dim]
+        assert dims == (["batch", "seq", 6] if n == 0 else ["seq", "batch", 4]), (name, dims)
+    assert [a["onnx_cache"] for a in answers] == ["miss", "miss", "hit"]  # the same capture, so the same key
+    with pytest.raises(ExportError, match=r"torch.export could not capture timemajor.gru: .*constant \(7\)"):
+        zoo.export(SPECS["timemajor.gru"], backend="torch", random_init=True, repository=tmp_path / "torch")
+
+
 def test_an_output_axis_past_its_declared_range_is_refused_by_check():
     """torch.nonzero over (batch, 6) with its axis given 1 to 8: a batch of 4 finds about
     12, and the check, the export and its manifest took the range the model overshoots."""

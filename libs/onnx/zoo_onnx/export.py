@@ -90,7 +90,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
                "dynamic_shapes": {"inputs": dynamic_shapes(spec)}}
     to_store = None  # the cache key of a graph this call translated, stored once it checks
     try:
-        with _quiet(), export_quiet():
+        with _quiet(), export_quiet(), _dispatch_looked_up_afresh():
             program = None if external else _capture(wrapped, args, options["dynamic_shapes"])
             _refuse_narrowed_axes(spec, program, args)
             _refuse_guarded_axes(spec, program, args)
@@ -338,6 +338,35 @@ def _capture(module: torch.nn.Module, args: tuple, dynamic: Mapping[str, Any]) -
     except (ImportError, AttributeError, TypeError):
         return None
     return strategy(module, args, None, dynamic).exported_program
+
+
+@contextlib.contextmanager
+def _dispatch_looked_up_afresh() -> Iterator[None]:
+    """Capture and translate with torch's Python kernels looked up as a fresh process would,
+    and leave none of the capture's behind.
+
+    For a dynamic-shape export, torch's ONNX capture swaps the Python kernel of `aten.gru`
+    and `aten.lstm` for a `while_loop` that keeps the sequence axis dynamic
+    (`torch.export._patches`), by assigning into the op's `py_kernels` without clearing the
+    op's memo of which kernel serves each dispatch key, as `py_impl` does. So the memo
+    decides: after any earlier trace of a GRU outside the swap (the exporter's own type
+    promotion pass, the torch backend's torch.export), a later capture ran the unrolled GRU
+    and fixed the time axis to the example's length, and the graph refused every other one;
+    after a capture whose translation the ONNX cache served, the while_loop stayed in place
+    for the torch backend's export. The memo of every op used so far is emptied before and
+    after (torch empties it itself when it restores kernels, in `run_decompositions`);
+    where torch keeps no such memo, nothing is done."""
+    def forget() -> None:
+        for op in getattr(torch._ops, "get_cached_ops", lambda: ())():
+            cached = getattr(op, "_dispatch_cache", None)
+            if isinstance(cached, dict):
+                cached.clear()
+
+    forget()
+    try:
+        yield
+    finally:
+        forget()
 
 
 def _reuse_torchlib_ops() -> None:
