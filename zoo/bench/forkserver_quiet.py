@@ -4,10 +4,14 @@ Ctrl-C reaches the whole process group, the forkserver included. multiprocessing
 forkserver ignores SIGINT only once its preload is imported, and importing torch takes it
 a second or two: a Ctrl-C then printed a KeyboardInterrupt traceback from inside torch's
 import among the user's output. From here on it ignores SIGINT; each worker forked from it
-puts Python's handler back before anything else (`zoo.bench.measure.run_in_child`), so
-Ctrl-C still interrupts a worker's export and measurement.
+puts back the handler the forkserver started with (`INHERITED`: Python's, or SIG_IGN where
+`zoo bench` itself ignores SIGINT, as under nohup or `&` in a script) before anything else
+(`zoo.bench.measure.run_in_child`), so Ctrl-C interrupts a worker's export and
+measurement where it interrupts `zoo bench`, and only there.
 """
 
 import signal
 
+#: the SIGINT handler this process started with
+INHERITED = signal.getsignal(signal.SIGINT)
 signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -237,14 +237,16 @@ def run_in_child(conn, fn: Callable[[Mapping[str, Any]], Any], job: Mapping[str,
     """A child process's entry: run `fn(job)` and send back ("ok", result) or the error.
 
     Ctrl-C reaches the whole process group: the parent reports it (exit 130), so the child
-    exits quietly, as it does when the parent has already closed the pipe. Python's own
-    SIGINT handler first: the forkserver it is forked from ignores SIGINT
-    (`zoo.bench.forkserver_quiet`), and so would it."""
+    exits quietly, as it does when the parent has already closed the pipe. The SIGINT
+    handler the forkserver started with first: it ignores SIGINT from its first import
+    (`zoo.bench.forkserver_quiet`), and so would the child."""
     import os
     import signal
     import sys
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    quiet = sys.modules.get("zoo.bench.forkserver_quiet")  # forked from the forkserver (not spawned)
+    if quiet is not None and quiet.INHERITED is not None:
+        signal.signal(signal.SIGINT, quiet.INHERITED)
 
     # the parent's stdout carries the report (`--json`): libraries' progress bars and
     # prints in a worker (NNCF's calibration, compilers) go to stderr instead
