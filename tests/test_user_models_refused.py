@@ -8,6 +8,7 @@ it) and specs written inline; tiny, exported only to the CPU backends.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -611,3 +612,25 @@ def test_an_output_axis_past_its_declared_range_is_refused_by_check():
     assert failures and all(re.fullmatch(r"positive.narrow: at batch (4|16): output 'indices' has found = \d+, past "
                                          r"the largest size the spec's axes give it \(8\): widen its range, or cap "
                                          r"the output in forward", f) for f in failures), failures
+
+
+def test_a_graph_that_fixes_a_dynamic_axis_is_refused_naming_the_axis(tmp_path, monkeypatch):
+    """A capture that made the time axis a constant (the GRU unrolled over the example's 7
+    steps) wrote a graph ONNX Runtime refused at any other length with its own words ("Got
+    invalid dimensions for input: x"), found by the test vectors at seq=2. The written
+    graph's inputs are read: an axis the spec declares dynamic and the graph fixes is named.
+    The capture is made to fix it here by declaring only the batch axis to torch.export."""
+    import zoo_onnx.export as onnx_export
+    from zoo.tensors import dynamic_shapes
+
+    spec = SPECS["timemajor.gru"]
+    batch_only = dataclasses.replace(spec, axes={**spec.axes, "seq": zoo.AxisRange(7, 7, 7)})
+    monkeypatch.setattr(onnx_export, "dynamic_shapes", lambda s: dynamic_shapes(batch_only))
+    example = {k: torch.from_numpy(v) for k, v in spec.sample(4, np.random.default_rng(0)).items()}
+    with pytest.raises(ExportError) as refused:
+        onnx_export.export_onnx(spec.build().eval(), spec, example, tmp_path / "gru.onnx")
+    assert str(refused.value) == (
+        "could not export timemajor.gru to ONNX: the graph fixes axis 'seq' (input 'x', dimension 0) to 7, where the "
+        "spec's range is 2 to 20: the capture made the size a constant (a loop over it unrolled, the size used as a "
+        "number), so the engine would refuse every other size")
+    assert not (tmp_path / "gru.onnx").exists()

@@ -132,6 +132,7 @@ def export_onnx(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, 
         _refuse_traced_branches(spec, path, seen, dynamo_exc)
         info = {"exporter": "torchscript", "dynamo_error": _summary(dynamo_exc)}
     _check(spec, path)  # before the cache keeps it: an invalid graph is never stored
+    _refuse_fixed_axes(spec, path)
     if to_store is not None:
         cache.store(to_store, path)
     if precision == "fp16":
@@ -183,6 +184,25 @@ def _check(spec: ModelSpec, path: Path) -> None:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         raise ExportError(f"could not export {spec.name} to ONNX: the graph written is not valid ONNX "
                           f"({lines[0].rstrip('.') if lines else type(exc).__name__}), so it is not kept") from None
+
+
+def _refuse_fixed_axes(spec: ModelSpec, path: Path) -> None:
+    """Refuse a graph whose input fixes an axis the spec declares dynamic: the capture made it
+    a constant (a loop over it unrolled, its size used as a number), and the engine then
+    refused every other size with its own words ("Got invalid dimensions for input: x"),
+    found only by test vectors at another size, naming neither the axis nor the cause."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = {value.name: value.type.tensor_type.shape.dim for value in graph.input}
+    for t in spec.inputs:
+        for d, (axis, dim) in enumerate(zip(t.shape, found.get(t.name, ()))):
+            declared = spec.axes.get(axis) if isinstance(axis, str) else None
+            if declared is None or declared.min == declared.max or not dim.HasField("dim_value"):
+                continue
+            _remove(path)
+            raise ExportError(f"could not export {spec.name} to ONNX: the graph fixes axis {axis!r} (input {t.name!r}, "
+                              f"dimension {d}) to {dim.dim_value}, where the spec's range is {declared.min} to "
+                              f"{declared.max}: the capture made the size a constant (a loop over it unrolled, the "
+                              f"size used as a number), so the engine would refuse every other size")
 
 
 #: what the tracer says it converted a tensor to ("Converting a tensor to a Python boolean ..."),
