@@ -560,3 +560,36 @@ def test_a_token_beyond_the_model_s_vocabulary_is_an_input_error(tmp_path, minil
                                          r"\(ids 0 to 30521\)"):
         zoo.predict(spec, fn, ["fine", "a <newtok> here"])
     assert len(zoo.predict(spec, fn, ["fine", "also fine"])) == 2
+
+
+def test_generation_keeps_the_space_a_sentencepiece_tokenizer_puts_in_its_first_piece(tmp_path):
+    """A Metaspace (SentencePiece-style: Llama, Mistral, T5) tokenizer marks a word's leading
+    space in its piece ("▁statement"), and its decoder strips the first piece's: the new ids
+    decoded alone made "The import" + "statement" print "The importstatement". The prompt and
+    its continuation read as the whole sequence decodes, as transformers gives it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer, tokenizer.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    corpus = ["The import statement binds a name.", "An import statement may name a module."] * 20
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["</s>", "<unk>"]))
+    word = tokenizer.token_to_id("▁statement")
+    assert word is not None
+    torch.manual_seed(0)
+    gpt = GPT2LMHeadModel(GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_embd=32, n_layer=2, n_head=2,
+                                     n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+    prompt = tokenizer.encode("The import").ids
+    with torch.no_grad():  # the last position's state as "▁statement"'s embedding: greedy decoding picks it
+        state = gpt.transformer(torch.tensor([prompt])).last_hidden_state[0, -1]
+        gpt.transformer.wte.weight[word] = state / state.norm() * 20
+        assert int(gpt(torch.tensor([prompt])).logits[0, -1].argmax()) == word
+    folder = tmp_path / "spiece"
+    gpt.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    spec = zoo_hf.hf_model("spiece.tiny", folder, task="text-generation")
+    module = spec.build()
+    module.load_state_dict(spec.pretrained(), strict=True)
+    continuation = zoo.generate(spec, module_fn(module.eval(), spec), "The import", max_new_tokens=1)
+    assert continuation == " statement", continuation
+    assert "The import" + continuation == tokenizer.decode(prompt + [word])

@@ -156,4 +156,17 @@ def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 10
         if token in spec.stop_tokens:  # the end of the sequence: not text
             break
         ids.append(token)
-    return spec.detokenize(ids[start:])
+    return _continuation(spec, ids[:start], ids[start:])
+
+
+def _continuation(spec: ModelSpec, prompt: list[int], new: list[int]) -> str:
+    """The text `new` adds after `prompt`: the whole sequence decoded, less the prompt's
+    decoding, as transformers' text streamers take it. Decoded alone, `new` lost what its
+    first token shares with what precedes it: a SentencePiece (Metaspace) decoder strips
+    the space its first piece begins with ("The import" + "statement"), and a byte-level
+    model's character split at the boundary came out as replacement characters. Alone only
+    where the prompt's decoding does not begin the whole's."""
+    if not new:
+        return ""
+    head, whole = spec.detokenize(prompt), spec.detokenize(prompt + new)
+    return whole[len(head):] if whole.startswith(head) else spec.detokenize(new)
