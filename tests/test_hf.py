@@ -593,3 +593,20 @@ def test_generation_keeps_the_space_a_sentencepiece_tokenizer_puts_in_its_first_
     continuation = zoo.generate(spec, module_fn(module.eval(), spec), "The import", max_new_tokens=1)
     assert continuation == " statement", continuation
     assert "The import" + continuation == tokenizer.decode(prompt + [word])
+
+
+def test_a_json_pair_is_a_pair_only_for_a_classifier(minilm_dir):
+    """An embedding model took `{"text": ..., "text_pair": ...}` as a pair of texts and
+    embedded a different input than the record (cosine 0.667 against sentence-transformers'
+    embedding of the string); a classifier still takes it as transformers' pipeline does."""
+    from tokenizers import Tokenizer
+
+    record = '{"text": "what is zoo", "text_pair": "zoo exports models"}'
+    spec = zoo_hf.hf_model("minilm.records", minilm_dir)
+    tokenizer = Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    ids = spec.preprocess([record.encode()])["input_ids"][0]
+    assert list(ids) == tokenizer.encode(record).ids
+    paired = spec.preprocess([b'{"text": "a", "text_pair": "b"}'])["input_ids"][0]
+    assert list(paired) == tokenizer.encode('{"text": "a", "text_pair": "b"}').ids

@@ -160,7 +160,7 @@ def hf_model(name: str, source: Any, *, task: str = "feature-extraction", poolin
     pad_id = _pad_id(hf_config)
     tokenizer = directory / "tokenizer.json" if directory is not None else None
     codec = (text.TextCodec(tokenizer, names, seq_max, pad_id, keep_last=task == "text-generation",
-                            vocab_size=hf_config.vocab_size)
+                            vocab_size=hf_config.vocab_size, pairs=task == "text-classification")
              if tokenizer is not None and tokenizer.is_file() else None)
     if codec is not None:
         _warn_larger_tokenizer(name, codec, hf_config.vocab_size)

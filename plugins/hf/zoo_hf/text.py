@@ -86,12 +86,16 @@ class TextCodec:
 
     `vocab_size`: the model's vocabulary (input_ids' value range is 0 to vocab_size - 1);
     a text with a token beyond it (a tokenizer with added tokens the model's embeddings
-    were not resized for) is an InputError naming the token, as an artifact refuses it."""
+    were not resized for) is an InputError naming the token, as an artifact refuses it.
+    `pairs`: an item `{"text": ..., "text_pair": ...}` is a pair of texts (a classifier's,
+    as transformers' text-classification pipeline takes one); elsewhere it is the text it
+    is: an embedding model embedded such a JSON record as a pair, which sentence-transformers
+    has no notion of, and the two MiniLM models of the zoo disagreed on it (cosine 0.667)."""
 
     def __init__(self, path: Path, names: Sequence[str], max_length: int, pad_id: int | None, keep_last: bool,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, pairs: bool = False):
         self.path, self.names, self.max_length = Path(path), tuple(names), max_length
-        self.pad_id, self.keep_last, self.vocab_size = pad_id, keep_last, vocab_size
+        self.pad_id, self.keep_last, self.vocab_size, self.pairs = pad_id, keep_last, vocab_size, pairs
 
     def size(self) -> int:
         """The tokenizer's vocabulary: its highest token id (added tokens included) plus one."""
@@ -131,10 +135,9 @@ class TextCodec:
 
     def preprocess(self, items: Sequence[bytes]) -> dict[str, np.ndarray]:
         """UTF-8 texts -> the spec's int64 inputs, padded to the longest item. An item
-        `{"text": ..., "text_pair": ...}` is a pair of texts (not for causal language
-        models, whose prompt is one text)."""
+        `{"text": ..., "text_pair": ...}` is a pair of texts where the codec takes `pairs`."""
         texts = decode_items(items)
-        return self.encode(texts if self.keep_last else [paired(t, i) for i, t in enumerate(texts)])
+        return self.encode([paired(t, i) for i, t in enumerate(texts)] if self.pairs else texts)
 
     def sample(self, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Real sentences, drawn with replacement, tokenized as `preprocess` does."""
