@@ -306,7 +306,7 @@ def _unsaved_buffers(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
     saved = set(module.state_dict())
     unsaved = {name: ("buffer", b) for name, b in module.named_buffers() if name not in saved}
     unsaved.update({name: ("tensor" if isinstance(v, torch.Tensor) else "number", v)
-                    for name, v in _plain_attributes(module).items()})
+                    for name, v in _plain_attributes(module).items() if name not in saved})
     if not unsaved:
         return []
     try:
@@ -334,12 +334,18 @@ def _unsaved_buffers(spec: ModelSpec, module: torch.nn.Module) -> list[str]:
 
 
 def _plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
-    """The tensors and numbers (not flags) the module's submodules hold as plain attributes."""
+    """The tensors and floats the model's own submodules hold as plain attributes: not a
+    library's (torch.nn's `in_features`, `eps`, a quantized Linear's `scale`, which its
+    state dict saves), not a module's that saves its state through `get_extra_state`, and
+    no ints (sizes, counters, ids, which differ between builds without changing outputs)."""
     found = {}
     for prefix, sub in module.named_modules():
+        kind = type(sub)
+        if kind.__module__.split(".")[0] in ("torch", "transformers") or \
+                kind.get_extra_state is not torch.nn.Module.get_extra_state:
+            continue
         for attr, value in vars(sub).items():
-            if (not attr.startswith("_") and attr != "training" and not isinstance(value, bool)
-                    and isinstance(value, (torch.Tensor, int, float))):
+            if not attr.startswith("_") and attr != "training" and isinstance(value, (torch.Tensor, float)):
                 found[f"{prefix}.{attr}" if prefix else attr] = value
     return found
 
