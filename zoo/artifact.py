@@ -331,7 +331,8 @@ def _check_unlisted(root: Path, files: dict[str, Any], label: str) -> None:
             hint = (" (Triton's Python backend writes __pycache__ when it imports model.py, which is accepted only "
                     "where each file compiles a listed source with this Python)" if "__pycache__" in rel else "")
             if here.name == "__pycache__" and (tag := _foreign_tag(entry)):
-                raise ArtifactError(f"artifact {label} holds {rel}, {tag}'s bytecode of {here.parent / 'model.py'} "
+                raise ArtifactError(f"artifact {label} holds {rel}, {tag}'s bytecode of "
+                                    f"{here.parent / (entry.split('.')[0] + '.py')} "
                                     f"(Triton's container runs its own Python), which this Python "
                                     f"({sys.implementation.cache_tag}) cannot compile to compare: nothing here "
                                     f"vouches for its code, yet that Python would run it; remove {here} (Triton "

@@ -63,7 +63,6 @@ from .errors import (
     FeatureOffError,
     InputMismatchError,
     ModelNotFoundError,
-    PayloadTooLargeError,
     ProtocolError,
     RegionExistsError,
     message_for,
@@ -384,7 +383,8 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             async def refused(model) -> InferRequest:
                 raise error
 
-            with contextlib.suppress(PayloadTooLargeError, ModelNotFoundError, ProtocolError):
+            # counted where it names a model that can count it; the answer is the size's, whatever else is wrong
+            with contextlib.suppress(Exception):
                 await self.zoo.infer(message.model_name, message.model_version or None, refused)
         raise error
 
@@ -586,7 +586,7 @@ def receive_cap(limit: int) -> int:
     the limit (and 64 KiB for the message's other fields): a message up to twice over it is
     answered so; a larger one core refuses in its own words ("Received message larger than max"),
     before any method runs, and uncounted."""
-    return 2 * limit + (64 << 10)
+    return min(2 * limit + (64 << 10), (1 << 31) - 1)  # grpc core takes a C int: past it, start-up failed
 
 
 def addresses(host: str, port: int) -> list[str]:
@@ -620,15 +620,20 @@ async def start_grpc(zoo, host: str, port: int) -> GrpcFront:
     handlers = _handlers(service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
     server.add_registered_method_handlers(SERVICE.full_name, handlers)
-    listening = addresses(host, port)
-    for address in listening:
+    listening = []
+    for address in addresses(host, port):
         try:
             bound = server.add_insecure_port(address)
         except RuntimeError:
             bound = 0
-        if not bound:
+        if bound:
+            listening.append(address)
+        elif not address.startswith("["):  # an IPv6 one is skipped where others bind (IPv6 off, ::1 in hosts)
             raise ZooError(f"gRPC cannot listen on {address}: the port is in use or the address is not this "
                            "machine's; pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
+    if not listening:
+        raise ZooError(f"gRPC cannot listen on {host}:{port}: the port is in use or the address is not this "
+                       "machine's; pass --grpc-port PORT, or --grpc-port 0 for no gRPC")
     await server.start()
     log.info("gRPC listening on %s", ", ".join(listening))
     return GrpcFront(server, service)
