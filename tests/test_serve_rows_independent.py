@@ -114,9 +114,9 @@ def test_concurrent_requests_to_a_row_dependent_model_each_get_what_they_get_alo
 def test_the_export_of_a_row_dependent_model_gives_triton_no_dynamic_batching(tmp_path, caplog):
     """The exported config.pbtxt had `dynamic_batching` for the centred model, so Triton (and
     KServe, which runs it) merged requests and each answer depended on the others in flight,
-    while `zoo serve` ran them alone. The check warns, the config leaves dynamic batching out
-    (Triton then runs each request as sent) and says why, the manifest records it; a
-    row-independent model keeps it."""
+    while `zoo serve` ran them alone. The check warns, the config gives Triton no batch axis
+    and no dynamic batching (it runs each request as sent) and says why, the manifest
+    records it; a row-independent model keeps both."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
@@ -125,7 +125,10 @@ def test_the_export_of_a_row_dependent_model_gives_triton_no_dynamic_batching(tm
         for backend in ("onnxruntime", "torch"):
             centered = zoo.export(CENTERED, backend, repository=repo, random_init=True)
             config = text_format.Parse((centered.path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-            assert config.max_batch_size == 32 and not config.HasField("dynamic_batching"), config
+            # no batch axis for Triton (auto-complete may give a batching model without a scheduler a dynamic
+            # batcher): each request runs as sent, its batch in the dims
+            assert config.max_batch_size == 0 and not config.HasField("dynamic_batching"), config
+            assert list(config.input[0].dims) == [-1, 4] and list(config.output[0].dims) == [-1, 3], config
             assert "# rows are not independent (a row's output y changes" in (centered.path / "config.pbtxt").read_text()
             assert centered.manifest["triton"]["rows_dependent"].startswith("a row's output y changes when batched")
     assert "rows.centered: rows are not independent (a row's output y changes when batched with others" in caplog.text

@@ -185,8 +185,11 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     """The `config.pbtxt` text for artifact `name` of `spec` served by `runtime`
     (`filename`: the model file Triton loads; None for the Python backend's `model.py`).
     `rows_dependent`: why a row's outputs change batched with others (`zoo.check`): then
-    no dynamic batching, and Triton runs each request as its client sent it."""
-    is_batched = batched(spec)
+    max_batch_size 0 (the batch axis in each tensor's dims) and no dynamic batching, and
+    Triton runs each request as its client sent it."""
+    # rows that are not independent: no batch axis for Triton (max_batch_size 0, the batch in dims), so it runs
+    # each request as sent; without a scheduler, auto-complete can still give a batching model a dynamic batcher
+    is_batched = batched(spec) and rows_dependent is None
     r = spec.axes["batch"]
     lines = [f"name: {json.dumps(name)}"]
     lines += [f"{key}: {json.dumps(value)}" for key, value in runtime.items()]
@@ -198,9 +201,9 @@ def model_config(name: str, spec: ModelSpec, runtime: Mapping[str, str], filenam
     lines.append(f"max_batch_size: {r.max if is_batched else 0}")
     lines.append("input [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor(t, is_batched) for t in spec.outputs) + "\n]")
-    if is_batched and rows_dependent is not None:
-        lines.append(f"# rows are not independent ({' '.join(rows_dependent.split())}): no dynamic batching, as "
-                     "merged requests would change each other's answers")
+    if batched(spec) and rows_dependent is not None:
+        lines.append(f"# rows are not independent ({' '.join(rows_dependent.split())}): max_batch_size 0 and no "
+                     "dynamic batching, as merged requests would change each other's answers")
     elif is_batched:  # Triton's recommended start: batches as large as the queue holds when an instance frees, no
         # delay and no preferred sizes (a preferred size sends that many at once and leaves the rest waiting)
         lines.append("dynamic_batching {\n  max_queue_delay_microseconds: 0\n}")
