@@ -327,6 +327,16 @@ def test_a_parameter_without_gradient_under_ddp_is_named_once_without_torchruns_
         "process"], done.stderr
 
 
+def test_a_python_caller_asking_for_progress_gets_it_on_stderr_terminal_or_not(tmp_path, capfd):
+    """`zoo train` draws its bar on a terminal only; a Python caller's `progress=True` (a
+    notebook, whose output is no terminal either) was overridden by that test too."""
+    zoo.train(MLP, out=tmp_path / "shown", progress=True, options=TrainOptions(max_steps=2))
+    out, err = capfd.readouterr()
+    assert f"train {MLP.name}" in err and f"train {MLP.name}" not in out, (out, err)
+    zoo.train(MLP, out=tmp_path / "quiet", progress=False, options=TrainOptions(max_steps=2))
+    assert f"train {MLP.name}" not in "".join(capfd.readouterr())
+
+
 def test_a_missed_target_is_warned_once(cli):
     done = cli("train", "mlp.digits-target", "--out", "target", "--max-steps", "2")
     assert done.returncode == 0, done.stderr

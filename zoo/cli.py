@@ -180,7 +180,7 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
     check_usage(spec, options, epochs, seed)
     from .checkpoint import default_path
     from .train import train as run
-    from .training.distributed import LAUNCHED
+    from .training.distributed import LAUNCHED, PROGRESS_ON_STDOUT
     from .training.state import interrupted
 
     say_interrupted = lambda: err.print(interrupted(out_dir or default_path(spec.name), sys.argv[1:]),  # noqa: E731
@@ -193,7 +193,8 @@ def train(model: str, out_dir: Optional[Path] = typer.Option(None, "--out", help
         train_log.addHandler(_WarningLine())
         train_log.propagate = False
     try:
-        ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options)
+        ckpt = run(spec, out=out_dir, seed=seed, epochs=epochs, device=device, options=options,
+                   progress=sys.stderr.isatty() or bool(os.environ.get(PROGRESS_ON_STDOUT)))
     except KeyboardInterrupt:
         if os.environ.get("RANK", "0") == "0" and not os.environ.get(LAUNCHED):  # said once, by the launcher
             say_interrupted()

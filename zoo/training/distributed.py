@@ -114,6 +114,9 @@ def check_batch_size(batch_size: int, world: World) -> None:
 
 #: set in the environment of the processes `zoo train --nproc` starts
 LAUNCHED = "ZOO_TRAIN_LAUNCHED"
+#: set by `launch` where its own stderr is a terminal: rank 0 draws its progress bar on stdout,
+#: which the processes share with the launcher (their stderr is a pipe the launcher reads)
+PROGRESS_ON_STDOUT = "ZOO_TRAIN_PROGRESS_ON_STDOUT"
 
 
 def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
@@ -135,6 +138,8 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     # torchrun sets one OpenMP thread per process; give each process its share of the cores instead
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     env[LAUNCHED] = "1"  # check_launch prepared the run directory: the processes leave it as it is
+    if sys.stderr.isatty():
+        env[PROGRESS_ON_STDOUT] = "1"
     if debugging():
         return subprocess.call(command, env=env), False
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:

@@ -27,7 +27,7 @@ from ..checkpoint import META, PENDING, PREVIOUS, Checkpoint, load_checkpoint
 from ..errors import CheckpointError, UsageError, ZooError
 from ..fsutil import OLD, STAGING, atomic_write_text
 from ..spec import ModelSpec
-from .distributed import LAUNCHED, World
+from .distributed import LAUNCHED, PROGRESS_ON_STDOUT, World
 from .options import TrainOptions, run_files
 from .state import STATE, TrainingState, load_state, save_state
 
@@ -246,13 +246,16 @@ class Run:
 
     @contextlib.contextmanager
     def progress(self, total: int, description: str | None = None) -> Iterator[Callable[..., None]]:
-        """A progress bar (rank 0) on stderr, where a command's progress goes, and only where
-        stderr is a terminal (as `zoo bench`'s): on stdout it was among the results a script
-        reads (`zoo train ... > log`), and in a log it is a line before an error's one line;
-        yields `update(advance=1, status="...")`."""
-        console = Console(stderr=True)
+        """A progress bar (rank 0) on stderr, where a command's progress goes: on stdout it was
+        among the results a script reads (`zoo train ... > log`). Whether to draw one is the
+        caller's (`zoo train` draws it on a terminal only: in a log it is a line before an
+        error's one line). Under `zoo train --nproc`'s torchrun the processes' stderr is a pipe
+        the launcher reads: rank 0 draws on stdout, which it shares with the launcher, where
+        the launcher's stderr is a terminal (`PROGRESS_ON_STDOUT`). Yields
+        `update(advance=1, status="...")`."""
+        console = Console() if os.environ.get(PROGRESS_ON_STDOUT) else Console(stderr=True)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                      TimeElapsedColumn(), disable=not (self.show_progress and self.world.main and console.is_terminal),
+                      TimeElapsedColumn(), disable=not (self.show_progress and self.world.main),
                       transient=False, console=console) as bar:
             task = bar.add_task(description or f"train {self.spec.name}", total=total, status="")
 
