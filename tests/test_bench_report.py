@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from zoo.bench.compare import compare, failed, print_comparison
+from zoo.bench.compare import compare, failed, measured, print_comparison
 from zoo.bench.report import load_report, markdown, to_csv, write_report
 from zoo.bench.stats import noise, row_key, summarize
 from zoo.errors import ZooError
@@ -289,6 +289,21 @@ def test_a_comparison_that_paired_no_row_fails():
     assert not result["regressions"] and len(result["missing"]) == len(base["results"])
     assert failed(result)
     assert failed(compare(base, {"results": []}))
+
+
+def test_a_comparison_whose_pairs_were_measured_in_neither_run_fails():
+    """Rows that pair but are unsupported (or failed) on both sides are "unchanged" with no
+    timing held against a timing: only such pairs compared nothing, and fail the gate;
+    one row ok in both runs is a comparison."""
+    base, cur = build_report(seed=1), build_report(seed=2)
+    for report in (base, cur):
+        for row in report["results"]:
+            row |= {"status": "unsupported", "error": "not installed", "p50_ms": None}
+    result = compare(base, cur)
+    assert len(result["unchanged"]) == len(base["results"]) and not result["regressions"]
+    assert measured(result) == 0 and failed(result)
+    base["results"][0], cur["results"][0] = build_report(seed=1)["results"][0], build_report(seed=2)["results"][0]
+    assert measured(compare(base, cur)) == 1 and not failed(compare(base, cur))
 
 
 def test_size_is_in_mb_of_a_million_bytes_in_the_terminal_and_the_markdown(capsys):

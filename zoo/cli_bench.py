@@ -142,7 +142,8 @@ def bench(ctx: typer.Context,
 
     Exit status: 0 when every combination was measured, unsupported, or refused by verification
     (each listed with its reason); 1 when one failed (a crash, an exporter's error, a time-out), when
-    --compare finds a regression or compared nothing (no row pairs with the baseline's), or with
+    --compare finds a regression or compared nothing (no row pairs with the baseline's, or none that
+    does was measured in both runs), when a --url sweep had errors or lost the server, or with
     --strict when one was refused or a compared row was too noisy to judge; 2 for a usage error,
     before anything runs."""
     o = SimpleNamespace(**ctx.params)
@@ -395,15 +396,33 @@ def _scenario_key(name: str) -> str:
 
 
 def _sweep_server(o: SimpleNamespace) -> None:
-    """`--url`: requests/s and latency of a running server at each concurrency."""
-    from .serve.perf import print_sweep, sweep
+    """`--url`: requests/s and latency of a running server at each concurrency. The points
+    measured are shown and written whatever ends the sweep: a server that went away (the
+    failed point says why; exit 1) or Ctrl-C (marked "interrupted"; exit 130)."""
+    from .bench.matrix import Interrupted
+    from .serve.perf import most_rows, print_sweep, sweep, target
 
-    report = sweep(o.url, o.model_name or o.models, o.models, o.concurrencies, o.sizes or [1],
-                   duration=1.0 if o.min_time is None else o.min_time, binary=not o.json_data,
-                   metrics_url=o.metrics_url, shared_memory=o.shared_memory, streaming=o.streaming)
+    served = o.model_name or o.models
+    most = most_rows(target(o.url, o.metrics_url), served)
+    if most is not None and max(o.sizes or [1]) > most:  # every request would be refused (400): no load to measure
+        raise UsageError(f"--batch-sizes {max(o.sizes)}: {served} at {o.url} takes at most {most} rows per request "
+                         "(its max_batch_size): the server would refuse every request")
+    try:
+        report = sweep(o.url, served, o.models, o.concurrencies, o.sizes or [1],
+                       duration=1.0 if o.min_time is None else o.min_time, binary=not o.json_data,
+                       metrics_url=o.metrics_url, shared_memory=o.shared_memory, streaming=o.streaming)
+    except Interrupted as exc:
+        report = exc.report
+        if not report["results"]:
+            raise typer.Exit(130) from None
+        _emit_json(report) if o.as_json else print_sweep(report, out)
+        _write_json(o.output, report)
+        err.print("interrupted: the points above finished before it" + (f"; written to {o.output}" if o.output
+                                                                          else ""), highlight=False)
+        raise typer.Exit(130) from None
     _emit_json(report) if o.as_json else print_sweep(report, out)
     _write_json(o.output, report)
-    if any(r["errors"] for r in report["results"]):
+    if any(r["errors"] or r.get("failed") for r in report["results"]):
         raise typer.Exit(1)
 
 
@@ -501,7 +520,7 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
     that fails late loses no measurement; exit 1 as `zoo bench --help` says: a regression,
     nothing to compare, a failed combination, a refused one with --strict."""
     from .bench.compare import compare as compare_reports
-    from .bench.compare import compared, failed, print_comparison
+    from .bench.compare import compared, failed, measured, print_comparison
 
     result, unpaired = None, None
     if baseline:
@@ -509,8 +528,10 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
             result = compare_reports(baseline, report, sigmas=sigmas, min_change=min_change)
         except ZooError as exc:  # raised after the report is written: the measurements are kept
             unpaired = exc
+    if result:  # the gate's verdict travels with the report it judged: report.json, report.md, --output, --json
+        report = {**report, "comparison": {"baseline": str(compare_path), **result}}
     if as_json:
-        _emit_json({**report, "comparison": result} if result else report)
+        _emit_json(report)
     else:
         if report.get("results"):
             print_bench(report)
@@ -529,6 +550,10 @@ def _report(report: dict[str, Any], directory: Path, baseline: Optional[dict], o
     if result and not compared(result):
         raise ZooError(f"--compare {compare_path}: no row of the baseline matches one of this run (model, backend, "
                        "precision, device, batch, lengths), so nothing was compared")
+    if result and not result["regressions"] and not measured(result):
+        raise ZooError(f"--compare {compare_path}: no row paired with the baseline's was measured (ok) in both runs "
+                       f"({compared(result)} paired, each unsupported, failed or refused in one run or both), so "
+                       "nothing was compared")
     if result and failed(result, strict=strict):
         raise typer.Exit(1)
     failing = ("failed", "refused") if strict else ("failed",)

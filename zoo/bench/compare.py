@@ -21,7 +21,8 @@ an artifact is computed on a fixed split, so it should not move at all between r
 the same code; a metric worse than the baseline's by more than `metric_tolerance`
 (relative) is a regression too. Rows present in only one report are listed as
 "missing" or "new" and do not fail the gate: the two runs measured different matrices;
-but when no row at all was paired, the gate fails, since it compared nothing.
+but when no row at all was paired, or none of the pairs was ok in both runs (both
+unsupported, say), the gate fails, since it compared no measurement.
 """
 
 from __future__ import annotations
@@ -171,10 +172,18 @@ def compared(result: Mapping[str, Any]) -> int:
     return sum(len(result.get(k, ())) for k in VERDICTS)
 
 
+def measured(result: Mapping[str, Any]) -> int:
+    """How many paired rows were ok in both runs, so that a timing was held against a timing:
+    a pair unsupported (or failed) on both sides is "unchanged" with nothing measured, and a
+    gate that saw only such pairs has passed nothing."""
+    return sum(1 for k in VERDICTS for e in result.get(k, ())
+               if e.get("baseline_status") == "ok" and e.get("current_status") == "ok")
+
+
 def failed(result: Mapping[str, Any], strict: bool = False) -> bool:
-    """Whether the gate fails: any regression, or nothing compared (the CLI exits non-zero);
-    with `strict`, also any row too noisy to judge."""
-    return bool(result["regressions"]) or not compared(result) or (strict and bool(result.get("too_noisy")))
+    """Whether the gate fails: any regression, or no row measured in both runs (nothing
+    compared; the CLI exits non-zero); with `strict`, also any row too noisy to judge."""
+    return bool(result["regressions"]) or not measured(result) or (strict and bool(result.get("too_noisy")))
 
 
 def print_comparison(result: Mapping[str, Any], console) -> None:

@@ -357,4 +357,22 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines += _model_section(model, rows, baseline)
     if report.get("loadgen"):
         lines += _loadgen_section(report["loadgen"])
+    if report.get("comparison"):
+        lines += _comparison_section(report["comparison"])
     return "\n".join(lines)
+
+
+def _comparison_section(result: Mapping[str, Any]) -> list[str]:
+    """The --compare gate's verdict, as the terminal printed it: the counts, then every row
+    that did not stay unchanged, so that the report directory says why a gate failed."""
+    kinds = ("regressions", "improvements", "too_noisy", "unchanged", "missing", "new")
+    counts = ", ".join(f"{k.replace('_', ' ')}: {len(result.get(k, ()))}" for k in kinds)
+    columns = ["verdict", "model", "backend", "precision", "device", "batch", "lengths", "baseline p50 ms",
+               "current p50 ms", "ratio", "threshold", "why"]
+    cells = [[k.replace("_", " "), e.get("model"), e.get("backend"), e.get("precision"), e.get("device"),
+              e.get("batch"), _lengths(e.get("lengths")), e.get("baseline_p50_ms"), e.get("current_p50_ms"),
+              "" if e.get("ratio") is None else f"{e['ratio']:.2f}x",
+              "" if e.get("threshold") is None else f"±{e['threshold']:.1%}", "; ".join(e.get("reasons") or [])]
+             for k in kinds if k != "unchanged" for e in result.get(k, ())]
+    lines = ["## Against the baseline", "", f"Baseline: {result.get('baseline', 'not recorded')}. {counts}.", ""]
+    return lines + ([*_md_table(columns, cells), ""] if cells else [])

@@ -31,6 +31,11 @@ scraped before and after each point: mean time in the server, in the queue and i
 model (the runner call of the request's batch), and the mean batch size. Overhead =
 server time - queue time - model time: what the server adds per request (transport,
 decoding, validation, batching, encoding).
+
+As perf_analyzer, a refused request is an error, never throughput or latency. A server
+that goes away during a point (it closes the connection, or stops answering /metrics)
+fails that point with the reason, and the sweep ends there with the points measured
+before it; Ctrl-C raises `Interrupted` with them (the matrix's, `zoo.bench.matrix`).
 """
 
 from __future__ import annotations
@@ -125,42 +130,63 @@ def sweep(url: str, served: str, model: str, concurrencies: Sequence[int], batch
     where = dataclasses.replace(where, streaming=streaming)
     meta, info = model_metadata(where, served)
     name = meta["name"]
-    datatypes = {t["name"]: t["datatype"] for t in meta["inputs"]}
     make = request_maker(meta, info, model)
-    results = []
-    for batch in batch_sizes:
-        rng = np.random.default_rng(0)
-        if shared_memory:
-            samples = [make(batch, rng) for _ in range(max(concurrencies))]
-            with shared_memory_requests(where, name, meta, info, samples, datatypes, batch) as own:
+    results: list[dict[str, Any]] = []
+
+    def report() -> dict[str, Any]:
+        return {"url": url, "metrics_url": where.http, "model": name, "protocol": where.protocol,
+                "streaming": streaming, "shared_memory": shared_memory, "batching": info.get("batching"),
+                "binary": binary if where.protocol == "http" and not shared_memory else None,
+                "duration_s": duration, "results": results}
+
+    try:
+        for batch in batch_sizes:
+            count = max(concurrencies) if shared_memory else distinct
+            with _batch_requests(where, meta, info, make, batch, count, binary, shared_memory) as (payloads, own):
                 for c in concurrencies:
-                    results.append(_point(where, name, None, own, c, batch, duration, warmup))
-        else:
-            samples = [make(batch, rng) for _ in range(distinct)]
-            if where.protocol == "grpc":
-                payloads = [grpc_request(name, x, datatypes) for x in samples]
-            else:
-                payloads = [encode_request(x, binary=binary, datatypes=datatypes) for x in samples]
-            del samples
-            for c in concurrencies:
-                results.append(_point(where, name, payloads, None, c, batch, duration, warmup))
-    return {"url": url, "metrics_url": where.http, "model": name, "protocol": where.protocol,
-            "streaming": streaming, "shared_memory": shared_memory, "batching": info.get("batching"),
-            "binary": binary if where.protocol == "http" and not shared_memory else None,
-            "duration_s": duration, "results": results}
+                    results.append(_point(where, name, payloads, own, c, batch, duration, warmup))
+                    if results[-1]["failed"]:  # the server is gone: every later point would fail the same way
+                        return report()
+    except KeyboardInterrupt:  # Ctrl-C: the points that finished are kept, as the matrix keeps its rows
+        from ..bench.matrix import Interrupted
+
+        raise Interrupted(report()) from None
+    return report()
+
+
+@contextlib.contextmanager
+def _batch_requests(where: Target, meta: Mapping[str, Any], info: Mapping[str, Any], make, batch: int, count: int,
+                    binary: bool, shared_memory: bool) -> Iterator[tuple[list | None, list | None]]:
+    """(payloads shared by every client, None) or, with `shared_memory`, (None, each client's
+    own request naming its regions): `count` requests of `batch` rows, built before the load."""
+    datatypes = {t["name"]: t["datatype"] for t in meta["inputs"]}
+    rng = np.random.default_rng(0)
+    samples = [make(batch, rng) for _ in range(count)]
+    if shared_memory:
+        with shared_memory_requests(where, meta["name"], meta, info, samples, datatypes, batch) as own:
+            yield None, own
+        return
+    if where.protocol == "grpc":
+        payloads = [grpc_request(meta["name"], x, datatypes) for x in samples]
+    else:
+        payloads = [encode_request(x, binary=binary, datatypes=datatypes) for x in samples]
+    del samples
+    yield payloads, None
 
 
 def _point(where: Target, name: str, payloads: list | None, own: list | None, c: int, batch: int, duration: float,
            warmup: float) -> dict[str, Any]:
     """One concurrency: as perf_analyzer, a failed request counts as an error only, never in
     throughput or latency (an error answered at once would look like speed), and the first
-    error's reason is kept so that the report says why."""
+    error's reason is kept so that the report says why. `failed`: why the point itself
+    failed (the server closed the connection, or stopped answering), else None."""
     reasons: list[str] = []
+    lost: list[str] = []
     latencies, errors, elapsed, server = asyncio.run(_measure(where, name, payloads, own, c, duration, warmup,
-                                                              reasons))
+                                                              reasons, lost))
     ms = np.asarray(latencies) * 1e3
     return {"concurrency": c, "batch": batch, "requests": len(latencies), "errors": errors,
-            "first_error": reasons[0] if reasons else None,
+            "first_error": reasons[0] if reasons else None, "failed": lost[0] if lost else None,
             "requests_per_s": len(latencies) / elapsed, "samples_per_s": len(latencies) * batch / elapsed,
             "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
             "p90_ms": float(np.percentile(ms, 90)) if ms.size else None,
@@ -168,33 +194,40 @@ def _point(where: Target, name: str, payloads: list | None, own: list | None, c:
 
 
 async def _measure(where: Target, name: str, payloads: list | None, own: list | None, c: int, duration: float,
-                   warmup: float, reasons: list[str]) -> tuple[list[float], int, float, dict]:
+                   warmup: float, reasons: list[str], lost: list[str]) -> tuple[list[float], int, float, dict]:
     """Warm-up, then the measured run between two scrapes of /metrics; `reasons` gets the
-    measured run's first error."""
+    measured run's first error, `lost` why the server went away, if it did."""
     if where.protocol == "http":
         path = f"/v2/models/{name}/infer"
 
-        async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
-            return await closed_loop(where.host, where.port, path, payloads or [], c, seconds, own=own, reasons=why)
+        async def run(seconds: float, why: list[str], gone: list[str]) -> tuple[list[float], int, float]:
+            return await closed_loop(where.host, where.port, path, payloads or [], c, seconds, own=own, reasons=why,
+                                     lost=gone)
 
-        return await _timed(run, where, name, warmup, duration, reasons)
+        return await _timed(run, where, name, warmup, duration, reasons, lost)
     import grpc
 
     async with grpc.aio.insecure_channel(where.grpc, options=CHANNEL_OPTIONS) as channel:
-        async def run(seconds: float, why: list[str]) -> tuple[list[float], int, float]:
+        async def run(seconds: float, why: list[str], gone: list[str]) -> tuple[list[float], int, float]:
+            # a gRPC client sees a server gone only as UNAVAILABLE answers: `_timed` tells from /metrics
             return await grpc_closed_loop(channel, payloads or [], c, seconds, own=own, reasons=why,
                                           streaming=where.streaming)
 
-        return await _timed(run, where, name, warmup, duration, reasons)
+        return await _timed(run, where, name, warmup, duration, reasons, lost)
 
 
-async def _timed(run, where: Target, name: str, warmup: float, duration: float, reasons: list[str]):
+async def _timed(run, where: Target, name: str, warmup: float, duration: float, reasons: list[str], lost: list[str]):
+    """A server that does not answer its /metrics after the run (gRPC's clients see it only
+    as UNAVAILABLE answers) has gone away: the point failed, as one whose connection the
+    server closed."""
     if warmup > 0:
-        await run(warmup, [])
+        await run(warmup, [], [])
     before = await asyncio.to_thread(_scrape, where.http, name)
-    latencies, errors, elapsed = await run(duration, reasons)
+    latencies, errors, elapsed = await run(duration, reasons, lost)
     after = await asyncio.to_thread(_scrape, where.http, name)
-    return latencies, errors, elapsed, _server_view(before, after)
+    if (before is None or after is None) and not lost:
+        lost.append(f"the server stopped answering at {where.http}")
+    return latencies, errors, elapsed, _server_view(before or {}, after or {})
 
 
 # ---------------------------------------------------------------- the model's metadata and inputs
@@ -220,6 +253,20 @@ def model_metadata(where: Target, served: str) -> tuple[dict[str, Any], dict[str
     for t in (*meta.get("inputs", ()), *meta.get("outputs", ())):
         t["shape"] = [int(d) for d in t.get("shape", ())]  # protobuf's JSON writes int64 as strings
     return meta, http_meta.get("zoo") or {}
+
+
+def most_rows(where: Target, served: str) -> int | None:
+    """The most rows one request to `served` may carry: its config's `max_batch_size`
+    (Triton's; zoo serves the same), else the max of the batch axis in the zoo metadata;
+    None when neither says (a model that does not batch, a server that does not answer:
+    the sweep then reports what the server says)."""
+    with contextlib.suppress(httpx.HTTPError, ValueError, TypeError):
+        config = httpx.get(f"{where.http}/v2/models/{served}/config", timeout=30).json()
+        if isinstance(config, dict) and isinstance(config.get("max_batch_size"), int) and config["max_batch_size"] > 0:
+            return config["max_batch_size"]
+        axis = ((_http_metadata(where, served).get("zoo") or {}).get("axes") or {}).get("batch")
+        return int(axis[2]) if axis else None
+    return None
 
 
 def _http_metadata(where: Target, served: str) -> dict[str, Any]:
@@ -421,11 +468,13 @@ async def _grpc_streamer(stream, messages: list[bytes], k: int, stop_at: float, 
 
 async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency: int, duration: float,
                       statuses: Counter | None = None, own: Sequence[list] | None = None,
-                      reasons: list[str] | None = None) -> tuple[list[float], int, float]:
+                      reasons: list[str] | None = None,
+                      lost: list[str] | None = None) -> tuple[list[float], int, float]:
     """`concurrency` clients in a closed loop over `bodies` (client k over `own[k]` instead,
     when given) for `duration` s: the latencies of the 200 answers, how many were not 200,
     the seconds taken; `statuses` counts the answers by (body index, status code);
-    `reasons` gets the first error's status and the server's message."""
+    `reasons` gets the first error's status and the server's message; `lost` why the
+    server went away (closed a connection, or refused one), if it did."""
     latencies: list[float] = []
     errors = [0]
     shared = _http_requests(host, path, bodies) if not own else None
@@ -434,8 +483,9 @@ async def closed_loop(host: str, port: int, path: str, bodies: list, concurrency
     stop_at = start + duration
     counts = Counter() if statuses is None else statuses
     why = [] if reasons is None else reasons
-    await asyncio.gather(*(_client(host, port, mine[k] if mine else shared, k, stop_at, latencies, errors, counts, why)
-                           for k in range(concurrency)))
+    gone = [] if lost is None else lost
+    await asyncio.gather(*(_client(host, port, mine[k] if mine else shared, k, stop_at, latencies, errors, counts, why,
+                                   gone) for k in range(concurrency)))
     return latencies, errors[0], time.perf_counter() - start
 
 
@@ -449,9 +499,16 @@ def _http_requests(host: str, path: str, bodies: list) -> list[bytes]:
     return requests
 
 
-async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: float,
-                  latencies: list[float], errors: list[int], statuses: Counter, reasons: list[str]) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
+async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: float, latencies: list[float],
+                  errors: list[int], statuses: Counter, reasons: list[str], lost: list[str]) -> None:
+    """One client on one keep-alive connection. A connection the server closes (or refuses)
+    ends the client with one error, its reason in `reasons` and `lost`: perf_analyzer's
+    "failed" point, not an exception that would lose the points measured before it."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        _gone(f"cannot connect to the server: {exc.strerror or exc}", errors, reasons, lost)
+        return
     i = k * 7  # clients start at different requests
     try:
         while time.perf_counter() < stop_at:
@@ -475,8 +532,19 @@ async def _client(host: str, port: int, requests: list[bytes], k: int, stop_at: 
             errors[0] += 1
             if not reasons:
                 reasons.append(f"HTTP {status}: {_server_message(body)}")
+    except (asyncio.IncompleteReadError, ConnectionError):  # EOF or a reset: no answer comes on this connection
+        _gone("the server closed the connection", errors, reasons, lost)
     finally:
         writer.close()
+
+
+def _gone(reason: str, errors: list[int], reasons: list[str], lost: list[str]) -> None:
+    """A request the server will never answer: an error, and the first such reason kept."""
+    errors[0] += 1
+    if not reasons:
+        reasons.append(reason)
+    if not lost:
+        lost.append(reason)
 
 
 def _server_message(body: bytes) -> str:
@@ -623,10 +691,14 @@ def _grpc_shm_request(served: str, in_name: str, inputs: list, out_name: str, ou
 # ---------------------------------------------------------------- the server's view and the report
 
 
-def _scrape(http: str, model: str) -> dict[str, float]:
+def _scrape(http: str, model: str) -> dict[str, float] | None:
     """Sum and count of the server's histograms for `model`; none from a server whose HTTP
-    port has no zoo /metrics (Triton serves its own on another port, under other names)."""
-    response = httpx.get(f"{http}/metrics", timeout=30)
+    port has no zoo /metrics (Triton serves its own on another port, under other names);
+    None from one that does not answer (gone: `_timed`)."""
+    try:
+        response = httpx.get(f"{http}/metrics", timeout=30)
+    except httpx.HTTPError:
+        return None
     if response.status_code != 200:
         return {}
     text = response.text
@@ -675,3 +747,6 @@ def print_sweep(report: dict[str, Any], console) -> None:
         if r.get("first_error"):
             console.print(f"[yellow]concurrency {r['concurrency']}, {r['batch']} rows/request: {r['errors']} "
                           f"errors, the first: {escape(r['first_error'])}[/]", highlight=False)
+        if r.get("failed"):
+            console.print(f"[red]concurrency {r['concurrency']}, {r['batch']} rows/request failed: "
+                          f"{escape(r['failed'])}; the sweep stopped there[/]", highlight=False)
