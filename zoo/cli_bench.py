@@ -493,7 +493,8 @@ def _matrix(o: SimpleNamespace) -> dict[str, Any]:
 
     sizes, lengths = o.sizes or default_batch_sizes(o.names), o.length_values
     # every usage error (a model's range, --lengths without its axis) before the progress bar
-    specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint, o.random_init)
+    specs = checked_models(o.names, o.backends, sizes, o.precisions, o.devices, lengths, o.checkpoint, o.random_init,
+                           o.ray)
     with _progress() as progress:
         task = progress.add_task("benchmarking", total=None)
         return benchmark(

@@ -346,18 +346,23 @@ def checkpoint_path(checkpoint):
     return checkpoint.path
 
 
-def _check_weights(specs: list[ModelSpec], checkpoint, random_init: bool) -> None:
+def _check_weights(specs: list[ModelSpec], checkpoint, random_init: bool, here: bool = True) -> None:
     """Weights every combination would refuse, refused once before any runs, where each row
     failed with the same line: --checkpoint with --random-init, a --checkpoint that is not
-    there or is another model's, and one trainable model with neither and no checkpoint at
-    its default path (as `zoo export` and `zoo optimize` refuse it)."""
+    there, and one trainable model with neither and no checkpoint at its default path (as
+    `zoo export` and `zoo optimize` refuse it). Only the path is looked at (the workers read
+    the weights). `here` False (a Ray sweep, whose workers may see storage this machine does
+    not): what is on this machine's disk is not asked."""
     from ..export import one_source
 
     one_source(checkpoint, random_init)
+    if not here:
+        return
     if checkpoint is not None:
-        from ..checkpoint import load_checkpoint
+        if not Path(checkpoint).exists():
+            from ..checkpoint import load_checkpoint
 
-        load_checkpoint(checkpoint, specs[0].name)
+            load_checkpoint(checkpoint, specs[0].name)  # its "no checkpoint at ..." and what is there instead
     elif not random_init and len(specs) == 1 and specs[0].trainable:
         from ..checkpoint import default_path, missing
 
@@ -367,7 +372,7 @@ def _check_weights(specs: list[ModelSpec], checkpoint, random_init: bool) -> Non
 
 def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], precisions: Sequence[str],
                    devices: Sequence[str], lengths: Sequence[int] | None = None, checkpoint=None,
-                   random_init: bool = False) -> list[ModelSpec]:
+                   random_init: bool = False, ray: str | None = None) -> list[ModelSpec]:
     """The specs of a run's models, after every check that needs no process: names, the
     lengths axis, and with one model its batch and length ranges (usage errors, before
     anything is exported; with several models a range is one model's hole in the matrix).
@@ -390,7 +395,7 @@ def checked_models(model, backends: Sequence[str], batch_sizes: Sequence[int], p
         error = _out_of_range(specs[0], batch_sizes, lengths)
         if error is not None:
             raise error
-    _check_weights(specs, checkpoint, random_init)
+    _check_weights(specs, checkpoint, random_init, here=ray is None)
     return specs
 
 
@@ -431,7 +436,7 @@ def benchmark(model: str | ModelSpec | Sequence[str | ModelSpec],
     devices = items("--device", device, "device")
     lengths = None if lengths in (None, [], ()) else items("--lengths", lengths, "length", int)
     checkpoint = checkpoint_path(checkpoint)
-    specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint, random_init)
+    specs = checked_models(model, backends, batch_sizes, precisions, devices, lengths, checkpoint, random_init, ray)
     options = {"threads": threads, "warmup": warmup, "min_time": min_time, "min_iters": min_iters,
                "max_iters": max_iters}
     planned = []  # (base row, job) per combination; job None with the row where the combination is a hole
