@@ -116,6 +116,24 @@ WEIGHTED = zoo.ModelSpec(
                                "weight": rng.uniform(0.5, 2.0, batch).astype(np.float32)},
     axes={"batch": zoo.AxisRange(1, 4, 16)})
 
+class Centered(torch.nn.Module):
+    """Each row centred on the batch's mean: a row's answer depends on the rows beside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x - x.mean(0, keepdim=True))
+
+
+#: rows that are not independent: exported with no batch axis for Triton (max_batch_size 0)
+CENTERED = zoo.ModelSpec(
+    name="centered.triton", domain="tabular", task="regression",
+    inputs=(zoo.TensorSpec("x", "float32", ("batch", 4)),), outputs=(zoo.TensorSpec("y", "float32", ("batch", 3)),),
+    build=Centered, sample=lambda batch, rng: {"x": rng.standard_normal((batch, 4)).astype(np.float32)},
+    axes={"batch": zoo.AxisRange(1, 4, 16)})
+
 CPU = sorted(name for name, backend in registry.backends().items() if backend.probe("cpu").ok)
 #: Triton has a backend for the engine that serves its artifacts as verified: their default form
 NATIVE = [name for name in CPU if triton_form(registry.get_backend(name).triton, None) == "native"]
@@ -127,7 +145,7 @@ def exports() -> list[tuple[zoo.ModelSpec, str, str | None]]:
     tiny = zoo.get_model(RESNET).tiny()
     rows = [(tiny, b, None) for b in CPU]  # native where Triton has a backend, else python
     rows += [(POOLER, b, "python") for b in CPU if b not in ("torch-compile", "torch-aoti")]
-    rows += [(SIDE, "torch", None), (WEIGHTED, "torch", None)]
+    rows += [(SIDE, "torch", None), (WEIGHTED, "torch", None), (CENTERED, "torch", None)]
     return rows
 
 
@@ -384,6 +402,39 @@ def test_unbatched_side_input_model(triton, repository):
         np.testing.assert_array_equal(infer(tritonclient_http, http, name, inputs)["probabilities"], expected)
     finally:
         http.close()
+
+
+def test_a_model_whose_rows_depend_on_each_other_is_never_merged_by_triton(triton, repository):
+    """Its export's config.pbtxt had `dynamic_batching`, so Triton merged concurrent requests
+    and answered each with the other requests' rows in its mean. With no batch axis for
+    Triton (`max_batch_size: 0`, as Triton loads it, auto-complete included), 16 concurrent
+    2-row requests run as 16 executions, each answered as the artifact answers it alone."""
+    _, arts = repository
+    name = f"{CENTERED.name}.torch.fp32"
+    runner = zoo.load(arts[name].path)
+    http = tritonclient_http.InferenceServerClient(triton.http_url)
+    grpc = tritonclient_grpc.InferenceServerClient(triton.grpc_url)
+    try:
+        config = http.get_model_config(name)
+        assert config["max_batch_size"] == 0 and "dynamic_batching" not in config, config
+        before = _counts(http, name)
+        inputs = [request(arts[name], 2, 100 + i) for i in range(16)]
+        barrier = threading.Barrier(len(inputs))
+
+        def call(x):
+            prepared = tensors(tritonclient_grpc, x)
+            barrier.wait()
+            return outputs(grpc.infer(name, prepared), ["y"])["y"]
+
+        with ThreadPoolExecutor(len(inputs)) as pool:
+            answers = list(pool.map(call, inputs))
+        after = _counts(http, name)
+    finally:
+        grpc.close()
+        http.close()
+    for x, got in zip(inputs, answers):
+        np.testing.assert_allclose(got, runner(x)["y"], rtol=1e-5, atol=1e-6)
+    assert after[1] - before[1] == len(inputs)  # one execution per request: none merged
 
 
 def test_python_form_of_a_native_engine_is_verified_by_zoo_verify(repository, tmp_path):
