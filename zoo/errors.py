@@ -4,9 +4,12 @@ never a traceback (see ``zoo.cli``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import threading
+from typing import Iterator
 
 
 def debugging() -> bool:
@@ -161,6 +164,33 @@ def raise_on_sigterm() -> None:
         _terminated.append(signum)
         raise Terminated()
     signal.signal(signal.SIGTERM, terminated)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held while a native library is imported, and handled once it is:
+    their handlers raise KeyboardInterrupt / `Terminated` in the Python code that runs next,
+    and raised inside an extension module's initialization (onnx's, which runs Python code
+    as it builds itself) they crashed the process (SIGSEGV, SIGABRT) instead of stopping it,
+    its staging directory left behind. Held in Python, by a handler that only records the
+    signal (blocking it in this thread is not enough: another thread, torch's, takes it);
+    only in the main thread, where Python runs handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(pending):  # as it would have been handled, now
+            if callable(handler := previous[s]):
+                handler(s, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(s)
 
 
 def was_terminated() -> bool:

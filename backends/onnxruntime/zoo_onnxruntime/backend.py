@@ -77,7 +77,10 @@ class OnnxRuntimeBackend(Backend):
 
     def export(self, module: "torch.nn.Module", spec: "ModelSpec", example: Mapping[str, "torch.Tensor"],
                path: Path, precision: str, device: str) -> dict[str, Any]:
-        from zoo_onnx.export import export_onnx
+        from zoo.errors import signals_held
+
+        with signals_held():  # a SIGTERM inside onnx's native initialization crashed the process
+            from zoo_onnx.export import export_onnx
 
         self.check_supported(precision, device_kind(device))
         if precision != "int8":

@@ -31,8 +31,11 @@ def export_ir(module: torch.nn.Module, spec: ModelSpec, example: Mapping[str, to
     "bf16" write the same float32 IR, bf16 being an inference hint applied at load.
     Returns the ONNX exporter's facts, plus the quantization's for int8.
     """
-    import openvino as ov
-    from zoo_onnx.export import export_onnx
+    from zoo.errors import signals_held
+
+    with signals_held():  # a SIGTERM inside a native library's initialization crashed the process
+        import openvino as ov
+        from zoo_onnx.export import export_onnx
 
     with tempfile.TemporaryDirectory(prefix="zoo-openvino-") as tmp:
         onnx_path = Path(tmp) / "model.onnx"
