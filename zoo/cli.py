@@ -36,8 +36,9 @@ def _plugins(plugin: List[Path] = typer.Option([], "--plugin", help="Load a loca
              version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                           help="Print zoo's version and exit.")) -> None:
     for file in plugin:  # a path typed on this command line that names no file is a typo: exit 2, before any work
-        if file.expanduser().suffix != ".py" or not file.expanduser().is_file():
-            raise UsageError(f"--plugin {file}: {'no such file' if not file.expanduser().exists() else 'not a .py file'}"
+        path = file.expanduser()
+        if path.suffix != ".py" or not path.is_file():
+            raise UsageError(f"--plugin {file}: {'not a .py file' if path.exists() else 'no such file'}"
                              f"; a plugin file is a Python module (README.md, \"Writing a model plugin\")")
     for file in plugin:
         registry.load_plugin_file(file, warn=True)  # one that fails to import must not hide the others
