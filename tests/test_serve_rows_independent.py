@@ -137,3 +137,32 @@ def test_the_export_of_a_row_dependent_model_gives_triton_no_dynamic_batching(tm
     config = text_format.Parse((plain.path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     assert config.HasField("dynamic_batching") and "rows_dependent" not in plain.manifest["triton"]
     assert zoo.verify(centered.path)["parity"]["passed"]
+
+
+def test_a_model_that_takes_at_least_two_rows_is_probed_in_parts_of_two(tmp_path, caplog):
+    """With batch.min 2, the probe's part of one row was refused by the model's own range:
+    the check said nothing and the export gave Triton dynamic batching, and the server only
+    logged that it could not try and merged requests. Its parts now hold batch.min rows."""
+    from dataclasses import replace
+
+    from zoo.check import check
+
+    centered = replace(CENTERED, name="rows.centered2", axes={"batch": AxisRange(2, 4, 32)})
+    torch.manual_seed(0)
+    module = centered.build().eval()
+    assert not rows_independent(centered, module_fn(module, centered), centered.sample(4, np.random.default_rng(0)))[0]
+    report = check(centered, module)
+    assert report.passed and report.rows_dependent.startswith("a row's output y changes when batched"), report.warnings
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        art = zoo.export(centered, "onnxruntime", repository=tmp_path / "exports", random_init=True)
+    assert art.manifest["triton"]["rows_dependent"].startswith("a row's output y changes when batched")
+    from starlette.testclient import TestClient
+
+    from zoo.serve.app import Settings, create_app
+    from zoo.serve.repository import ServeOptions
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zoo.serve"), \
+            TestClient(create_app(Settings(tmp_path / "exports", ServeOptions()))) as client:
+        assert not client.get(f"/v2/models/{art.name}").json()["zoo"]["batching"]["dynamic_batching"]
+    assert f"{art.name}: rows are not independent" in caplog.text and "could not be tried" not in caplog.text

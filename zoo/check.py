@@ -204,8 +204,8 @@ def _rows_dependent(spec: ModelSpec, module: torch.nn.Module, device: str, preci
     batch: `x - x.mean(0)`), with a warning; None where they do not. `zoo serve` runs such a
     model's requests alone, and the export's config.pbtxt has no dynamic batching, which
     would merge Triton's requests into one execution and change each answer by the others."""
-    rows = min(4, spec.axes["batch"].max)
-    if rows < 2:
+    rows = min(max(4, 2 * spec.axes["batch"].min), spec.axes["batch"].max)  # two parts of at least batch.min
+    if rows < 2 * spec.axes["batch"].min:
         return None
     try:
         independent, why = rows_independent(spec, lambda x: _run(module, spec, x, device),

@@ -125,18 +125,19 @@ def rows_independent(spec: ModelSpec, fn: Callable[[dict[str, Any]], Mapping[str
                      precision: str = "fp32") -> tuple[bool, str]:
     """(True, "") where `fn`'s outputs for `inputs`' rows run together are, within
     `precision`'s tolerance, what its first row gets alone and what the other rows get
-    without it; else (False, why). Three runs: a row alone is where a statistic over the
-    batch moves most, and a split into halves would miss it where a sample's rows repeat
+    without it (its first `batch.min` rows, where the model takes no fewer rows); else
+    (False, why). Three runs: a row alone is where a statistic over the batch moves most, and a split into halves would miss it where a sample's rows repeat
     (rows drawn from a stored set smaller than the batch: a, b, a, b has the mean of a, b).
     Inputs without the batch axis (side inputs) go whole to each run, as the batcher
-    passes them; a model with fewer than two rows, or with an output without the batch
-    axis, is not batched and passes."""
+    passes them; a sample of fewer than twice `batch.min` rows, or a model with an output
+    without the batch axis, is not batched and passes."""
     batched = {t.name for t in spec.inputs if t.shape[:1] == ("batch",)}
     rows = min((np.shape(inputs[name])[0] for name in batched), default=0)
-    if rows < 2 or not all(t.shape[:1] == ("batch",) for t in spec.outputs):
+    least = spec.axes["batch"].min if "batch" in spec.axes else 1  # a part below it would be refused
+    if rows < 2 * least or not all(t.shape[:1] == ("batch",) for t in spec.outputs):
         return True, ""
     whole = {k: as_numpy(v) for k, v in fn(dict(inputs)).items()}
-    for part in (slice(0, 1), slice(1, rows)):
+    for part in (slice(0, least), slice(least, rows)):
         alone = fn({k: v[part] if k in batched else v for k, v in inputs.items()})
         for t in spec.outputs:
             ref, out = as_numpy(alone[t.name]), whole[t.name][part]

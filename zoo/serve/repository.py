@@ -195,7 +195,8 @@ def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner,
     if not policy.batching:
         return policy
     try:
-        independent, why = rows_independent(spec, runner, probe_sample(art, spec, 4, vectors), art.precision)
+        rows = max(4, 2 * spec.axes["batch"].min)  # two parts of at least batch.min (rows_independent)
+        independent, why = rows_independent(spec, runner, probe_sample(art, spec, rows, vectors), art.precision)
     except Exception as exc:  # noqa: BLE001 - the sample fails as a request would: not a batching matter
         log.warning("%s: whether its rows are independent could not be tried (%s: %s): requests are merged",
                     art.name, type(exc).__name__, first_line(exc))
