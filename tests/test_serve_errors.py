@@ -222,7 +222,7 @@ def test_a_version_is_read_as_an_integer_as_triton_reads_it(server):
         assert response.status_code == 200 and response.json()["model_version"] == "1", response.text
     for version in ("-1", "one", "1.0", "1abc", "%201"):
         for path in ("", "/ready", "/config", "/stats"):
-            check_error(httpx.get(f"{versioned}/{version}{path}"), 404, "a model version in a path is its number")
+            check_error(httpx.get(f"{versioned}/{version}{path}"), 404, "a model version in a URL is its number")
         check_error(httpx.post(f"{versioned}/{version}/infer", content=body(IMAGE)), 404, "is its number")
     check_error(httpx.get(f"{versioned}/{'9' * 30}"), 400, "is not a model version (a non-negative integer)")
     check_error(httpx.post(f"{versioned}/{'9' * 30}/infer", content=body(IMAGE)), 400, "is not a model version")

@@ -443,3 +443,114 @@ def test_an_undecodable_grpc_message_is_invalid_argument_without_a_class_name(wi
         answers = list(stream(iter([b"\xff\xff\xff\xff", infer_message("ok", ROWS).SerializeToString()]), timeout=10))
         assert sorted((a.infer_response.id, a.error_message) for a in answers) == [
             ("", "the request is not a valid ModelInferRequest message"), ("ok", "")]
+
+
+# ---------------------------------------------------------------- pipelined floods, refused bodies
+
+
+def resident(server: ServerProcess) -> int:
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) << 10
+
+
+def flood(port: int, one: bytes, seconds: float) -> socket.socket:
+    """A connection that sends `one` over and over for `seconds` and reads nothing (a
+    receive buffer of 4 KiB: the server's answers back up at once); returned open."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(0.2)
+    burst, deadline = one * max(1, (64 << 10) // len(one)), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(socket.timeout):
+            sock.sendall(burst)
+    return sock
+
+
+def test_pipelined_requests_sent_without_reading_the_answers_are_parsed_a_few_at_a_time(wire):
+    """uvicorn parsed every request of each read and read again after each answer: one
+    connection sending health checks without reading the answers had the server hold
+    about 150 MB (tens of thousands of parsed requests); 8 such connections, 2.5 GB."""
+    before = resident(wire)
+    sock = flood(wire.port, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n", 3)
+    try:
+        grown = resident(wire) - before
+    finally:
+        sock.close()
+    assert grown < 24 << 20, f"the server grew by {grown >> 20} MB"
+    still_serving(wire)
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length"])
+def test_a_body_over_the_limit_is_answered_413_and_the_connection_ends(wire, framing):
+    """The 413 went out and the server went on reading the body to drop it (7.7 GB in 20 s
+    from one client) until the read timeout closed the connection; now the end of the
+    answer is the end of the connection (its sender reads end of file at once)."""
+    size = (1 << 20) + 1
+    head = (f"POST {INFER} HTTP/1.1\r\nHost: x\r\n" + ("Transfer-Encoding: chunked\r\n\r\n" if framing == "chunked"
+                                                      else f"Content-Length: {64 * size}\r\n\r\n")).encode()
+    piece = b"10000\r\n" + b"0" * 0x10000 + b"\r\n" if framing == "chunked" else b"0" * 0x10000
+    with socket.create_connection(("127.0.0.1", wire.port), timeout=10) as sock:
+        sock.sendall(head)
+        stop = threading.Event()
+
+        def keep_sending():
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    sock.sendall(piece)
+
+        sender = threading.Thread(target=keep_sending, daemon=True)
+        sender.start()
+        try:
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+                reply += sock.recv(65536)
+            answered = time.monotonic()
+            sock.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(65536):
+                    pass
+            ended = time.monotonic() - answered
+        finally:
+            stop.set()
+    [(status, body)] = responses(reply)
+    assert status == 413 and "exceeds the limit of 1048576 bytes" in error_text(body)
+    assert ended < 0.5, f"the connection ended {ended:.2f} s after the answer"
+    still_serving(wire)
+
+
+# ---------------------------------------------------------------- answers that cannot be sent, words
+
+
+def test_an_output_json_cannot_carry_fails_the_request_in_the_statistics_too(wire):
+    """A NaN output asked for as JSON is answered 400, and was counted a success (statistics,
+    `zoo_inference_failures_total`) since the answer was encoded after the count."""
+    nan = np.full((ROWS, 1, 8, 8), np.nan, np.float32).tobytes()
+    head = json.dumps({"inputs": [{**{k: v for k, v in IMAGE.items() if k != "data"},
+                                   "parameters": {"binary_data_size": len(nan)}}]}).encode()
+    stats = f"{wire.url}/v2/models/{ONNX}/stats"
+    before, tallies = httpx.get(stats).json()["model_stats"][0]["inference_stats"], samples(wire)
+    answer = httpx.post(f"{wire.url}{INFER}", content=head + nan,
+                        headers={"Inference-Header-Content-Length": str(len(head))})
+    assert answer.status_code == 400 and "holds NaN or infinity" in error_text(answer.content)
+    after = httpx.get(stats).json()["model_stats"][0]["inference_stats"]
+    assert after["success"]["count"] == before["success"]["count"]
+    assert after["fail"]["count"] == before["fail"]["count"] + 1
+    assert count(samples(wire), "zoo_inference_failures_total", model=ONNX, reason="bad_request") == \
+        count(tallies, "zoo_inference_failures_total", model=ONNX, reason="bad_request") + 1
+
+
+def test_a_version_that_is_not_a_number_is_named_in_its_404(wire):
+    answer = httpx.get(f"{wire.url}/v2/models/{ONNX}/versions/abc/ready")
+    assert answer.status_code == 404
+    assert error_text(answer.content) == (f"no endpoint for version 'abc' of model '{ONNX}': a model version in a URL "
+                                          f"is its number (digits), as in versions/1")
+
+
+def test_a_number_beyond_fp32_is_refused_without_a_warning_in_the_log(wire):
+    mark = len(wire.log())
+    body = json.dumps({"inputs": [{**IMAGE, "data": [1e39] + IMAGE["data"][1:]}]}).encode()
+    answer = httpx.post(f"{wire.url}{INFER}", content=body)
+    assert answer.status_code == 400 and "outside the range of FP32" in error_text(answer.content)
+    time.sleep(0.2)
+    assert "Warning" not in wire.log()[mark:], wire.log()[mark:]

@@ -41,7 +41,7 @@ from .errors import (
     status_for,
     too_large,
 )
-from .http import client_left
+from .http import CLOSE, client_left
 from .metrics import Metrics
 from .model import ServedModel, config_json
 from .protocol import (
@@ -121,8 +121,10 @@ def _version(request: Request) -> str | None:
     std::stol does (`service.version_number`)."""
     version = request.path_params.get("version")
     if version is not None and not (version.isascii() and version.isdigit()):
-        raise ModelNotFoundError(f"no endpoint at {request.url.path[:200]}: a model version in a path is its number "
-                                 f"(digits), as in /v2/models/{request.path_params['model'][:100]}/versions/1")
+        # no path in the words: a path reads as a file's to `scrub`, which replaces it with <path>
+        raise ModelNotFoundError(f"no endpoint for version {version[:100]!r} of model "
+                                 f"{request.path_params['model'][:100]!r}: a model version in a URL is its number "
+                                 f"(digits), as in versions/1")
     return version
 
 
@@ -143,17 +145,22 @@ async def infer(request: Request) -> Response:
         # a raw binary request ("0", as any integer spelling of zero): the body is the one input
         if header is not None and json_length(header, len(body)) == 0:
             return model.raw_request(body)
-        if len(body) > OFFLOAD_BYTES:
+        if len(body) <= OFFLOAD_BYTES:
+            return decode_request(body, header)
+        if (len(body) if header is None else json_length(header, len(body))) <= OFFLOAD_BYTES:
+            return await asyncio.to_thread(decode_request, body, header)  # mostly binary: its size in memory
+        async with zoo.json_parses:
             return await asyncio.to_thread(decode_request, body, header)
-        return decode_request(body, header)
 
-    model, decoded, outputs = await zoo.infer(request.path_params["model"], _version(request), decode)
-    # as Triton's HTTP front end: the request-wide `binary_data_output` is the default of the
-    # outputs it returns when none is named; a named output is binary only by its own
-    # `binary_data` (http_server.cc, CheckBinaryOutputData; Triton 2.51 answers so)
-    wanted = decoded.outputs or {}
-    binary = {t.name: bool(wanted[t.name].binary) if t.name in wanted else decoded.binary_output for t in outputs}
-    content, headers = encode_response(model.name, model.version, decoded.id, outputs, binary)
+    def encode(model: ServedModel, decoded: InferRequest, outputs: list) -> tuple[bytes, dict[str, str]]:
+        # as Triton's HTTP front end: the request-wide `binary_data_output` is the default of the
+        # outputs it returns when none is named; a named output is binary only by its own
+        # `binary_data` (http_server.cc, CheckBinaryOutputData; Triton 2.51 answers so)
+        wanted = decoded.outputs or {}
+        binary = {t.name: bool(wanted[t.name].binary) if t.name in wanted else decoded.binary_output for t in outputs}
+        return encode_response(model.name, model.version, decoded.id, outputs, binary)
+
+    _, _, (content, headers) = await zoo.infer(request.path_params["model"], _version(request), decode, encode)
     coding = response_coding(request.headers.get("accept-encoding"))
     if coding is not None:  # Inference-Header-Content-Length still counts the uncompressed JSON, as Triton's
         content = (await asyncio.to_thread(compress, content, coding) if len(content) > OFFLOAD_BYTES
@@ -355,6 +362,8 @@ class Guard:
         try:
             inference = scope.get("route") in INFER_ROUTES  # routed already (`App.__call__`): the only compressed
             refusal = self._refuse(scope["headers"], inference)
+            if isinstance(refusal, PayloadTooLargeError):  # the body is not read: the connection ends after
+                scope[CLOSE] = True
             if refusal is not None:
                 says = inference and isinstance(refusal, UnsupportedMediaError)  # the codings it reads, as Triton
                 response = JSONResponse({"error": str(refusal)}, status_for(refusal),
@@ -367,6 +376,7 @@ class Guard:
                 message = await receive()
                 received += len(message.get("body", b""))
                 if received > self.limit:
+                    scope[CLOSE] = True  # the rest is not read: the connection ends after the answer
                     raise PayloadTooLargeError(f"the request body exceeds the limit of {self.limit} bytes")
                 return message
 

@@ -23,7 +23,13 @@ connection.
 
 Pipelining (RFC 9112 section 9.3.2: responses go out in the order of the requests): a
 refusal of a request that follows others on the connection waits until their
-responses are out, then is sent and the connection closes.
+responses are out, then is sent and the connection closes. At most `MAX_PIPELINED`
+parsed requests wait behind the one being answered; the rest of what the client sent
+waits unparsed, with reading paused, until one is answered (uvicorn parses every request
+of a read and resumes reading after each answer: a client sending requests without
+reading the answers had the server hold about 150 MB per connection). A refused request
+body (413 from the application, while the client still sends it) closes the connection
+as a refusal here does, instead of being read to its end.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import os
 import resource
 from dataclasses import dataclass
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol  # httptools: a core dependency
 
 from ..errors import UsageError
@@ -47,10 +54,18 @@ READ_TIMEOUT = 30.0  # seconds from a request's first byte until its body is com
 MAX_CONNECTIONS = 1024  # open HTTP connections at most; fewer where the open-file limit is low
 LINGER = 2.0  # seconds a refused connection is drained before it is closed
 MAX_CHUNKS = 65536  # non-empty chunks of one chunked body at most: Triton's kMaxChunkedChunks
+MAX_PIPELINED = 8  # parsed requests waiting behind the one being answered, at most
+#: a chunked body is given to the parser in pieces of at most this many bytes: its end is
+#: not known ahead, and a request the parser meets after it in the same piece joins the
+#: pipeline whatever its depth, so a piece bounds how far past MAX_PIPELINED that goes
+CHUNKED_PIECE = 4096
 
 
 #: the ASGI scope's key for the request's uvicorn cycle (set by `JsonErrorProtocol`)
 CYCLE = "zoo.cycle"
+#: the ASGI scope's key an application sets (to True) to have the connection closed once its
+#: response is out, without reading the rest of the request body (a 413 while it streams in)
+CLOSE = "zoo.close"
 
 
 def client_left(scope: dict) -> bool:
@@ -111,6 +126,7 @@ class JsonErrorProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None  # a refusal waiting for the responses owed before it
         self._running = None  # the request-response cycle whose application runs
+        self._held = b""  # read, not parsed: the pipeline was full (MAX_PIPELINED)
 
     # ------------------------------------------------------------ connection
 
@@ -126,6 +142,13 @@ class JsonErrorProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._held = b""
+        # uvicorn tells only the last request parsed; the one being answered (waiting for the
+        # client to read, in a flood of pipelined requests) wrote on the closed transport
+        for cycle in (self._running, *(entry[0] for entry in self.pipeline)):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -135,17 +158,25 @@ class JsonErrorProtocol(HttpToolsProtocol):
         is not known: a head in the same read after one may pass the limit by that read.)"""
         if self._refusal is not None:  # refused: what follows is not read
             return
+        if self._held:  # read while the pipeline is full (reading resumed by uvicorn): waits its turn too
+            self._held += data
+            self.flow.pause_reading()
+            return
         if self._deadline is None and self._in_head:  # bytes before a request line count too
             self._deadline = self.loop.time() + self.limits.read_timeout
         start, size = 0, len(data)
         while start < size and self._refusal is None and not self.transport.is_closing():
+            if len(self.pipeline) >= MAX_PIPELINED:  # the rest waits until a request is answered
+                self._held = bytes(data[start:])
+                self.flow.pause_reading()
+                return
             if self._in_head:
                 room = MAX_HEAD_BYTES - self._head_bytes
                 end = data.find(b"\r\n\r\n", start, start + room)  # no CRLF CRLF inside a head: it ends one
                 stop = min(size, start + room if end < 0 else end + 4)
                 self._head_bytes += stop - start
             else:
-                stop = min(size, start + self._body_left) if self._body_left else size
+                stop = min(size, start + (self._body_left or CHUNKED_PIECE))  # 0: not a body of known length
             # httptools takes any buffer: a view, not a copy, of a large body
             super().data_received(data if start == 0 and stop == size else memoryview(data)[start:stop])
             start = stop
@@ -211,9 +242,39 @@ class JsonErrorProtocol(HttpToolsProtocol):
         super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
+        done = self._running
+        if done is not None and done.scope.get(CLOSE) and self._refusal is None:
+            self.server_state.total_requests += 1
+            return self._close_unread()
         super().on_response_complete()  # starts the next pipelined request, if any
         if self._refusal is not None and not self._owed() and not self.transport.is_closing():
             self._send_refusal()
+        elif self._held and not self.transport.is_closing():  # uvicorn resumed reading: the held bytes first
+            self.flow.pause_reading()
+            if len(self.pipeline) < MAX_PIPELINED:
+                self.loop.call_soon(self._parse_held)
+
+    def _parse_held(self) -> None:
+        """Parse what was held back, now that the pipeline has room; read on where it all fits."""
+        if self.transport.is_closing() or self._refusal is not None or not self._held:
+            return
+        held, self._held = self._held, b""
+        self.data_received(held)
+        if not self._held and not self.pipeline and (self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT):
+            self.flow.resume_reading()
+
+    def _close_unread(self) -> None:
+        """End the connection after a response that refused the request's body while it still
+        streamed in (413): nothing more is parsed; what the client still sends is read and
+        dropped for LINGER seconds, so that it reads the answer instead of a reset."""
+        self._refusal, self._held, self._deadline = b"", b"", None  # nothing after this is parsed
+        self.pipeline.clear()
+        if not self.transport.can_write_eof() or self.transport.is_closing():
+            self.transport.close()
+            return
+        self.flow.resume_reading()
+        self.transport.write_eof()
+        self.loop.call_later(LINGER, self.transport.close)
 
     # ------------------------------------------------------------ read deadline
 

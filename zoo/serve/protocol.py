@@ -65,6 +65,7 @@ PLACES = {"request": "the request", "input": "an input", "output": "a requested 
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
 ABSENT = object()  # a field left out of the request, as against one given as null
+FLOAT_PIECE = 1 << 16  # JSON numbers converted to an array this many at a time (float64 first, to check range)
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,9 @@ class InferRequest:
 def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     """Parse a request body (and its `Inference-Header-Content-Length`, if any)."""
     json_end = len(body) if header_length is None else json_length(header_length, len(body))
-    try:
-        doc = json.loads(body[:json_end], parse_constant=_no_constant, object_pairs_hook=unique_keys)
+    try:  # the body itself where it is all JSON: a slice would copy it
+        doc = json.loads(body if json_end == len(body) else body[:json_end], parse_constant=_no_constant,
+                         object_pairs_hook=unique_keys)
     except RecursionError:
         raise ProtocolError("the request JSON is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -382,17 +384,21 @@ def _typed(flat: list, datatype: str, where: str) -> np.ndarray:
         return np.array(flat, dtype=dt.numpy_of(datatype))
     if not all(type(x) in (int, float) for x in flat):
         raise ProtocolError(f"{where}: {datatype} data must be numbers")
-    try:
-        wide = np.array(flat, dtype=np.float64)
-    except OverflowError:
-        raise ProtocolError(f"{where}: a value is outside the range of {datatype}") from None
-    if not np.isfinite(wide).all():  # a number such as 1e999, which JSON parsers read as infinity
-        raise ProtocolError(f"{where}: a value is outside the range of {datatype} (JSON numbers must be finite; "
-                            "send non-finite floats as binary data)")
-    narrow = wide.astype(np.float16 if datatype == "FP16" else np.float32 if datatype in ("FP32", "BF16")
-                         else np.float64)
-    if not np.array_equal(np.isfinite(wide), np.isfinite(narrow)):
-        raise ProtocolError(f"{where}: a value is outside the range of {datatype}")
+    narrow = np.empty(len(flat), np.float16 if datatype == "FP16" else np.float32 if datatype in ("FP32", "BF16")
+                      else np.float64)
+    for start in range(0, len(flat), FLOAT_PIECE):  # float64 only a piece at a time: the list is large already
+        try:
+            wide = np.array(flat[start:start + FLOAT_PIECE], dtype=np.float64)
+        except OverflowError:
+            raise ProtocolError(f"{where}: a value is outside the range of {datatype}") from None
+        if not np.isfinite(wide).all():  # a number such as 1e999, which JSON parsers read as infinity
+            raise ProtocolError(f"{where}: a value is outside the range of {datatype} (JSON numbers must be finite; "
+                                "send non-finite floats as binary data)")
+        piece = narrow[start:start + FLOAT_PIECE]
+        with np.errstate(over="ignore"):  # overflow is refused next, not written to the server's stderr
+            piece[:] = wide
+        if not np.isfinite(piece).all():
+            raise ProtocolError(f"{where}: a value is outside the range of {datatype}")
     return narrow.astype(dt.numpy_of(datatype), copy=False)
 
 

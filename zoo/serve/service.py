@@ -20,7 +20,7 @@ import logging
 import math
 import re
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from .stats import ModelStats
 
 log = logging.getLogger("zoo.serve")
 OFFLOAD_BYTES = 1 << 16  # shared-memory copies larger than this run in a worker thread, off the event loop
+JSON_PARSES = 2  # JSON request bodies over OFFLOAD_BYTES parsed at once, at most (`Server.json_parses`)
 #: a requested model version as Triton reads it (std::stol): leading whitespace, a sign, decimal digits
 VERSION_NUMBER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
@@ -103,6 +104,10 @@ class Server:
         #: only, so that models load side by side (as Triton's model control does)
         self.control: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.heap = Heap()
+        #: large JSON bodies parsed at once, at most: a parse holds the GIL (two at a time lose no
+        #: speed) and costs about 5x its body in Python objects, so 20 clients each sending a
+        #: 64 MiB JSON tensor held 14 GB; binary bodies cost their size and are not held back
+        self.json_parses = asyncio.Semaphore(JSON_PARSES)
         #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
         #: end stops taking calls then too, so both transports drain side by side
         self.on_shutdown: list[Callable[[], None]] = []
@@ -272,12 +277,14 @@ class Server:
 
     # ------------------------------------------------------------ inference
 
-    async def infer(self, name: str, version: str | None,
-                    decode: Callable[[ServedModel], Awaitable[InferRequest]]) -> tuple[ServedModel, InferRequest,
-                                                                                       list[Tensor]]:
+    async def infer(self, name: str, version: str | None, decode: Callable[[ServedModel], Awaitable[InferRequest]],
+                    encode: Callable[[ServedModel, InferRequest, list[Tensor]], Any] | None = None) -> \
+            tuple[ServedModel, InferRequest, Any]:
         """Run one request: `decode(model)` gives it from the wire; the model, the request
-        and its outputs (classified and written to shared memory as it asked) come back.
-        Metrics and statistics count it, answered or failed."""
+        and its outputs (classified and written to shared memory as it asked) come back, or
+        what `encode(model, request, outputs)` makes of them (the answer's body: an output
+        it cannot carry, NaN in JSON, fails the request). Metrics and statistics count it,
+        answered or failed."""
         start = time.perf_counter()
         model = self.model(name, version)
         labels = (model.name, model.version)
@@ -295,6 +302,8 @@ class Server:
                 await self._read_regions(model, request, held)
                 outputs, work = await model.infer(request, self.settings.request_timeout)
                 outputs = [await self._deliver(model, t, (request.outputs or {}).get(t.name), held) for t in outputs]
+                if encode is not None:
+                    outputs = encode(model, request, outputs)
             finally:
                 self.regions.release(held)
         except (Exception, asyncio.CancelledError) as exc:  # cancelled: the client cancelled the call, or shutdown
