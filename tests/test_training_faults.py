@@ -697,15 +697,17 @@ def test_an_interrupted_resumed_run_says_what_its_resume_point_holds(tmp_path):
         f"lost); `zoo train {MLP.name} --out {tmp_path} --resume` continues it from there")
 
 
-@pytest.mark.parametrize("to", ["group", "torchrun"])
+@pytest.mark.parametrize("to", ["group", "torchrun", "zoo"])
 def test_ctrl_c_under_torchrun_says_where_the_run_can_continue_and_exits_130(cli, to):
     """Ctrl-C at a terminal signals the whole process group (zoo, torchrun, every training
     process); a launcher's parent that ignores SIGINT (a shell's background job) leaves
-    torchrun alone to get it, and torchrun then ends the processes and exits 1 itself."""
+    torchrun alone to get it, and torchrun then ends the processes and exits 1 itself. A
+    SIGINT to zoo alone left torchrun and its processes training on, unowned, after zoo had
+    said the run was interrupted; now it passes it on and waits for them."""
     import signal
     import time
 
-    out = cli.root / ("stopped-all" if to == "group" else "stopped-launcher")
+    out = cli.root / f"stopped-{to}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("ZOO_DEBUG", None)
     args = ["--plugin", str(cli.root / "variants.py"), "train", "mlp.digits-aug", "--epochs", "500", "--out",
@@ -715,14 +717,16 @@ def test_ctrl_c_under_torchrun_says_where_the_run_can_continue_and_exits_130(cli
     deadline = time.monotonic() + 180
     while not (out / "last" / "training.json").is_file() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 1, children  # torchrun
     if to == "group":
         os.killpg(proc.pid, signal.SIGINT)
     else:
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        assert len(children) == 1, children  # torchrun
-        os.kill(int(children[0]), signal.SIGINT)
+        os.kill(int(children[0]) if to == "torchrun" else proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
+    with pytest.raises(ProcessLookupError):  # torchrun ended before zoo did
+        os.kill(int(children[0]), 0)
     line = " ".join(stderr.split())
     assert line.startswith(f"interrupted: the resume point {out}/last holds the run after epoch "), stderr
     assert line.count("interrupted:") == 1 and "Traceback" not in stderr and "torchrun exited" not in stderr, stderr

@@ -16,6 +16,7 @@ process). Rank 0 alone writes checkpoints, logs and the progress bar.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -140,18 +141,35 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     env[LAUNCHED] = "1"  # check_launch prepared the run directory: the processes leave it as it is
     if sys.stderr.isatty():
         env[PROGRESS_ON_STDOUT] = "1"
-    if debugging():
-        return subprocess.call(command, env=env), False
-    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as process:
-        assert process.stderr is not None
+    # torchrun in a session of its own: a signal reaches it from this process only, once (Ctrl-C at a
+    # terminal reached both, a SIGINT to this process alone left torchrun training on, unowned)
+    with subprocess.Popen(command, env=env, stderr=None if debugging() else subprocess.PIPE, text=True,
+                          errors="replace", start_new_session=True) as process:
         try:
-            shown, signum = _relay_stderr(process.stderr)
-        except Terminated:  # SIGTERM reached this process alone (Ctrl-C reaches torchrun too): pass it on
-            process.terminate()
+            shown, signum = _relay_stderr(process.stderr) if process.stderr is not None else (False, None)
+            process.wait()
+        except (KeyboardInterrupt, Terminated) as exc:
+            _stop(process, signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
             raise
     if signum is not None and process.returncode:  # torchrun ended the processes on a signal, then exited 1
         return 128 + signum, shown
     return process.returncode, shown
+
+
+def _stop(process: subprocess.Popen, signum: int) -> None:
+    """Pass `signum` on to torchrun and wait until it has ended its processes (its report on
+    stderr is read and dropped: a full pipe would stop it), so that the caller finds the run
+    directory as they left it; a second interrupt meanwhile kills torchrun's session."""
+    try:
+        process.send_signal(signum)
+        if process.stderr is not None:
+            for _ in process.stderr:
+                pass
+        process.wait()
+    except (KeyboardInterrupt, Terminated):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 #: torchrun's log lines ("E1127 20:42:00.576000 8414 torch/distributed/elastic/...] failed (exitcode: 1) ...")
