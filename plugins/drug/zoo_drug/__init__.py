@@ -26,6 +26,7 @@ import numpy as np
 
 import zoo
 from zoo import AxisRange, Dataset, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
+from zoo.errors import UsageError
 
 from . import datasets
 from .checks import invariance_check
@@ -78,12 +79,26 @@ def postprocessor(prop: str, unit: str) -> Callable:
     return postprocess
 
 
+def check_architecture(name: str, arch: dict) -> None:
+    """UsageError naming the first setting out of its range, before anything is built: a
+    depth of 0 failed inside the model's constructor as an internal error, and a width of 0
+    (or a dropout of 1) trained, silently, a model that predicts one constant."""
+    for key in ("hidden", "depth", "ffn_hidden"):
+        value = arch[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{name}: config {key} must be an integer of at least 1, not {value!r}")
+    dropout = arch["dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise UsageError(f"{name}: config dropout must be a number from 0 up to (not including) 1, not {dropout!r}")
+    if arch["readout"] not in READOUTS:
+        raise UsageError(f"{name}: config readout must be one of {', '.join(READOUTS)}, not {arch['readout']!r}")
+
+
 def property_spec(name: str, data: Callable[[], datasets.PropertyData], *, prop: str, unit: str,
                   dataset: str, recipe: Recipe, config: dict, variant: Callable, description: str) -> ModelSpec:
     """A D-MPNN regressor of one molecular property, standardized on its training targets."""
     arch = {k: config[k] for k in ("hidden", "depth", "ffn_hidden", "dropout", "readout")}
-    if arch["readout"] not in READOUTS:
-        raise zoo.ZooError(f"{name}: readout must be one of {', '.join(READOUTS)}, not {arch['readout']!r}")
+    check_architecture(name, arch)
 
     def build():
         from .mpnn import DMPNN  # torch: imported to build the model, not to register it
@@ -112,7 +127,7 @@ def property_spec(name: str, data: Callable[[], datasets.PropertyData], *, prop:
 def mpnn_freesolv(hidden: int = 64, depth: int = 3, ffn_hidden: int = 64, dropout: float = 0.0,
                   readout: str = "sum", split: str = "random") -> ModelSpec:
     if split not in datasets.SPLITS:
-        raise zoo.ZooError(f"mpnn.freesolv: split must be one of {', '.join(datasets.SPLITS)}, not {split!r}")
+        raise UsageError(f"mpnn.freesolv: config split must be one of {', '.join(datasets.SPLITS)}, not {split!r}")
     config = {"hidden": hidden, "depth": depth, "ffn_hidden": ffn_hidden, "dropout": dropout, "readout": readout,
               "split": split}
     how = "seeded random 80/10/10" if split == "random" else "Bemis-Murcko scaffold 80/10/10"

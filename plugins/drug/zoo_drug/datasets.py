@@ -165,9 +165,10 @@ def from_csv(path: str | Path, *, smiles: str = "smiles", target: str = "target"
     seeded 80/10/10; "scaffold": Bemis-Murcko, as DeepChem) and named `name` (default:
     the file's stem). Every row is checked as it is read, and the first bad one refused
     by its row number (the header is row 1, as a spreadsheet numbers them): a SMILES that
-    does not parse, a molecule over MAX_ATOMS heavy atoms, a target that is empty or not
-    a finite number. Cached per arguments and per the file's size and modification time,
-    so an edited file is read again."""
+    does not parse or holds more than one molecule (a mixture or a salt), a molecule over
+    MAX_ATOMS heavy atoms, a target that is empty or not a finite number; and a header
+    that names the SMILES or target column twice. Cached per arguments and per the file's
+    size and modification time, so an edited file is read again."""
     if split not in SPLITS:
         raise ZooError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     file = Path(path).expanduser().resolve()
@@ -190,6 +191,7 @@ def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_co
         if missing:
             raise ZooError(f"{file.name} has no column {' or '.join(map(repr, missing))}; its columns are "
                            f"{', '.join(map(repr, columns)) or 'none (an empty file)'}")
+        _check_unique(file, columns, (smiles_column, target_column))
         for row in reader:
             where = f"{file.name} row {reader.line_num}"
             text = (row[smiles_column] or "").strip()  # None where a row has fewer cells than the header
@@ -208,6 +210,18 @@ def _read_csv(file: Path, _mtime: int, _size: int, smiles_column: str, target_co
         raise ZooError(f"the scaffold split of {file.name}'s {len(smiles)} molecules leaves {' and '.join(empty)} "
                        f"empty (too few distinct scaffolds): give more molecules or split='random'")
     return PropertyData(name, tuple(smiles), np.array(targets, dtype=np.float32), parts, tuple(graphs))
+
+
+def _check_unique(file: Path, columns: list[str], used: tuple[str, ...]) -> None:
+    """ZooError where the header names a column read twice: csv.DictReader keeps the last
+    cell of a repeated name, so 'smiles,logS,smiles' read its third column as the SMILES.
+    Repeats of columns not read (empty names after trailing commas) are left alone."""
+    for name in used:
+        at = [k for k, c in enumerate(columns, start=1) if c == name]
+        if len(at) > 1:
+            times = "twice" if len(at) == 2 else f"{len(at)} times"
+            raise ZooError(f"{file.name} names column {name!r} {times} in its header (columns "
+                           f"{', '.join(map(str, at[:-1]))} and {at[-1]}): give every column its own name")
 
 
 def _text(file: Path) -> str:

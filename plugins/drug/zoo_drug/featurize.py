@@ -1,7 +1,7 @@
 """Molecular graphs from SMILES with RDKit, as padded dense tensors.
 
-A molecule of n heavy atoms (hydrogens stay implicit, counted in each atom's features)
-becomes
+A molecule of n heavy atoms (hydrogens stay implicit, counted in each atom's features;
+hydrogens a SMILES writes as atoms, deuterium too, are folded into theirs) becomes
     atom_features  (n, ATOM_DIM)      one row per atom
     bond_features  (n, n, BOND_DIM)   symmetric; all zeros where two atoms are not bonded
 and a batch pads every molecule to the largest with zero rows, plus `atom_mask` (1 for a
@@ -108,7 +108,8 @@ def quoted(smiles: str, limit: int = 40) -> str:
 
 
 def parse(smiles: str, where: str = "") -> Chem.Mol:
-    """An RDKit molecule (implicit hydrogens) from SMILES, or InputError saying why not."""
+    """One RDKit molecule (hydrogens folded into their atoms) from SMILES, or InputError
+    saying why not: not SMILES, or more than one molecule (a '.' between fragments)."""
     from rdkit import Chem, rdBase
 
     where = f" ({where})" if where else ""
@@ -123,12 +124,39 @@ def parse(smiles: str, where: str = "") -> Chem.Mol:
                          f"{odd[0]}: SMILES is printable ASCII, and RDKit would read only the molecule before it")
     with rdBase.BlockLogs():  # RDKit prints parse errors to stderr; the message says it instead
         mol = Chem.MolFromSmiles(smiles)
-        if mol is not None:
-            return mol
-        raw = Chem.MolFromSmiles(smiles, sanitize=False)
-        problems = Chem.DetectChemistryProblems(raw) if raw is not None else []
-    reason = problems[0].Message() if problems else "not valid SMILES syntax"
-    raise InputError(f"invalid SMILES {quoted(smiles)}{where}: {reason}")
+        if mol is None:
+            raw = Chem.MolFromSmiles(smiles, sanitize=False)
+            problems = Chem.DetectChemistryProblems(raw) if raw is not None else []
+            reason = problems[0].Message() if problems else "not valid SMILES syntax"
+            raise InputError(f"invalid SMILES {quoted(smiles)}{where}: {reason}")
+        mol = fold_hydrogens(mol)
+    fragments = len(Chem.GetMolFrags(mol))
+    if fragments > 1:  # the readout pools every atom: 'CC.O' or '[Na+].[Cl-]' would be predicted as one molecule
+        raise InputError(f"SMILES {quoted(smiles)}{where} holds {fragments} unconnected fragments (a mixture or a "
+                         f"salt): this model predicts a property of one molecule; give one (a salt as its parent "
+                         f"molecule, without counter-ions)")
+    return mol
+
+
+def fold_hydrogens(mol: Chem.Mol) -> Chem.Mol:
+    """`mol` with every hydrogen that is bonded to a heavy atom counted on that atom, as
+    the features count hydrogens, instead of kept as an atom of its own. RDKit's parser
+    already folds plain ones ('[H]OC'), but keeps isotopic ones ('[2H]OC': a third atom,
+    and a molecule the model never saw) and those that define a double bond's E/Z. The
+    features carry no mass, so deuterium and tritium fold like protium, and E/Z moves to
+    the heavy atoms. What has no heavy atom to fold into (H2, a lone proton) stays.
+
+    A molecule without hydrogen atoms is returned as it is: ordinary SMILES, and the
+    shipped datasets (tests/test_drug_inputs.py), featurize exactly as before."""
+    from rdkit import Chem
+
+    if all(atom.GetAtomicNum() != 1 for atom in mol.GetAtoms()):
+        return mol
+    params = Chem.RemoveHsParameters()
+    params.removeIsotopes = True
+    params.removeDefiningBondStereo = True
+    params.showWarnings = False
+    return Chem.RemoveHs(mol, params)
 
 
 def preprocess_smiles(items: Sequence[bytes], max_atoms: int) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ from functools import partial
 
 import zoo
 from zoo import AxisRange, Metric, ModelSpec, Recipe, TensorSpec, Tolerance
+from zoo.errors import UsageError
 
 from . import domain, envs
 from .config import PPOConfig
@@ -81,6 +82,9 @@ def policy_spec(name: str, env: Environment, *, hidden: int = 64, ppo: PPOConfig
     the greedy mean return may fall at int8; without it int8 is not offered, since what a
     return means (and so what loss is acceptable) depends on the environment.
     """
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        # -1 failed inside torch as an internal error; 0 trained, silently, a policy of constant outputs
+        raise UsageError(f"{name}: config hidden must be an integer of at least 1, not {hidden!r}")
     config = ppo or (DISCRETE_PPO if env.discrete else CONTINUOUS_PPO)
     recipe = recipe or (DISCRETE_RECIPE if env.discrete else CONTINUOUS_RECIPE)
     tolerances = POLICY_TOLERANCES if return_drop is None else policy_tolerances(return_drop)
@@ -92,8 +96,9 @@ def policy_spec(name: str, env: Environment, *, hidden: int = 64, ppo: PPOConfig
         domain="rl",
         task="continuous-control" if not env.discrete else "discrete-control",
         description=description or f"PPO {gaussian}actor-critic MLP ({hidden}x{hidden} tanh) trained here on {env.id}",
-        # the observation space's bounds where all are finite: the server and the tensor API then
-        # refuse what an observation item is refused for (per dimension, and whole numbers, only there)
+        # the observation space's widest bounds, float32's largest where unbounded: the server and the
+        # tensor API refuse NaN, infinities and values past them, as the observation items are refused
+        # (per dimension, and whole numbers, only there: value_range is one range for the whole tensor)
         inputs=(TensorSpec("observation", "float32", ("batch", env.obs_dim), value_range=env.obs_range),),
         outputs=(head, TensorSpec("value", "float32", ("batch",))),
         axes={"batch": BATCH},

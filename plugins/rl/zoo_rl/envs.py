@@ -84,15 +84,14 @@ class Environment:
         return "logits" if self.discrete else "action"
 
     @property
-    def obs_range(self) -> tuple[float, float] | None:
-        """One [low, high] that holds every observation in float32 (the least low and greatest
-        high, rounded outwards), or None where a dimension is unbounded."""
-        low, high = np.float32(min(self.obs_low)), np.float32(max(self.obs_high))
-        if not np.isfinite([low, high]).all():
-            return None
-        low = low if low <= min(self.obs_low) else np.nextafter(low, np.float32(-np.inf))
-        high = high if high >= max(self.obs_high) else np.nextafter(high, np.float32(np.inf))
-        return float(low), float(high)
+    def obs_range(self) -> tuple[float, float]:
+        """One [low, high] that holds every observation in float32: the least low and the
+        greatest high, rounded outwards, and float32's largest finite magnitude on a side
+        that is unbounded (or beyond it). Never open: NaN and the infinities fall outside
+        every such range, so the tensor paths refuse them as the observation items are
+        refused, for CartPole's unbounded velocities too (zoo.inputs compares every element).
+        One range for all dimensions, as `TensorSpec.value_range` takes one."""
+        return _float32_edge(min(self.obs_low), -1), _float32_edge(max(self.obs_high), 1)
 
     def make(self):
         """A new instance; ZooError where Gymnasium cannot make it, or where nothing ends its
@@ -123,6 +122,18 @@ class Environment:
         if self.discrete:
             return int(rng.integers(self.num_actions))
         return rng.uniform(self.action_low, self.action_high, self.action_dim).astype(np.float32)
+
+
+def _float32_edge(bound: float, side: int) -> float:
+    """`bound` as a float32 rounded outwards (`side` -1: down, 1: up), or float32's largest
+    finite magnitude where it is beyond that (an unbounded side is infinite)."""
+    largest = float(np.finfo(np.float32).max)
+    if abs(bound) >= largest:
+        return math.copysign(largest, bound)
+    value = np.float32(bound)
+    if (float(value) - bound) * side < 0:  # rounded inwards: one float32 step out, still below `largest`
+        value = np.nextafter(value, np.float32(side * np.inf))
+    return float(value)
 
 
 def _make(env_id: str):
