@@ -239,3 +239,23 @@ def test_cli_grpc_with_shared_memory(server, tmp_path):
     assert report["protocol"] == "grpc" and report["shared_memory"] is True
     assert report["results"][0]["errors"] == 0 and report["results"][0]["requests"] > 0
     assert perf_regions(server) == []
+
+
+def test_a_range_that_only_bounds_validity_is_not_drawn_from_uniformly():
+    """ppo.cartpole's observation takes float32's finite range (its unbounded sides refuse
+    only NaN and infinity): drawn uniformly from it, a load's observations were around 1e38
+    and the policy's outputs overflowed. A narrow range is still drawn from uniformly."""
+    from zoo.serve.perf import _values
+
+    big = float(np.finfo(np.float32).max)
+    wide = _values("FP32", (1000, 4), (-big, big), np.random.default_rng(0))
+    assert np.isfinite(wide).all() and np.abs(wide).max() < 10 and wide.std() > 0.5
+    narrow = _values("FP32", (1000,), (5.0, 6.0), np.random.default_rng(0))
+    assert narrow.min() >= 5 and narrow.max() <= 6 and narrow.std() > 0.2
+
+
+def test_a_range_in_a_message_is_written_as_a_number_not_39_digits():
+    from zoo.spec import _number
+
+    assert _number(float(np.finfo(np.float32).max)) == "3.4028234663852886e+38"
+    assert _number(1099511627776.0) == "1099511627776" and _number(-8.0) == "-8" and _number(0.5) == "0.5"

@@ -135,7 +135,9 @@ def name_matches(name: str, pattern: str | None) -> bool:
 
 
 def _number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
+    """An integer as written, up to 2**53 (float32's largest finite value is 3.4028234663852886e+38,
+    not 39 digits); any other number as Python writes it."""
+    return str(int(x)) if float(x).is_integer() and abs(x) <= 2 ** 53 else repr(float(x))
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,10 @@ STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 #: gRPC channel options: no message size limit either way
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 SHM = "/v2/systemsharedmemory"
+#: a float input's `value_range` wider than this is not drawn from uniformly: it bounds what is
+#: valid (a policy's unbounded observation takes float32's finite range), and values near 3e38
+#: overflow the model; such inputs are drawn from a standard normal, clipped to the range
+WIDEST_DRAW = 1e6
 
 
 @dataclass(frozen=True)
@@ -347,9 +351,10 @@ def _values(datatype: str, shape: tuple[int, ...], value_range: Sequence[float] 
     if datatype in dt.INTEGER:
         low, high = (math.ceil(value_range[0]), math.floor(value_range[1])) if value_range else (0, 1)
         return rng.integers(low, high, shape, endpoint=True).astype(dtype)
-    if value_range:
+    if value_range and value_range[1] - value_range[0] <= WIDEST_DRAW:
         return rng.uniform(value_range[0], value_range[1], shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+    normal = rng.standard_normal(shape)  # a range that only bounds validity (float32's own): not a distribution
+    return (np.clip(normal, value_range[0], value_range[1]) if value_range else normal).astype(dtype)
 
 
 def _inputs(inputs: Mapping[str, Any], datatypes: Mapping[str, str]) -> list[tuple[str, str, list[int], bytes]]:
