@@ -9,7 +9,8 @@ that defined the model, and a model known only by its artifact samples inputs fr
 
 Sets are taken at the smallest, typical and largest batch, every other dynamic axis at
 its own smallest, typical and largest size along with it (`at_length`: sampled content
-cut or repeated), from the spec's `sample` with a fixed seed; a model with two or more
+cut, or grown: padded where an input masks the axis, as a tokenizer and `zoo serve` pad,
+repeated where none does), from the spec's `sample` with a fixed seed; a model with two or more
 dynamic input axes besides the batch gets a fourth, those axes at different ends
 (`mixed_sizes`). A set stays under
 SET_BYTES: one that would exceed it is recorded at a smaller batch, and the manifest's
@@ -216,7 +217,7 @@ def _proportional(a: Sequence[int], b: Sequence[int]) -> bool:
 
 def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
     """Typed inputs (torch, CPU) from the spec's sample at these sizes, and the reference's outputs."""
-    from .bench.measure import at_length
+    from .bench.measure import at_length, masks
     from .tensors import to_torch
 
     inputs = spec.sample(axes["batch"], np.random.default_rng(SEED))
@@ -227,11 +228,12 @@ def _draw(spec: ModelSpec, reference: ArrayFn, axes: Mapping[str, int]):
     declared = {t.name: t.dtype for t in spec.outputs}
     try:
         outputs = reference(typed)
-    except Exception as exc:  # the plugin's forward, on its sample cut or repeated to these sizes
+    except Exception as exc:  # the plugin's forward, on its sample cut or grown to these sizes (`at_length`)
         sizes = ", ".join(f"{a}={n}" for a, n in axes.items())
         resized = [a for a in axes if a != "batch"]
+        grown = "padded" if any(masks(spec, a) for a in resized) else "repeated"
         raise SpecError(f"{spec.name}: the forward fails on its sample at {sizes} ({type(exc).__name__}: "
-                        f"{first_line(exc)}); the sample is " + (f"cut or repeated along {', '.join(resized)} to "
+                        f"{first_line(exc)}); the sample is " + (f"cut or {grown} along {', '.join(resized)} to "
                         f"each end of the range (its content, such as lengths or indices into that axis, "
                         f"unchanged): let the forward take every size the spec declares, or narrow the range"
                         if resized else "drawn at each end of the batch range: let the forward take every "

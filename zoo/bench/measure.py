@@ -8,6 +8,7 @@ and the inference's, not the exporter's, and a crash in either is one failed row
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import time
 from collections.abc import Callable, Mapping
@@ -67,8 +68,18 @@ def length_axis(spec) -> str | None:
 
 
 def at_length(spec, inputs: dict[str, np.ndarray], axis: str, length: int) -> dict[str, np.ndarray]:
-    """The inputs with every dimension named `axis` cut or repeated to `length`: real
-    sampled content (tokens, atoms and their bonds, masks) at the length being measured."""
+    """The inputs with every dimension named `axis` cut or grown to `length`: real sampled
+    content (tokens, atoms and their bonds, masks) at the length being measured.
+
+    An axis that an input masks (`masks`) grows by padding on the right, each input with
+    its absent value (`absent`), as a tokenizer pads a batch and `zoo serve` pads a ragged
+    one: the sample's own content, then positions the mask marks absent. Repeated, a masked
+    sample repeats its padding between its copies (a mask with holes), and a graph's bonds
+    join every copy of an atom to every copy of its neighbours: mpnn.freesolv's test vectors
+    at 64 atoms held atoms of degree 12 and predictions of -266 kcal/mol, no molecule's,
+    on which every int8 export was refused. An axis nothing masks has no absent position to
+    add, and its content is repeated (a language model's tokens)."""
+    pad = bool(masks(spec, axis))
     out = {}
     for t in spec.inputs:
         array = inputs[t.name]
@@ -78,10 +89,33 @@ def at_length(spec, inputs: dict[str, np.ndarray], axis: str, length: int) -> di
             have = array.shape[dim]
             if have >= length:
                 array = np.take(array, np.arange(length), axis=dim)
+            elif pad:
+                widths = [(0, length - have if d == dim else 0) for d in range(array.ndim)]
+                array = np.pad(array, widths, constant_values=absent(t))
             else:
                 array = np.take(array, np.arange(length) % have, axis=dim)
         out[t.name] = np.ascontiguousarray(array)
     return out
+
+
+def masks(spec, axis: str) -> list[str]:
+    """The inputs that mark each position along `axis` present (1) or absent (0): of shape
+    (batch, axis) with value_range (0, 1), as an attention mask or an atom mask. A bool
+    input declares no range (PyTorch's `key_padding_mask`, True for padding, is not one)."""
+    return [t.name for t in spec.inputs if len(t.shape) == 2 and set(t.shape) == {"batch", axis}
+            and t.dtype != "bool" and t.value_range is not None and tuple(t.value_range) == (0, 1)]
+
+
+def absent(t) -> float:
+    """The value input `t` is padded with: zero, as the server pads a ragged batch (a mask's
+    "absent", a padding token, no feature and no bond), or the end of its `value_range`
+    nearest zero where the range leaves it out, so a padded input is one the server takes."""
+    if t.value_range is None:
+        return 0
+    low, high = t.value_range
+    if t.dtype in ("float32", "float16", "bfloat16"):
+        return min(max(0.0, low), high)
+    return min(max(0, math.ceil(low)), math.floor(high))
 
 
 def lengths_of(spec, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
