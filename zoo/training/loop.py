@@ -7,10 +7,12 @@ DistributedSampler draws it), the augmentation generator and dropout all draw fr
 generators, and their states are part of the resume point, so an interrupted and resumed
 run reaches the same weights as one that was not.
 
-Validation: a fixed fraction of the training split (chosen with the recipe's seed, so
-runs with different seeds select on the same examples) is held out; after each epoch the
-task metric on it (or the loss, for models without one) selects the best weights (a tie
-goes to the later epoch) and drives early stopping. The test split is used once, at the end, on the selected weights.
+Validation: the dataset's own validation split where it has one (`own_validation`), else
+a fixed fraction of the training split (chosen with the recipe's seed, so runs with
+different seeds select on the same examples) held out; after each epoch the task metric
+on it (or the loss, for models without one) selects the best weights (a tie goes to the
+later epoch) and drives early stopping. The test split is used once, at the end, on the
+selected weights.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checkpoint import Checkpoint, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
-from ..inputs import dataset_splits, load_split
+from ..inputs import check_split, dataset_splits, load_split
 from ..spec import ModelSpec
 from ..tensors import call_module, cpu_state_dict, to_torch
 from .distributed import check_batch_size
@@ -35,6 +37,8 @@ from .run import Run, Throughput
 from .state import TrainingState, capture_rng, merge_ranks, restore_rng
 
 log = logging.getLogger("zoo.train")  # `zoo train` prints its warnings, one line each
+#: the split a dataset with a validation split of its own gives it as (`own_validation`)
+VALID = "valid"
 
 
 def fit(spec: ModelSpec, run: Run) -> Checkpoint:
@@ -44,15 +48,8 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     _check_recipe(spec)
     torch.manual_seed(run.seed)
     inputs, targets = _training_split(spec)
-    train_idx, val_idx = holdout(len(targets), run.facts["val_fraction"], recipe.seed)
-    if not len(train_idx):
-        raise ZooError(f"{spec.name}: dataset 'train' has {len(targets)} examples and validation holds out "
-                       f"{len(val_idx)} of them (val_fraction {run.facts['val_fraction']:g}), leaving none to "
-                       f"train on")
-    if run.facts["val_fraction"] and not len(val_idx):
-        least = math.ceil(1e4 / len(targets)) / 1e4  # a fraction that holds one example out
-        raise ZooError(f"{spec.name}: val_fraction {run.facts['val_fraction']:g} of the {len(targets)} training "
-                       f"examples holds out none; give at least {least:g} (--val-fraction), or 0 for no validation")
+    train_idx, held = _validation(spec, run, inputs, targets)
+    val_idx = held[2]
     batch_size = run.facts["batch_size"]
     check_batch_size(batch_size, world)
     if batch_size > len(train_idx) and world.main:
@@ -95,7 +92,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
                 break
             train_loss = total / seen
             epoch += 1
-            val = validate(spec, module, inputs, targets, val_idx, device) if len(val_idx) else {}
+            val = validate(spec, module, *held, device) if len(val_idx) else {}
             _select(spec, run, module, progress, epoch, train_loss, val, monitor, higher)
             scalars = {"train/loss_epoch": train_loss, "train/samples_per_second": rate,
                        **{f"val/{k}": v for k, v in val.items()}}
@@ -124,6 +121,70 @@ def _check_recipe(spec: ModelSpec) -> None:
         problems.append(f"lr {recipe.lr} trains nothing: it must be positive")
     if problems:
         raise SpecError(f"{spec.name}: training recipe: {'; '.join(problems)}")
+
+
+#: what validation runs on: inputs, targets, and the indices of its examples in them
+Examples = tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]
+
+
+def _validation(spec: ModelSpec, run: Run, inputs: dict[str, torch.Tensor],
+                targets: torch.Tensor) -> tuple[torch.Tensor, Examples]:
+    """The training examples' indices, and what validation runs on: (inputs, targets,
+    indices), the dataset's own validation split (`own_validation`) where it has one, else
+    `val_fraction` of the train split held out; none at val_fraction 0. The run's facts say
+    which (`val_split`: "valid", "train" or None)."""
+    fraction = run.facts["val_fraction"]
+    own = own_validation(spec) if fraction else None
+    run.facts["val_split"] = VALID if own is not None else "train" if fraction else None
+    if own is not None:
+        if run.options.val_fraction is not None and run.world.main:
+            log.warning("%s: validation is the dataset's own %r split (%d examples); --val-fraction %g is not "
+                        "used", spec.name, VALID, len(own[1]), fraction)
+        return torch.arange(len(targets)), (*own, torch.arange(len(own[1])))
+    train_idx, val_idx = holdout(len(targets), fraction, spec.recipe.seed)
+    if not len(train_idx):
+        raise ZooError(f"{spec.name}: dataset 'train' has {len(targets)} examples and validation holds out "
+                       f"{len(val_idx)} of them (val_fraction {fraction:g}), leaving none to train on")
+    if fraction and not len(val_idx):
+        least = math.ceil(1e4 / len(targets)) / 1e4  # a fraction that holds one example out
+        raise ZooError(f"{spec.name}: val_fraction {fraction:g} of the {len(targets)} training examples holds out "
+                       f"none; give at least {least:g} (--val-fraction), or 0 for no validation")
+    return train_idx, (inputs, targets, val_idx)
+
+
+def own_validation(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+    """The dataset's own validation split as tensors, checked as the train split is
+    (`check_split`), or None where it has none.
+
+    A dataset with a validation split of its own gives it as `load("valid")` (FreeSolv's
+    80/10/10 split, as MoleculeNet made it: selecting on train examples held out of the
+    train split instead left its 64 validation molecules unused and trained on 462 of its
+    513). `Dataset` declares no splits, so one that has none is told by its answer: an
+    error (an unknown split), no examples, or the examples of its train or test split (a
+    load that gives the test split for every name but "train": selecting on it would leak
+    the test split into the model chosen)."""
+    try:
+        x, y = spec.dataset.load(VALID)
+        rows, names = len(y), set(x)
+    except Exception:  # noqa: BLE001 - the plugin's load, which knows no such split
+        return None
+    # an answer that is no split of the spec's inputs is none: "valid" was never asked before
+    if not rows or not {t.name for t in spec.inputs} <= names:
+        return None
+    if any(_same_split(x, y, spec, split) for split in ("train", "test")):
+        return None
+    check_split(spec, VALID, x, y)
+    return to_torch(x, spec), torch.from_numpy(np.asarray(y))
+
+
+def _same_split(x: Any, y: Any, spec: ModelSpec, split: str) -> bool:
+    """Whether (x, y) are the examples of the dataset's `split` (False where it has none)."""
+    try:
+        other_x, other_y = spec.dataset.load(split)
+    except Exception:  # noqa: BLE001 - no such split (a dataset scored by its own evaluation)
+        return False
+    return (np.shape(y) == np.shape(other_y) and np.array_equal(np.asarray(y), np.asarray(other_y))
+            and all(np.array_equal(np.asarray(x[k]), np.asarray(other_x.get(k))) for k in x))
 
 
 def _training_split(spec: ModelSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
