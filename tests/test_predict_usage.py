@@ -106,3 +106,24 @@ def test_a_binary_item_that_is_a_directory_or_missing_says_which(double, tmp_pat
         assert result.exit_code == 0 and result.output.endswith(": 3.0\n"), result.output
     finally:
         unregister_plugin(plugin)
+
+
+def test_a_bad_file_past_the_first_batch_is_named_by_its_path(double, tmp_path):
+    """The command line's files are named in the refusal, as the user gave them: the 6th of
+    6 files (2nd of the second batch of 4) was "item 2 ... so item 2 is input 6", the file
+    left to be found."""
+    from zoo.cli import app
+
+    binary = dataclasses.replace(double, name="double.files", raw_kind="number", raw_binary=True)
+    plugin = type("Files", (), {"zoo_register_models": zoo.hookimpl(lambda self, register: register(binary))})()
+    register_plugin(plugin, "double-files")
+    try:
+        files = [tmp_path / f"{k}.txt" for k in range(1, 7)]
+        for k, path in enumerate(files, start=1):
+            path.write_bytes(b"x" if k == 6 else b"1.5")
+        result = CliRunner().invoke(app, ["predict", "double.files", *map(str, files)])
+        assert result.exception.exit_code == 1
+        assert str(result.exception) == (f"item 2 is b'x', not a number (among inputs 5 to 6 of 6: item 1 is input "
+                                         f"5), so item 2 is input 6 ({files[-1]})")
+    finally:
+        unregister_plugin(plugin)

@@ -581,7 +581,7 @@ def predict(model: str = typer.Argument(..., help="Model name (or '-' with --art
     else:
         spec, fn_, source = _predictor(None if model == "-" else model, artifact, repository, checkpoint, device)
         kind, binary, name = spec.raw_kind, spec.raw_binary, spec.name
-        fn = lambda raw: run(spec, fn_, raw)  # noqa: E731
+        fn = lambda raw: run(spec, fn_, raw, names=labels if binary else None)  # noqa: E731 - files: their paths
     for k, values in given.items():
         if values and k != kind:
             takes = f"{kind} inputs" if kind else "tensors only (--tensor NAME=FILE.npy)"

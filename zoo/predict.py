@@ -8,6 +8,7 @@ postprocessing are the spec's own, so the server's BYTES path gives the same res
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -75,12 +76,17 @@ def _raw(spec: ModelSpec, items: Sequence[bytes | str] | bytes | str) -> list[by
     return raw if spec.raw_binary else check_text_items(spec.raw_kind, raw)
 
 
-def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes | str) -> list[Any]:
+def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes | str, *,
+            names: Sequence[str] | None = None) -> list[Any]:
     """One domain result per item, in batches the signature admits.
 
     `items` is a list of inputs (str or bytes); a lone str or bytes is one item, and its
-    result comes back as a list of one, as a transformers pipeline returns for one text."""
+    result comes back as a list of one, as a transformers pipeline returns for one text.
+    `names`: what the caller calls each item (the path of the file an image was read
+    from), said with the item's input number when it is refused (`_which_input`)."""
     raw = _raw(spec, items)
+    if names is not None and len(names) != len(raw):
+        raise ZooError(f"{len(names)} names for {len(raw)} items: give one name per item, or none")
     if spec.postprocess is None and spec.detokenize is not None:  # a language model: its results are texts
         raise ZooError(f"model {spec.name} is a language model, whose answer to a text is the text it continues "
                        f"it with: `zoo generate {spec.name} --prompt TEXT`; `zoo predict` takes its tensors "
@@ -96,7 +102,7 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes |
         try:
             inputs = preprocessed(spec, len(chunk), spec.preprocess(chunk))
         except InputError as exc:  # the plugin numbers items within the chunk it was given
-            raise exc.in_chunk(i, step, len(raw)) from None
+            raise _which_input(spec, exc, raw, i, len(chunk), names) from None
         except ZooError:
             raise
         except Exception as exc:  # a slip in the plugin's code, named as its own
@@ -112,6 +118,39 @@ def predict(spec: ModelSpec, fn: ArrayFn, items: Sequence[bytes | str] | bytes |
                               f"{first_line(exc)}") from exc
         results.extend(postprocessed(spec, len(chunk), made))
     return results
+
+
+def _which_input(spec: ModelSpec, exc: InputError, raw: Sequence[bytes], start: int, size: int,
+                 names: Sequence[str] | None) -> InputError:
+    """`exc`, which the plugin's preprocess raised for raw[start:start + size], saying which
+    input its item is as the caller counts them (from 1), and its name where given.
+
+    The plugin numbers items within the batch it is given, and in its own words ("image 9",
+    "item 9"): a bad 41st image, the 9th of the second batch, was told as "image 9 ... item
+    1 is input 33", its number left to work out and its file unsaid. The item is found by
+    preprocessing the batch's items alone (on this error only), and is the one the message
+    names where that number follows a word: "so image 9 is input 41 (many/bad.png)". Where
+    none fails alone, or the message names another, the batch's range is said (`in_chunk`)."""
+    failing = None
+    for k in range(size):
+        try:
+            spec.preprocess(raw[start + k:start + k + 1])
+        except InputError:
+            failing = k + 1
+            break
+        except Exception:  # noqa: BLE001 - the plugin's code, failing otherwise alone: the batch is said
+            break
+    said = failing and re.search(rf"\b([A-Za-z]+) {failing}\b", str(exc))
+    if not said:
+        return exc.in_chunk(start, size, len(raw))
+    word, number = said.group(1), start + failing
+    if not start:  # the plugin's numbers are the caller's
+        return InputError(f"{exc} ({word} {failing} is {names[number - 1]})") if names is not None else exc
+    among = f"{exc} (among inputs {start + 1} to {start + size} of {len(raw)}: {word} 1 is input {start + 1})"
+    if names is None and failing == 1:  # nothing more to say
+        return InputError(among)
+    return InputError(f"{among}, so {word} {failing} is input {number}"
+                      + (f" ({names[number - 1]})" if names is not None else ""))
 
 
 def generate(spec: ModelSpec, fn: ArrayFn, prompt: str, max_new_tokens: int = 100, temperature: float = 0.0,
