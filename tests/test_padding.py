@@ -220,3 +220,43 @@ def test_shifted_probes_leave_masks_and_ids_as_they_are():
     assert all(p["mask"] is x["mask"] or (p["mask"] == x["mask"]).all() for p in probes.values())
     assert all((p["ids"] == x["ids"]).all() for p in probes.values())
     assert shifted(spec, {**x, "atoms": np.ones((1, 1, 2), np.float32)}) == {}  # 0/1 features: left alone
+
+
+class StepMean(torch.nn.Module):
+    """A linear map of each step, averaged over the steps without a mask: padding's zeros
+    count in the mean, a small change (a fraction of the outputs) for a padding of 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).mean(1)
+
+
+STEP_MEAN = ModelSpec(
+    name="mean.no-mask", domain="tabular", task="sequence-regression",
+    inputs=(TensorSpec("x", "float32", ("batch", "seq", 4)),), outputs=(TensorSpec("y", "float32", ("batch", 3)),),
+    build=StepMean, sample=lambda b, rng: {"x": rng.standard_normal((b, 6, 4)).astype(np.float32)},
+    axes={"batch": AxisRange(1, 4, 16), "seq": AxisRange(1, 6, 32)}, quantization="dynamic",
+    tolerances={"fp32": zoo.Tolerance(1e-4, 1e-4), "int8": zoo.Tolerance(1.0, 0.2)})
+
+
+def test_an_int8_artifact_is_probed_at_fp32_tolerance_for_batching(tmp_path):
+    """The int8 tolerance bounds quantization's error against PyTorch, not how far another
+    request may move an answer: probed at it (atol 1.0), a user's int8 model whose padding
+    moved answers by 0.14 was served padded with requests of other lengths, where
+    docs/serving.md promises the fp32 tolerance; and rows merged the same way."""
+    from zoo.serve.batcher import BatchPolicy
+    from zoo.serve.repository import merged_if_rows_independent, ragged_if_padding_safe
+
+    torch.manual_seed(0)
+    art = zoo.export(STEP_MEAN, "onnxruntime", precision="int8", repository=tmp_path / "exports", random_init=True)
+    runner = zoo.load(art.path)
+    policy = ragged_if_padding_safe(art, STEP_MEAN, BatchPolicy(max_batch_size=16), runner)
+    assert not policy.ragged
+    fp32 = zoo.export(STEP_MEAN, "onnxruntime", repository=tmp_path / "exports", random_init=True)
+    assert not ragged_if_padding_safe(fp32, STEP_MEAN, BatchPolicy(max_batch_size=16), zoo.load(fp32.path)).ragged
+    # rows of one length: dynamic quantization's scales are the batch's, so merged rows move too
+    merged = merged_if_rows_independent(art, STEP_MEAN, BatchPolicy(max_batch_size=16, ragged=False), runner)
+    assert not merged.batching
