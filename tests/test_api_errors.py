@@ -272,3 +272,22 @@ def test_an_error_whose_first_line_only_introduces_the_next_keeps_both():
     assert first_line(raised) == "backend='inductor' raised: InternalTorchDynamoError: KeyError: u0"
     assert first_line(ValueError("shape mismatch\n  at line 3")) == "shape mismatch"
     assert first_line(ValueError("")) == "ValueError"
+
+
+@pytest.mark.parametrize(("repository", "words"), [
+    ("/proc/zoo-repo", "repository /proc/zoo-repo: "), ("", "repository must name a directory, not ''")])
+def test_an_export_to_a_repository_it_cannot_write_is_refused_before_its_work(repository, words, monkeypatch):
+    """The API checked the repository after building and checking the module (then a raw
+    FileNotFoundError from /proc), where the command line refuses it at once; "" wrote the
+    artifact into the current directory, unsaid."""
+    def never(*args, **kwargs):
+        raise AssertionError("the export started its work")
+
+    monkeypatch.setattr(importlib.import_module("zoo.export"), "reference_module", never)
+    with pytest.raises(UsageError, match=words):
+        zoo.export(MLP, "onnxruntime", repository=repository, random_init=True)
+
+
+def test_a_name_pattern_that_is_not_a_str_is_a_usage_error():
+    with pytest.raises(UsageError, match="a model name pattern is a str"):
+        zoo.list_models(123)

@@ -312,12 +312,17 @@ def _checked(model: str | ModelSpec, repository: str | Path, threads: int | None
     """`model`'s spec and `threads`, after the checks of `export`'s arguments that need
     no work: a model that is neither a name nor a spec, a repository where a file is (or
     under one), a thread count that is not a positive int."""
+    from .fsutil import check_destination
+
     if not isinstance(model, (str, ModelSpec)):
         raise UsageError(f"model is a registered name or a zoo.ModelSpec, not {model!r}")
+    if not isinstance(repository, (str, Path)) or not str(repository).strip():
+        raise UsageError(f"repository must name a directory, not {repository!r}")  # "": the current one, unsaid
     repository = Path(repository)
     existing = next((p for p in (repository, *repository.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise UsageError(f"repository {repository}: {existing} is a file, not a directory")
+    check_destination(repository, "repository")  # one this user cannot write, before the export's work
     return get_model(model), check_threads(threads)
 
 

@@ -455,6 +455,8 @@ def devices() -> list[str]:
 def list_models(pattern: str | None = None) -> list[str]:
     """Names of registered models, optionally filtered by a wildcard (`resnet*`); the
     matching lazy specs are made, and one that fails is left out with a warning."""
+    if pattern is not None and not isinstance(pattern, str):
+        raise UsageError(f"a model name pattern is a str (`resnet*`) or None, not {pattern!r}")
     return [n for n in _registered() if name_matches(n, pattern) and _made_or_warned(n) is not None]
 
 
