@@ -15,12 +15,12 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 pytest.register_assert_rewrite("serve_support")
-from serve_support import ONNX, RAGGED  # noqa: E402
+from serve_support import ONNX, RAGGED, SCALED  # noqa: E402
 
 from zoo.serve.protocol import decode_response  # noqa: E402
 
 pytest_plugins = ["serve_support"]
-X = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8)
+X = np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8)  # the digits' image range
 
 
 def infer(server, doc: dict) -> httpx.Response:
@@ -52,20 +52,20 @@ def test_raw_binary_request_is_the_one_input(server):
 
 
 def test_outputs_json_cannot_carry_are_refused_unless_binary(server):
-    x = X.copy()
-    x[0, 0, 0, 0] = np.nan  # NaN in, NaN out: binary input, since JSON has no NaN either
-    head = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8],
-                                   "parameters": {"binary_data_size": 256}}]}).encode()
-    headers = {"Inference-Header-Content-Length": str(len(head))}
-    url = f"{server.url}/v2/models/{ONNX}/infer"
-    as_json = httpx.post(url, content=head + x.tobytes(), headers=headers)
+    x = np.array([[np.nan, 1, 2, 3]], np.float32)  # NaN in, NaN out (binary input: JSON has no NaN either)
+    scale = np.ones(1, np.float32)  # scaled.test: an input without a range, which refuses no NaN
+    head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters":
+                                   {"binary_data_size": 16}},
+                                  {"name": "scale", "datatype": "FP32", "shape": [1], "data": [1.0]}]}).encode()
+    url = f"{server.url}/v2/models/{SCALED}/infer"
+    as_json = httpx.post(url, content=head + x.tobytes(), headers={"Inference-Header-Content-Length": str(len(head))})
     assert as_json.status_code == 400 and "ask for it as binary data" in as_json.json()["error"]
     binary_head = head[:-1] + b', "parameters": {"binary_data_output": true}}'
     as_binary = httpx.post(url, content=binary_head + x.tobytes(),
                            headers={"Inference-Header-Content-Length": str(len(binary_head))})
-    assert as_binary.status_code == 200
+    assert as_binary.status_code == 200, as_binary.text
     length = int(as_binary.headers["Inference-Header-Content-Length"])
-    assert np.isnan(np.frombuffer(as_binary.content[length:], np.float32)).any()
+    assert np.isnan(np.frombuffer(as_binary.content[length:], np.float32)).any() and scale.all()
 
 
 #: the backend Triton fills in for a config.pbtxt that names only a platform (its AutoCompleteBackendFields)

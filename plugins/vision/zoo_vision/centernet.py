@@ -7,12 +7,20 @@ of object centres per class, the box size and the sub-cell offset of each centre
 
 Decoding is part of the module, so an exported artifact returns finished detections:
 CenterNet's 3x3 max-pool keeps only local peaks of the heatmap (the paper's replacement
-for IoU-based non-maximum suppression), then the top K peaks over all classes become
-fixed-size outputs. Those scoring at least MIN_SCORE come first, in the order of their
-heatmap cell rather than of their score, and the rest are empty rows (box 0, score 0,
-class -1): a near-tie between two scores (backends differ by ~1e-6) then cannot swap
-two rows, nor can a near-tie among the many weak background peaks at the K-th place
-change the output; only a score within ~1e-6 of MIN_SCORE could. The raw head maps are an output too: the training loss needs them, and the core
+for IoU-based non-maximum suppression), one cell per plateau of equal scores (`local_peaks`:
+int8 and bf16 heatmaps hold such plateaus), then the top K peaks over all classes become
+fixed-size outputs. Those scoring at least MIN_SCORE come first, ordered by their flat
+index class * H * W + cell (by class, then heatmap cell in row-major order) rather than
+by score, and the rest are empty rows (box 0, score 0, class -1): a near-tie between two
+scores (backends differ by ~1e-6) then cannot swap two rows. It does not make the top K
+immune to near-ties: on 498 of 500 held-out scenes all 20 rows of the trained model hold
+weak background peaks scoring at least MIN_SCORE, and its 20th and 21st peaks were as
+close as 1.05e-5, so two backends can keep a different K-th peak, and then every row
+between the two peaks' indices moves by one (as a score within ~1e-6 of MIN_SCORE can).
+Rows in score order would confine that to the last row but let any two near-tied rows
+swap, among ~20 weak peaks a scene: more chances to differ at fp32, where boxes are
+compared row by row. Below fp32 the decoded rows are held by mAP (detection.py).
+The raw head maps are an output too: the training loss needs them, and the core
 training loop sees exactly the outputs an artifact has.
 """
 
@@ -92,9 +100,9 @@ class CenterNet(nn.Module):
         b, _, h, w = heads.shape
         n = c * h * w
         heat = torch.sigmoid(heads[:, :c])
-        peak = F.max_pool2d(heat, 3, stride=1, padding=1) == heat
+        peak = local_peaks(heat)
         top, index = (heat * peak).flatten(1).topk(k, dim=1)  # (B, K) over C*H*W
-        # rows: the detections scoring at least MIN_SCORE in cell order, then empty rows
+        # rows: the detections scoring at least MIN_SCORE in flat-index order, then empty rows
         # (a sort key that puts the weak ones after every index)
         key = (index + (top < MIN_SCORE).long() * n).sort(dim=1).values
         kept = key < n
@@ -112,6 +120,28 @@ class CenterNet(nn.Module):
         boxes = torch.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], dim=2)
         boxes = torch.where(kept.unsqueeze(2), boxes.clamp(0.0, float(self.image_size)), 0.0)
         return boxes, torch.where(kept, scores, 0.0), torch.where(kept, classes, -1)
+
+
+def local_peaks(heat: torch.Tensor) -> torch.Tensor:
+    """Where `heat` (B, C, H, W) holds a local maximum of its 3x3 neighbourhood, one cell per
+    plateau: a cell no higher than a neighbour before it in row-major order (to its left or
+    in the row above) is not a peak. Quantized heatmaps (int8 steps, bf16's 8 bits) hold
+    plateaus of equal values, and `max_pool == heat` alone kept every cell of one as a peak:
+    the same object reported twice.
+
+    Only slices of `heat` are compared, and the missing neighbours of the border are boolean
+    columns and rows: a static int8 graph requantizes a slice or a max-pool with the scale of
+    its input, so equal values stay equal, where a padded copy got a scale of its own
+    (onnxruntime's quantizer) and its plateaus no longer compared equal."""
+    peak = F.max_pool2d(heat, 3, stride=1, padding=1) == heat
+    below, above = heat[..., 1:, :], heat[..., :-1, :]
+    column = torch.zeros_like(below[..., :1], dtype=torch.bool)  # no neighbour there
+    up = ((below <= above)
+          | torch.cat([column, below[..., 1:] <= above[..., :-1]], dim=-1)  # up-left
+          | torch.cat([below[..., :-1] <= above[..., 1:], column], dim=-1))  # up-right
+    left = torch.cat([torch.zeros_like(heat[..., :1], dtype=torch.bool), heat[..., 1:] <= heat[..., :-1]], dim=-1)
+    before = torch.cat([torch.zeros_like(heat[..., :1, :], dtype=torch.bool), up], dim=-2) | left
+    return peak & ~before
 
 
 def gaussian_targets(targets: torch.Tensor, num_classes: int, size: int) -> tuple[torch.Tensor, ...]:
