@@ -247,7 +247,7 @@ def test_a_unet_that_takes_only_multiples_of_four_is_refused_and_one_that_pads_e
     assert report.failures == [
         f"unet.tiny: the forward fails at {axis} = 33, inside the spec's range 16 to 128 (RuntimeError: Sizes of "
         f"tensors must match except in dimension 1. Expected size 32 but got size 33 for tensor number 1 in the "
-        f"list; the sample at batch 1 repeated along {axis} from 32): the server takes every size in the "
+        f"list; the sample at batch 1 grown along {axis} from 32): the server takes every size in the "
         f"range, so let the forward take each (pad the input inside forward to a size it takes and cut the output "
         f"back), or declare the axis static, AxisRange(n, n, n)" for axis in ("height", "width")]
     with pytest.raises(SpecError, match="unet.tiny: the forward fails at height = 33"):

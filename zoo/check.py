@@ -36,7 +36,7 @@ naming the input, the value and the error, since the server takes every value in
 one that runs there is held to the outputs' spec as a sample's run is (`k` at 10 had
 `torch.topk` answer 10 columns where the spec declares at most 5).
 Likewise each dynamic axis but the batch is run one and three past its sampled size (the
-sample repeated along it): a forward that takes only some sizes of its range (a U-Net's
+sample grown along it: padded where an input masks the axis, else repeated): a forward that takes only some sizes of its range (a U-Net's
 skip connections, a reshape into pairs) fails the check there. A module with attention is
 run again with PyTorch's fast path off: nn.TransformerEncoder given a padding mask answers 0
 at padded positions on it (nested tensors) where every export computes values, and that
@@ -416,7 +416,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: int) -> list[str]:
     """Sizes of each dynamic axis but the batch that the samples do not have, inside the
     spec's range: one and PAD past the sampled size, the sample at the smallest batch
-    repeated along the axis (`at_length`). A forward
+    grown along the axis (`at_length`: padded where an input masks it, else repeated). A forward
     that takes only some sizes (a U-Net's skip connections: multiples of its downsampling;
     a reshape into pairs: even lengths) passed every sample and every end of the range, and
     then failed the request of another size the server let through. One line per axis."""
@@ -427,7 +427,7 @@ def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: in
     problems = []
     for axis, size in lengths_of(spec, inputs).items():
         r = spec.axes[axis]
-        tried = sorted({n for n in (size + 1, size + PAD) if n <= r.max})  # longer only: repeated content keeps
+        tried = sorted({n for n in (size + 1, size + PAD) if n <= r.max})  # longer only: grown content keeps
         # every length or index into the axis valid (cut, it may not be: `zoo check`'s axis ends do that)
         for n in tried:
             try:
@@ -435,7 +435,7 @@ def _other_sizes(spec: ModelSpec, module: torch.nn.Module, device: str, seed: in
             except Exception as exc:  # noqa: BLE001 - the plugin's forward at a size inside the range
                 error = f"{type(exc).__name__}: {first_line(exc).rstrip('.')}"
                 problems.append(f"{spec.name}: the forward fails at {axis} = {n}, inside the spec's range {r.min} to "
-                                f"{r.max} ({error}; the sample at batch {batch} repeated along {axis} from {size}): "
+                                f"{r.max} ({error}; the sample at batch {batch} grown along {axis} from {size}): "
                                 f"the server takes every size in the range, so let the forward take each (pad the "
                                 f"input inside forward to a size it takes and cut the output back), or declare the "
                                 f"axis static, AxisRange(n, n, n)")
