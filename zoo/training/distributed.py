@@ -24,9 +24,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -142,9 +143,11 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     if sys.stderr.isatty():
         env[PROGRESS_ON_STDOUT] = "1"
     # torchrun in a session of its own: a signal reaches it from this process only, once (Ctrl-C at a
-    # terminal reached both, a SIGINT to this process alone left torchrun training on, unowned)
-    with subprocess.Popen(command, env=env, stderr=None if debugging() else subprocess.PIPE, text=True,
-                          errors="replace", start_new_session=True) as process:
+    # terminal reached both, a SIGINT to this process alone left torchrun training on, unowned); a
+    # hangup reaches this process as SIGTERM does, and torchrun gets SIGTERM if this process dies
+    with _hangup_terminates(), subprocess.Popen(
+            command, env=env, stderr=None if debugging() else subprocess.PIPE, text=True, errors="replace",
+            start_new_session=True, preexec_fn=_die_with_parent()) as process:
         try:
             shown, signum = _relay_stderr(process.stderr) if process.stderr is not None else (False, None)
             process.wait()
@@ -156,10 +159,45 @@ def launch(nproc: int, argv: list[str]) -> tuple[int, bool]:
     return process.returncode, shown
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """What torchrun's process runs before torchrun (Linux; None elsewhere): SIGTERM to it when
+    this process dies (killed, or gone on a signal it does not handle), which torchrun passes
+    on to its processes: they trained on, unowned, when SIGKILL ended `zoo` alone. prctl is
+    looked up here, so that the child only calls it (no import between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl, sigterm = ctypes.CDLL(None, use_errno=True).prctl, int(signal.SIGTERM)
+    return lambda: prctl(1, sigterm)  # PR_SET_PDEATHSIG (prctl(2))
+
+
+@contextlib.contextmanager
+def _hangup_terminates() -> Iterator[None]:
+    """SIGHUP and SIGQUIT raise `Terminated` while torchrun runs (a closed terminal or SSH
+    session sends SIGHUP, which reached torchrun itself before it had a session of its own),
+    so that they stop the run as SIGTERM does: passed on, waited for, the run put back."""
+    wanted = [s for s in (getattr(signal, "SIGHUP", None), getattr(signal, "SIGQUIT", None)) if s is not None]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = {s: signal.signal(s, terminated) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _stop(process: subprocess.Popen, signum: int) -> None:
     """Pass `signum` on to torchrun and wait until it has ended its processes (its report on
     stderr is read and dropped: a full pipe would stop it), so that the caller finds the run
-    directory as they left it; a second interrupt meanwhile kills torchrun's session."""
+    directory as they left it; a second interrupt meanwhile kills torchrun and its processes
+    (each in a session of its own, as torchrun starts them)."""
     try:
         process.send_signal(signum)
         if process.stderr is not None:
@@ -167,9 +205,21 @@ def _stop(process: subprocess.Popen, signum: int) -> None:
                 pass
         process.wait()
     except (KeyboardInterrupt, Terminated):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        for pid in (*_children(process.pid), process.pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)  # its session's group, where it leads one
+            except (ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         process.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started (Linux's /proc; none where it cannot tell)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 #: torchrun's log lines ("E1127 20:42:00.576000 8414 torch/distributed/elastic/...] failed (exitcode: 1) ...")
