@@ -215,7 +215,8 @@ def test_a_run_directory_whose_new_run_failed_points_to_the_run_it_set_aside(tmp
     with pytest.raises(zoo.errors.CheckpointError, match=rf"^no checkpoint at {tmp_path} .*; the finished run set "
                                                          rf"aside when a new run started there is in {tmp_path}/previous: "
                                                          rf"--checkpoint {tmp_path}/previous; `zoo train "
-                                                         rf"{MLP.name} --out {tmp_path} --resume` continues the run "
+                                                         rf"{MLP.name} --out {tmp_path} --seed 0 --epochs 2 "
+                                                         rf"--batch-size 64 --val-fraction 0 --resume` continues the run "
                                                          rf"stopped there$"):
         zoo.load_checkpoint(tmp_path, expect_model=MLP.name)
     assert zoo.load_checkpoint(tmp_path / "previous", expect_model=MLP.name).model == MLP.name

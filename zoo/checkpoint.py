@@ -17,6 +17,7 @@ holds the selected checkpoint in `model/` (and the resume point in `last/`, see
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,17 +96,38 @@ def whose(spec: ModelSpec) -> str:
 
 def built(spec: ModelSpec) -> torch.nn.Module:
     """`spec.build()`, the plugin's code: what fails in it is said as the model's and its
-    plugin's failure (`PluginError`, one line), not as a line of torch or of the plugin."""
+    plugin's failure (`PluginError`, one line), not as a line of torch or of the plugin,
+    with the config values changed from the registered model's, the likely cause (`-c
+    width=-4`: "negative dimension -4"). Exit status 1, not a usage error's 2: the core
+    cannot tell a value out of the model's range from a fault of the plugin; a plugin that
+    checks its ranges raises its own `UsageError`, which passes through as it is."""
     try:
         module = spec.build()
     except ZooError:
         raise
     except Exception as exc:
-        raise PluginError(f"model {whose(spec)} failed to build: {first_line(exc)}") from exc
+        raise PluginError(f"model {whose(spec)} failed to build: {first_line(exc)}{changed_config(spec)}") from exc
     if not isinstance(module, torch.nn.Module):
         raise PluginError(f"model {whose(spec)} failed to build: build() returned "
                           f"{type(module).__name__}, not a torch.nn.Module")
     return module
+
+
+def changed_config(spec: ModelSpec) -> str:
+    """"; config width=-4 (registered: width=32)": the config values of `spec` that differ
+    from the registered model's, to name beside a failure of its build; "" where none do
+    (or where `spec` is registered under no name)."""
+    from .registry import get_model  # the registry imports the plugins, which import this module
+
+    try:
+        registered = dict(get_model(spec.name).config)
+    except Exception:  # noqa: BLE001 - naming the config must not hide the failure it is named beside
+        return ""
+    changed = {k: v for k, v in spec.config.items() if k not in registered or registered[k] != v}
+    if not changed:
+        return ""
+    was = ", ".join(f"{k}={registered[k]!r}" for k in changed if k in registered)
+    return f"; config {', '.join(f'{k}={v!r}' for k, v in changed.items())}" + (f" (registered: {was})" if was else "")
 
 
 def state_mismatch(model: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor]) -> str | None:
@@ -158,7 +180,9 @@ def _what_is_there(path: Path, model: str) -> str:
     failed or was stopped, set aside (`previous`), and the stopped run's resume point
     (`last`, where it saved no model: a run without validation saves it at the end); else
     how to make one there."""
-    resume = f"`zoo train {model} --out {path} --resume` continues the run stopped there"
+    from .training.state import resume_command  # the resume point's own module, which imports this one
+
+    resume = f"`zoo {shlex.join(resume_command(model, path))}` continues the run stopped there"
     for aside in (PENDING, PREVIOUS):  # the latest finished run first (`load_checkpoint` reads a pending one)
         if (path / aside / RUN_MODEL / META).is_file():
             return (f"the finished run set aside when a new run started there is in {path / aside}: "

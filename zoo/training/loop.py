@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..checkpoint import Checkpoint, state_mismatch
+from ..checkpoint import Checkpoint, built, changed_config, state_mismatch
 from ..errors import CheckpointError, SpecError, ZooError, first_line
 from ..inputs import check_split, dataset_splits, load_split
 from ..spec import ModelSpec
@@ -72,13 +72,15 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
     if opts.compile:
         model = torch.compile(model)
     monitor, higher = _monitor(spec)
-    throughput = Throughput()
+    throughput = Throughput(**progress.setdefault("throughput", {"samples": 0, "seconds": 0.0}))
     steps = _Steps(spec, run, model, module, optimizer, scheduler, scaler, inputs, targets, batch_size,
-                   micro_per_epoch, data_gen, memory_format)
-    cut = progress.pop("partial", None)  # a resume point inside an epoch (--max-steps)
+                   micro_per_epoch, data_gen, memory_format, throughput)
+    # resumed at --max-steps already: no step more (the resume point, inside an epoch or not, stays)
+    done = opts.max_steps is not None and step >= opts.max_steps
+    cut = None if done else progress.pop("partial", None)  # a resume point inside an epoch (--max-steps)
     with run.progress(run.epochs * micro_per_epoch) as update, run.profiler() as profiler_step:
         update(advance=epoch * micro_per_epoch + (cut["position"] if cut else 0))
-        while epoch < run.epochs and not progress["stopped_early"]:
+        while epoch < run.epochs and not progress["stopped_early"] and not done:
             order = train_idx[epoch_order(len(train_idx), run.seed, epoch)]
             model.train()
             throughput.start()
@@ -109,7 +111,7 @@ def fit(spec: ModelSpec, run: Run) -> Checkpoint:
         module.load_state_dict(run.saved_model().state)  # the selected epoch's weights
     module.eval()
     return Checkpoint(spec.name, dict(spec.config), cpu_state_dict(module),
-                      _metrics(progress, monitor, epoch, step, throughput))
+                      _metrics(progress, monitor, epoch, run.epochs, step, throughput))
 
 
 def _check_recipe(spec: ModelSpec) -> None:
@@ -213,6 +215,7 @@ class _Steps:
     micro_per_epoch: int
     data_gen: torch.Generator
     memory_format: Any
+    throughput: Throughput  # over every process of the run: the resume point carries it on
 
     def epoch(self, order: torch.Tensor, epoch: int, step: int, cut: dict[str, Any] | None, update,
               profiler_step, last: str) -> tuple[int, float, int, int | None]:
@@ -249,6 +252,7 @@ class _Steps:
     def save_last(self, epoch: int, step: int, progress: dict[str, Any]) -> None:
         spec, scaler, weights = self.spec, self.scaler, cpu_state_dict(self.module)
         _check_finite(spec.name, "weights", {k: v for k, v in weights.items() if v.is_floating_point()})
+        progress["throughput"] = {"samples": self.throughput.samples, "seconds": self.throughput.seconds}
         self.run.save_last(TrainingState(
             Checkpoint(spec.name, dict(spec.config), weights, {"epoch": epoch}), epoch, step,
             self.optimizer.state_dict(), self.scheduler.state_dict(), scaler.state_dict() if scaler.is_enabled() else None,
@@ -264,8 +268,10 @@ def _shares(order: torch.Tensor, group: range, batch_size: int) -> list[float]:
 
 
 def _build(spec: ModelSpec, opts, device: str) -> tuple[torch.nn.Module, Any]:
-    """The module on `device`, with gradient checkpointing and channels-last as asked."""
-    module = spec.build().to(device)
+    """The module on `device`, with gradient checkpointing and channels-last as asked. A
+    build that fails (a config value out of the model's range) is the model's failure,
+    named with its config (`built`), before any step."""
+    module = built(spec).to(device)
     if opts.grad_checkpointing:
         if not hasattr(module, "set_grad_checkpointing"):
             raise ZooError(f"model {spec.name} does not support gradient checkpointing "
@@ -318,7 +324,7 @@ def _micro_step(spec: ModelSpec, model, opts, device: str, scaler, batch: dict[s
                  "and batch statistics (BatchNorm) need two: choose a --batch-size that leaves another remainder"
                  if len(target) == 1 and "more than 1 value per channel" in str(exc) else "")
         raise SpecError(f"{spec.name}: a training step ({shapes}) raised {type(exc).__name__}: "
-                        f"{first_line(exc)}{alone}") from exc
+                        f"{first_line(exc)}{alone}{changed_config(spec)}") from exc
     value = loss.detach().float().item()
     if not math.isfinite(value):  # NaN weights from here on: stop while `last/` still holds finite ones
         bad = [k for k, v in {**batch, "target": target}.items() if v.is_floating_point() and not v.isfinite().all()]
@@ -404,20 +410,22 @@ def _select(spec: ModelSpec, run: Run, module, progress: dict[str, Any], epoch: 
         progress["stopped_early"] = patience is not None and progress["stale_epochs"] >= patience
 
 
-def _metrics(progress: dict[str, Any], monitor: str, epoch: int, step: int,
+def _metrics(progress: dict[str, Any], monitor: str, epoch: int, epochs: int, step: int,
              throughput: Throughput) -> dict[str, Any]:
     """The run's figures. A run cut inside an epoch by --max-steps ends with the weights
     selected among the epochs it completed, as any run (`best_epoch`), or, where it
     completed none, with its last step's (`best_epoch` None); `cut_in_epoch` is the epoch
-    it stopped in and `train_loss` that epoch's mean loss so far."""
+    it stopped in and `train_loss` that epoch's mean loss so far. `stopped_early` only
+    where patience left epochs untrained: one whose patience ran out on its last epoch ran
+    them all ("stopped early after 8 of 8 epochs" was said)."""
     cut = progress.get("partial")
     return {"train_loss": cut["total"] / cut["seen"] if cut else progress["history"][-1] if progress["history"] else None,
             "loss_history": progress["history"], f"val_{monitor}_history": progress["val_history"],
             "best_epoch": progress["best_epoch"] if cut else progress["best_epoch"] or epoch, "epochs_run": epoch,
             "cut_in_epoch": epoch + 1 if cut else None, "steps": step,
-            "stopped_early": progress["stopped_early"],
+            "stopped_early": progress["stopped_early"] and epoch < epochs,
             "samples_per_second": round(throughput.rate, 1) if throughput.samples else None,
-            "train_seconds": round(throughput.seconds, 2)}
+            "train_seconds": round(throughput.seconds, 2)}  # every process of the run's, resumed or not
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:

@@ -32,9 +32,10 @@ from .options import TrainOptions, run_files
 from .state import STATE, TrainingState, load_state, save_state
 
 log = logging.getLogger("zoo")
+train_log = logging.getLogger("zoo.train")  # `zoo train` prints these as one warning line each
 #: what must be equal for a resumed run to follow the interrupted one exactly
 RESUME_KEYS = ("seed", "epochs", "batch_size", "accumulate", "val_fraction", "optimizer", "schedule", "lr",
-               "weight_decay", "precision")
+               "weight_decay", "precision", "clip_grad_norm", "patience")
 PROFILE_WAIT, PROFILE_WARMUP, PROFILE_ACTIVE = 1, 1, 3
 RUN_PARTS = ("model", "last", "metrics", "tensorboard", "trace")  # of run_files: what a finished run holds
 
@@ -179,6 +180,7 @@ class Run:
     on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # what the run settled (batch, val size ...)
     _writer: Any = None
+    _resumed: bool = False  # continues a resume point: its first logged step starts a new TensorBoard session
 
     @property
     def files(self) -> dict[str, Path]:
@@ -187,23 +189,78 @@ class Run:
     # -- resume point -----------------------------------------------------------------
 
     def resume_state(self) -> TrainingState | None:
-        """The resume point to continue from (with --resume), checked against this run."""
+        """The resume point to continue from (with --resume), checked against this run: its
+        config and settings, its thread count, and the selected checkpoint it continues.
+
+        Every trainer calls it once before its first step, resuming or not, so it records the
+        thread count the trainer runs on (PPO sets its own) rather than the process's."""
+        self.facts["threads_per_process"] = torch.get_num_threads()
         if not self.options.resume:
             return None
         state = load_state(self.files["last"], self.spec.name)
         if state.checkpoint.config != dict(self.spec.config):
             raise CheckpointError(f"resume point {self.files['last']} has config {state.checkpoint.config}, "
                                   f"this run {dict(self.spec.config)}")
-        recorded = state.run.get("settings", {})
+        recorded, settings = state.run.get("settings", {}), self._settings()
         for key in RESUME_KEYS:
-            if key in recorded and key in self.facts and recorded[key] != self.facts[key]:
+            if key in recorded and key in settings and recorded[key] != settings[key]:
                 raise CheckpointError(f"resume point {self.files['last']} was trained with {key}={recorded[key]}, "
-                                      f"this run asks for {self.facts[key]}; resume with the same settings")
+                                      f"this run asks for {settings[key]}; resume with the same settings")
+        self._check_threads(recorded)
+        self._check_selected(state)
+        self._resumed = True
         return state
+
+    def _check_threads(self, recorded: Mapping[str, Any]) -> None:
+        """Warn where the resume point was trained on another number of threads: the run
+        continues, but not bit for bit (torch splits its sums by thread count). Warned, not
+        refused as the settings are: it changes the last bits of a step, not what the run
+        trains, and resuming on a machine with other cores is a fair thing to do. The counts
+        before are recorded (`threads_before_resume`), so the metrics do not say the last
+        process's count was the whole run's."""
+        before = list(recorded.get("threads_before_resume") or [])
+        was, now = recorded.get("threads_per_process"), self.facts["threads_per_process"]
+        if isinstance(was, int) and was != now:
+            before.append(was)
+            if self.world.main:
+                train_log.warning("resume point %s was trained with %d thread%s per process, this run uses %d: it "
+                                  "continues the run, but not bit for bit as an uninterrupted run (--threads %d "
+                                  "resumes it exactly)", self.files["last"], was, "s" * (was != 1), now, was)
+        if before:
+            self.facts["threads_before_resume"] = before
+
+    def _check_selected(self, state: TrainingState) -> None:
+        """Refuse, before any training, a run whose selected checkpoint (`model/`, the best
+        epoch's weights, which the resume point does not hold) is missing or corrupted: it was
+        read only at the end, after the resumed epochs had trained, and every --resume after
+        failed the same way."""
+        best = state.run.get("progress", {}).get("best_epoch")
+        if best is None:  # none selected yet: the run writes model/ when it selects one
+            return
+        model = self.files["model"]
+        if (model / META).is_file():
+            try:
+                load_checkpoint(model, self.spec.name)
+                return
+            except CheckpointError as exc:
+                problem = str(exc)
+        else:
+            problem = f"the selected checkpoint {model} is missing"
+        raise CheckpointError(f"{problem}; it holds the selected weights (epoch {best}) of the run that resume point "
+                              f"{self.files['last']} continues, which are not in the resume point, so --resume cannot "
+                              f"finish it: put back a good copy of {model}, or train again without --resume")
+
+    def _settings(self) -> dict[str, Any]:
+        """How the run trains, as its resume point records it: the settings a resume must
+        keep (RESUME_KEYS), and the threads asked for and run on."""
+        values = {"clip_grad_norm": self.options.clip_grad_norm, "patience": self.options.patience,
+                  "threads": self.options.threads, **self.facts}
+        keys = (*RESUME_KEYS, "threads", "threads_per_process", "threads_before_resume")
+        return {k: values[k] for k in keys if k in values}
 
     def save_last(self, state: TrainingState) -> None:
         if self.world.main:
-            state.run["settings"] = {k: self.facts[k] for k in RESUME_KEYS if k in self.facts}
+            state.run["settings"] = self._settings()
             commit_set_aside(self.out)
             save_state(self.files["last"], state)
 
@@ -234,7 +291,9 @@ class Run:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.files["tensorboard"]))
+            # a resumed run's first step starts a new session: TensorBoard drops what the
+            # stopped process logged from there on, which this run logs again
+            self._writer = SummaryWriter(str(self.files["tensorboard"]), purge_step=step if self._resumed else None)
         for name, value in scalars.items():
             if value is not None and math.isfinite(value):
                 self._writer.add_scalar(name, value, step)
@@ -300,11 +359,13 @@ class Run:
 
 
 class Throughput:
-    """Samples per second over the timed parts of a run (validation excluded)."""
+    """Samples per second over the timed parts of a run (validation excluded), from the
+    figures of its earlier processes where it resumed (a resumed run's own were its last
+    process's alone, and a finished run resumed said None)."""
 
-    def __init__(self) -> None:
-        self.samples = 0
-        self.seconds = 0.0
+    def __init__(self, samples: int = 0, seconds: float = 0.0) -> None:
+        self.samples = int(samples)
+        self.seconds = float(seconds)
         self._start: float | None = None
 
     def start(self) -> None:

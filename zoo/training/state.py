@@ -110,6 +110,65 @@ def interrupted(out: Path, argv: list[str]) -> str:
             f"lost); `zoo {shlex.join(again)}` continues it from there")
 
 
+#: the settings a resume point records that `zoo train` takes as options, by their flags
+FLAGS = {"seed": "--seed", "epochs": "--epochs", "batch_size": "--batch-size", "accumulate": "--accumulate",
+         "val_fraction": "--val-fraction", "precision": "--precision", "clip_grad_norm": "--clip-grad-norm",
+         "patience": "--patience", "threads": "--threads"}
+
+
+def resume_command(model: str, out: Path) -> list[str]:
+    """The `zoo train` arguments that continue the run stopped in `out`: its config and the
+    settings it was trained with that are not its recipe's defaults. A bare `zoo train MODEL
+    --out DIR --resume` was refused for another epoch count or batch, and without --threads
+    1 continued other than bit for bit."""
+    last = run_files(out)["last"]
+    try:
+        meta = json.loads((last / STATE).read_text())
+        settings, model = dict(meta["run"].get("settings") or {}), str(meta.get("model") or model)
+        config = dict(json.loads((last / META).read_text()).get("config") or {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ["train", model, "--out", str(out), "--resume"]
+    registered, defaults = _defaults(model)
+    args = ["train", model, "--out", str(out)]
+    for key, value in config.items():
+        if key not in registered or registered[key] != value:
+            args += ["-c", f"{key}={_config_value(value)}"]
+    for key, flag in FLAGS.items():
+        value = settings.get(key)
+        if value is not None and (key not in defaults or defaults[key] != value):
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return [*args, "--resume"]
+
+
+def _defaults(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The registered model's config, and what `zoo train` takes without options: the
+    recipe's seed, epochs, batch and validation fraction only where `model` is registered
+    here (else they are spelled out)."""
+    from ..errors import ZooError
+    from ..registry import get_model
+
+    options = {"accumulate": 1, "precision": "fp32"}
+    try:
+        spec = get_model(model)
+    except ZooError:
+        return {}, options
+    recipe = spec.recipe
+    if recipe is None:
+        return dict(spec.config), options
+    return dict(spec.config), {**options, "seed": recipe.seed, "epochs": recipe.epochs,
+                               "batch_size": recipe.batch_size, "val_fraction": recipe.val_fraction}
+
+
+def _config_value(value: Any) -> str:
+    """A config value as `--config KEY=VALUE` reads it back (JSON where it parses, else a string)."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value)
+
+
 def load_state(path: Path, model: str) -> TrainingState:
     """Read a resume point written for `model`; a clear error for anything else."""
     check_resume_point(path)
