@@ -175,7 +175,7 @@ def ragged_if_padding_safe(art: Artifact, spec, policy: BatchPolicy, runner,
     if not (policy.batching and policy.ragged and ragged_axes(spec)):
         return policy
     try:
-        safe, why = padding_safe(spec, runner, probe_sample(art, spec, 2, vectors), probe_precision(art))
+        safe, why = padding_safe(spec, runner, probe_sample(art, spec, 2, vectors), art.precision)
     except Exception as exc:  # noqa: BLE001 - the engine refused padded shapes: not safe, and say why
         safe, why = False, f"the padded sample failed: {type(exc).__name__}: {first_line(exc)}"
     if safe:
@@ -196,8 +196,7 @@ def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner,
         return policy
     try:
         rows = max(4, 2 * spec.axes["batch"].min)  # two parts of at least batch.min (rows_independent)
-        independent, why = rows_independent(spec, runner, probe_sample(art, spec, rows, vectors),
-                                             probe_precision(art))
+        independent, why = rows_independent(spec, runner, probe_sample(art, spec, rows, vectors), art.precision)
     except Exception as exc:  # noqa: BLE001 - the sample fails as a request would: not a batching matter
         log.warning("%s: whether its rows are independent could not be tried (%s: %s): requests are merged",
                     art.name, type(exc).__name__, first_line(exc))
@@ -207,15 +206,6 @@ def merged_if_rows_independent(art: Artifact, spec, policy: BatchPolicy, runner,
     log.warning("%s: rows are not independent (%s): requests are not merged, each runs as its own batch",
                 art.name, why)
     return replace(policy, batching=False)
-
-
-def probe_precision(art: Artifact) -> str:
-    """The tolerance a request's answer may move by when other requests share its execution:
-    the artifact's own, but fp32's for int8. An int8 tolerance bounds quantization's error
-    against PyTorch, not batching's: dynamic quantization takes its scales from the whole
-    batch, and a user model's int8 answers moved by 0.14 padded with other requests (its
-    int8 atol 1.0, its fp32 one 1e-4), where docs/serving.md promises fp32's tolerance."""
-    return "fp32" if art.precision == "int8" else art.precision
 
 
 def probe_sample(art: Artifact, spec, rows: int, vectors: Callable[[], list] | None = None) -> dict[str, np.ndarray]:
