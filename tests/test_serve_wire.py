@@ -515,6 +515,7 @@ def test_a_body_over_the_limit_is_answered_413_and_the_connection_ends(wire, fra
             stop.set()
     [(status, body)] = responses(reply)
     assert status == 413 and "exceeds the limit of 1048576 bytes" in error_text(body)
+    assert b"\r\nconnection: close\r\n" in reply.lower()  # said, as RFC 9112 section 9.6 asks
     assert ended < 0.5, f"the connection ended {ended:.2f} s after the answer"
     still_serving(wire)
 

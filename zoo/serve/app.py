@@ -41,7 +41,7 @@ from .errors import (
     status_for,
     too_large,
 )
-from .http import CLOSE, client_left
+from .http import CLOSE, CYCLE, client_left
 from .metrics import Metrics
 from .model import ServedModel, config_json
 from .protocol import (
@@ -357,7 +357,12 @@ class Guard:
         async def counted(message: dict) -> None:
             if message["type"] == "http.response.start":
                 code[0] = message["status"]
+                if scope.get(CLOSE):  # the body is left unread: the client is told the connection ends
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
+            cycle = scope.get(CYCLE)
+            if scope.get(CLOSE) and cycle is not None:  # uvicorn would close at once, resetting what the client
+                cycle.keep_alive = True                 # still sends: `JsonErrorProtocol` ends it after a linger
 
         try:
             inference = scope.get("route") in INFER_ROUTES  # routed already (`App.__call__`): the only compressed
