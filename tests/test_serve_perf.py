@@ -250,6 +250,9 @@ def test_a_range_that_only_bounds_validity_is_not_drawn_from_uniformly():
     big = float(np.finfo(np.float32).max)
     wide = _values("FP32", (1000, 4), (-big, big), np.random.default_rng(0))
     assert np.isfinite(wide).all() and np.abs(wide).max() < 10 and wide.std() > 0.5
+    for low, high in ((1e3, 1e8), (0.0, big)):  # 0 outside, or at an end: spread, not one value
+        drawn = _values("FP32", (1000,), (low, high), np.random.default_rng(0))
+        assert drawn.min() >= low and drawn.max() <= high and len(np.unique(drawn)) > 500
     narrow = _values("FP32", (1000,), (5.0, 6.0), np.random.default_rng(0))
     assert narrow.min() >= 5 and narrow.max() <= 6 and narrow.std() > 0.2
 

@@ -238,3 +238,16 @@ def test_repository_is_a_triton_repository(serve_repo):
         assert config.platform in TRITON_PLATFORMS or config.backend in TRITON_BACKENDS, path.parent.name
         # the engine's file, or the Python backend's model.py for an engine Triton has no backend for
         assert (path.parent / "1" / (config.default_model_filename or "model.py")).is_file()
+
+
+@pytest.mark.parametrize(("datatype", "values"), [
+    ("BF16", [3.4e38]),  # inside float32's range, past bfloat16's: infinity once rounded
+    ("FP16", [1.0] * 70_000 + [1e6]),  # out of range in the numbers' second piece
+], ids=["bf16-max", "second-piece"])
+def test_a_json_number_outside_its_datatype_is_refused_wherever_it_is(datatype, values):
+    from zoo.errors import InputError
+    from zoo.serve.protocol import decode_request
+
+    body = json.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [len(values)], "data": values}]})
+    with pytest.raises(InputError, match=f"a value is outside the range of {datatype}"):
+        decode_request(body.encode(), None)

@@ -87,3 +87,19 @@ def test_freesolv_exports_to_int8(backend, tmp_path):
     art = zoo.export(spec, backend, "int8", repository=tmp_path, random_init=True)
     vectors = art.manifest["test_data"]
     assert {s["axes"]["atoms"] for s in vectors["sets"]} >= {1, MAX_ATOMS}
+
+
+def test_a_signal_ranged_0_to_1_is_repeated_not_taken_for_a_mask():
+    """A (batch, seq) float input ranged 0 to 1 is shaped as a mask; a normalized signal's
+    values are not all 0 or 1, and padding it with zeros would feed the model data it never
+    gets. Its axis repeats its content, as one nothing masks does."""
+    spec = zoo.ModelSpec(
+        name="signal.test", domain="tabular", task="regression", build=lambda: torch.nn.Identity(),
+        inputs=(zoo.TensorSpec("signal", "float32", ("batch", "seq"), value_range=(0.0, 1.0)),),
+        outputs=(zoo.TensorSpec("y", "float32", ("batch", "seq")),),
+        sample=lambda b, rng: {"signal": rng.random((b, 4), dtype=np.float32)},
+        axes={"batch": zoo.AxisRange(1, 2, 4), "seq": zoo.AxisRange(2, 4, 16)})
+    x = spec.sample(2, np.random.default_rng(0))
+    assert masks(spec, "seq") == ["signal"]  # shaped and ranged as a mask
+    grown = at_length(spec, x, "seq", 8)["signal"]
+    np.testing.assert_array_equal(grown, np.concatenate([x["signal"], x["signal"]], axis=1))

@@ -131,6 +131,8 @@ def _which_input(spec: ModelSpec, exc: InputError, raw: Sequence[bytes], start: 
     preprocessing the batch's items alone (on this error only), and is the one the message
     names where that number follows a word: "so image 9 is input 41 (many/bad.png)". Where
     none fails alone, or the message names another, the batch's range is said (`in_chunk`)."""
+    if not start and names is None:  # the plugin's numbers are the caller's, and there is nothing to add
+        return exc
     failing = None
     for k in range(size):
         try:

@@ -79,7 +79,7 @@ def at_length(spec, inputs: dict[str, np.ndarray], axis: str, length: int) -> di
     at 64 atoms held atoms of degree 12 and predictions of -266 kcal/mol, no molecule's,
     on which every int8 export was refused. An axis nothing masks has no absent position to
     add, and its content is repeated (a language model's tokens)."""
-    pad = bool(masks(spec, axis))
+    pad = any(_binary(inputs[name]) for name in masks(spec, axis))
     out = {}
     for t in spec.inputs:
         array = inputs[t.name]
@@ -104,6 +104,14 @@ def masks(spec, axis: str) -> list[str]:
     input declares no range (PyTorch's `key_padding_mask`, True for padding, is not one)."""
     return [t.name for t in spec.inputs if len(t.shape) == 2 and set(t.shape) == {"batch", axis}
             and t.dtype != "bool" and t.value_range is not None and tuple(t.value_range) == (0, 1)]
+
+
+def _binary(values) -> bool:
+    """Whether a mask-shaped input's values are all 0 or 1, as a mask's are: a (batch, axis)
+    input ranged 0 to 1 may be a normalized signal (or token type ids, 0 and 1 too: harmless,
+    a text model's attention mask pads the axis alike), and a signal is repeated, not padded."""
+    values = np.asarray(values)
+    return bool(np.isin(values, (0, 1)).all())
 
 
 def absent(t) -> float:

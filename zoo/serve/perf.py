@@ -354,7 +354,12 @@ def _values(datatype: str, shape: tuple[int, ...], value_range: Sequence[float] 
     if value_range and value_range[1] - value_range[0] <= WIDEST_DRAW:
         return rng.uniform(value_range[0], value_range[1], shape).astype(dtype)
     normal = rng.standard_normal(shape)  # a range that only bounds validity (float32's own): not a distribution
-    return (np.clip(normal, value_range[0], value_range[1]) if value_range else normal).astype(dtype)
+    if not value_range:
+        return normal.astype(dtype)
+    low, high = value_range  # about the range's point nearest 0, reflected at its ends (clipped, a range
+    drawn = normal + min(max(0.0, low), high)  # with 0 at an end was half that end, one excluding 0 all of it)
+    drawn = np.where(drawn < low, 2 * low - drawn, np.where(drawn > high, 2 * high - drawn, drawn))
+    return np.clip(drawn, low, high).astype(dtype)
 
 
 def _inputs(inputs: Mapping[str, Any], datatypes: Mapping[str, str]) -> list[tuple[str, str, list[int], bytes]]:

@@ -65,6 +65,7 @@ PLACES = {"request": "the request", "input": "an input", "output": "a requested 
 MAX_RANK = 16  # no zoo model has more axes; also bounds how deep `data` may nest
 MAX_ELEMENTS = 1 << 40  # a shape past this cannot be backed by any body the server accepts
 ABSENT = object()  # a field left out of the request, as against one given as null
+BF16_MAX = 3.3895313892515355e38  # bfloat16's largest finite value: past it, rounding to bfloat16 gives infinity
 FLOAT_PIECE = 1 << 16  # JSON numbers converted to an array this many at a time (float64 first, to check range)
 
 
@@ -397,7 +398,7 @@ def _typed(flat: list, datatype: str, where: str) -> np.ndarray:
         piece = narrow[start:start + FLOAT_PIECE]
         with np.errstate(over="ignore"):  # overflow is refused next, not written to the server's stderr
             piece[:] = wide
-        if not np.isfinite(piece).all():
+        if not np.isfinite(piece).all() or (datatype == "BF16" and (np.abs(wide) > BF16_MAX).any()):
             raise ProtocolError(f"{where}: a value is outside the range of {datatype}")
     return narrow.astype(dt.numpy_of(datatype), copy=False)
 
