@@ -56,7 +56,8 @@ def test_predict_reads_binary_items_from_files(exported, tmp_path):
     short.write_bytes(b"\0" * 12)
     bad = CliRunner().invoke(app, ["--plugin", str(PLUGIN), "predict", "-", "--artifact", str(art.path),
                                    str(paths[0]), str(short)])
-    assert bad.exit_code != 0 and str(bad.exception) == "waveform item 2 has 12 bytes, not 64 (16 float32 samples)"
+    assert bad.exit_code != 0 and str(bad.exception) == ("waveform item 2 has 12 bytes, not 64 (16 float32 samples) "
+                                                         f"(item 2 is {short})")  # the file, as given
     wrong_flag = CliRunner().invoke(app, ["--plugin", str(PLUGIN), "predict", "-", "--artifact", str(art.path),
                                           "--text", "hello"])
     assert "takes waveform inputs, not --text" in str(wrong_flag.exception)

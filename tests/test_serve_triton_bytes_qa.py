@@ -100,7 +100,7 @@ BLOBS = [
 # and GPT's context window), and Triton's _test_str_dtype numbers as text
 TEXTS = ["", "héllo wörld ✓ 日本語 🚀 Ünïcödé", "a\x00b\x00", "word " * 2000, "10000", "\x00"]
 PROMPTS = ["def f(x):", "héllo ✓", "a\x00b", "import os\n" * 200]
-SMILES = ["CCO", "c1ccccc1O", " CCO\n", "[Na+].[Cl-]", "C[C@H](N)C(=O)O", "CC(=O)Oc1ccccc1C(=O)O"]
+SMILES = ["CCO", "c1ccccc1O", " CCO\n", "C[N+](C)(C)C", "C[C@H](N)C(=O)O", "CC(=O)Oc1ccccc1C(=O)O"]
 ITEMS = {MINILM: TEXTS, MPNN: SMILES, GPT: PROMPTS}
 INPUT = {MINILM: "text", MPNN: "smiles", GPT: "text"}
 

@@ -68,8 +68,7 @@ DIGITS_DATASET = Dataset("scikit-learn digits: 1797 8x8 handwritten digits, stra
 #: what every digit classifier shares: signature, data, loss, metric, tolerances, image inputs.
 DIGITS_TASK = dict(
     domain="vision", task="image-classification",
-    inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE),
-                       value_range=images.UNIT_RANGE),),
+    inputs=(TensorSpec("image", "float32", ("batch", 1, digits.SIZE, digits.SIZE)),),
     outputs=(TensorSpec("logits", "float32", ("batch", digits.NUM_CLASSES), labels=digits.CLASSES),),
     axes={"batch": AxisRange(1, 8, 64)}, sample=digits.sample, dataset=DIGITS_DATASET, loss=cross_entropy,
     metric=Metric("accuracy", accuracy, higher_is_better=True), tolerances=DIGIT_TOLERANCES,

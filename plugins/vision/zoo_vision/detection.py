@@ -74,8 +74,7 @@ def centernet_shapes(width: int = 32, image_size: int = 64, max_detections: int 
         task="object-detection",
         description=f"CenterNet ('Objects as Points'), width {width}, on generated {image_size}x{image_size} "
                     f"scenes of {', '.join(shapes.CLASSES)}; decoding and peak NMS in the graph",
-        inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size),
-                           value_range=images.UNIT_RANGE),),
+        inputs=(TensorSpec("image", "float32", ("batch", 3, image_size, image_size)),),
         outputs=(TensorSpec("boxes", "float32", ("batch", max_detections, 4)),
                  TensorSpec("scores", "float32", ("batch", max_detections)),
                  TensorSpec("classes", "int64", ("batch", max_detections)),

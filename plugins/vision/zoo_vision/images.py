@@ -19,12 +19,6 @@ if TYPE_CHECKING:
     from PIL import Image
 
 
-#: the values of the small models' images (the digits, the detector): what the preprocess
-#: here, their datasets and their samples give. Declared on their inputs, so raw 0..255
-#: pixels sent as a tensor are refused by name instead of answered with confident garbage.
-#: The ImageNet-size models take normalized images (mean 0, unit variance): no range.
-UNIT_RANGE = (0.0, 1.0)
-
 #: the most pixels an input image may have (a 16-megapixel photo is 4,000 x 4,000): every
 #: model here resizes to at most 64 x 64, and without a bound of its own a 62 KB PNG of
 #: 8,000 x 8,000 pixels (below Pillow's own 89-megapixel bomb limit) cost 0.35-0.45 s and
