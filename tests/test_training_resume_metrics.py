@@ -5,7 +5,6 @@ stopped process logged past its resume point, and the thread count the trainer r
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,17 +13,9 @@ import pytest
 import zoo
 from zoo.training import TrainOptions
 
-TESTS = Path(__file__).parent
 
 
-def _plugin():
-    spec = importlib.util.spec_from_file_location("train_plugin", TESTS / "train_plugin.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MLP = _plugin().SPEC
+from train_plugin import SPEC as MLP  # noqa: E402 - tests/ is on the path, as for test_training_faults
 #: a learning rate too small to move any prediction: validation ties every epoch
 FROZEN = dataclasses.replace(MLP, recipe=dataclasses.replace(MLP.recipe, lr=1e-12, schedule="constant"))
 

@@ -4,7 +4,6 @@ checks before training, and the command that continues a stopped run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -23,14 +22,7 @@ TESTS = Path(__file__).parent
 PLUGIN = TESTS / "train_plugin.py"
 
 
-def _plugin():
-    spec = importlib.util.spec_from_file_location("train_plugin", PLUGIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MLP = _plugin().SPEC
+from train_plugin import SPEC as MLP  # noqa: E402 - tests/ is on the path, as for test_training_faults
 
 
 def _stop_after(epoch_to_stop: int):
