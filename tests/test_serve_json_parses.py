@@ -1,9 +1,9 @@
 """A JSON request body costs the server several times its size while it is parsed (Python
-objects for every number: Triton's rapidjson costs about 4x as well), so `zoo serve`
+objects for every number; docs/benchmarks.md, "A JSON request body's parse"), so `zoo serve`
 parses at most `JSON_PARSES` large JSON bodies at once (a parse holds the GIL: two at a
 time lose no speed), and converts the numbers to their array a piece at a time. Three
-clients each sending a 64 MiB JSON tensor held 2.3 GB in the server before, twenty of them
-would have held about 14 GB; binary bodies, which cost their size, are not held back.
+clients each sending a 64 MiB JSON tensor took the server to 2.3 GB before; binary bodies,
+which cost their size, are not held back.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ class Server:
         self.control: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.heap = Heap()
         #: large JSON bodies parsed at once, at most: a parse holds the GIL (two at a time lose no
-        #: speed) and costs about 5x its body in Python objects, so 20 clients each sending a
-        #: 64 MiB JSON tensor held 14 GB; binary bodies cost their size and are not held back
+        #: speed) and costs about 4.5x its body in Python objects (three clients each sending a
+        #: 64 MiB JSON tensor took the server to 2.3 GB); binary bodies cost their size, not held back
         self.json_parses = asyncio.Semaphore(JSON_PARSES)
         #: called when shutdown begins (SIGTERM), before the HTTP side drains: the gRPC front
         #: end stops taking calls then too, so both transports drain side by side
